@@ -1,0 +1,35 @@
+# hetfl: `make book` builds the executable book, `make test` runs every test.
+# Each target does its own set-up (a .venv and the offline data) and skips it when done.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+DATA    ?= $(HOME)/.cache/hetfl
+STAMP   := $(VENV)/.installed
+export HETFL_DATA := $(DATA)
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: book test setup data clean smoke-book
+
+setup: $(STAMP) data
+
+$(STAMP): requirements.txt
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+data: $(STAMP)
+	bash tools/install_data.sh "$(DATA)"
+
+book: setup
+	$(VPY) tools/build_book.py --scale book
+
+smoke-book: setup
+	$(VPY) tools/build_book.py --scale smoke
+
+test: setup
+	$(VPY) -m pytest -q tests
+	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke
+
+clean:
+	rm -rf _build

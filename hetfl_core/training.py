@@ -1,0 +1,93 @@
+"""Local training and evaluation, shared by every method."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["LocalResult", "steps_for_epochs", "local_sgd", "evaluate", "clone_model"]
+
+
+@dataclass
+class LocalResult:
+    """What a run of local SGD did: mean training loss and samples processed."""
+
+    loss: float
+    samples: int
+    steps: int
+
+
+def steps_for_epochs(n_samples: int, batch_size: int, epochs: float) -> int:
+    """Minibatch steps in ``epochs`` passes over ``n_samples`` samples (at least one)."""
+    return max(1, math.ceil(epochs * math.ceil(n_samples / batch_size)))
+
+
+def clone_model(model: nn.Module) -> nn.Module:
+    """A deep copy with its own parameters."""
+    import copy
+
+    return copy.deepcopy(model)
+
+
+def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch_size: int,
+              lr: float, generator: torch.Generator, *, momentum: float = 0.0,
+              weight_decay: float = 0.0, prox_center: dict | None = None, prox_mu: float = 0.0,
+              masks: dict | None = None, params=None, loss_fn=None) -> LocalResult:
+    """``steps`` minibatch SGD steps on (x, y), reshuffling each epoch with ``generator``.
+
+    ``prox_center``/``prox_mu`` add FedProx's term (mu/2)||w - w_global||^2.
+    ``masks`` (parameter name -> 0/1 tensor) keeps pruned weights at zero: gradients are
+    masked before each step and weights after it. ``params`` restricts the trained
+    parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy.
+    """
+    model.train()
+    named = dict(model.named_parameters())
+    train_names = list(named) if params is None else list(params)
+    optimizer = torch.optim.SGD([named[n] for n in train_names], lr=lr, momentum=momentum,
+                                weight_decay=weight_decay)
+    n = len(y)
+    order = torch.randperm(n, generator=generator)
+    pos, total_loss, samples = 0, 0.0, 0
+    for _ in range(steps):
+        if pos >= n:
+            order, pos = torch.randperm(n, generator=generator), 0
+        idx = order[pos:pos + batch_size]
+        pos += batch_size
+        xb, yb = x[idx], y[idx]
+        loss = loss_fn(model, xb, yb) if loss_fn else F.cross_entropy(model(xb), yb)
+        total = loss
+        if prox_mu and prox_center is not None:
+            total = loss + 0.5 * prox_mu * sum(((named[k] - prox_center[k]) ** 2).sum()
+                                                for k in train_names if k in prox_center)
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if masks:
+            for k, m in masks.items():
+                if named[k].grad is not None:
+                    named[k].grad.mul_(m)
+        optimizer.step()
+        if masks:
+            with torch.no_grad():
+                for k, m in masks.items():
+                    named[k].mul_(m)
+        total_loss += loss.item() * len(yb)
+        samples += len(yb)
+    return LocalResult(total_loss / max(samples, 1), samples, steps)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2000):
+    """Return (number correct, summed loss) of ``model`` on (x, y)."""
+    if len(y) == 0:
+        return 0, 0.0
+    model.eval()
+    correct, loss = 0, 0.0
+    for i in range(0, len(y), batch_size):
+        out = model(x[i:i + batch_size])
+        yb = y[i:i + batch_size]
+        correct += int((out.argmax(1) == yb).sum())
+        loss += float(F.cross_entropy(out, yb, reduction="sum"))
+    return correct, loss
