@@ -96,8 +96,11 @@ def main(argv=None) -> int:
         print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
         return 1
     last = result["history"][-1]
-    print(f"{config.method}: round {last['round']}, acc_global {last['acc_global']}, "
-          f"acc_personal {last['acc_personal']:.4f}, time {last['time_s']:.1f} s, "
+    def pct(value):
+        return "n/a" if value is None else f"{100 * value:.2f}%"
+
+    print(f"{config.method}: {last['round']} rounds, global accuracy {pct(last['acc_global'])}, "
+          f"personalised accuracy {pct(last['acc_personal'])}, simulated time {last['time_s']:.1f} s, "
           f"uplink {last['uplink_bits'] / 8e6:.2f} MB", file=sys.stderr)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

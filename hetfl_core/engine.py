@@ -84,8 +84,7 @@ class Method:
         self.devices = devices
         self.rng = np.random.default_rng([config.seed, 3])
         self.model = self.build_model()
-        self.costs = profile_model(self.model, data.input_shape,
-                                   dtype=data.dataset.x_train.dtype if data.dataset.x_train.is_floating_point() else torch.long)
+        self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
     # -- options ------------------------------------------------------------
     @classmethod

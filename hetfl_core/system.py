@@ -56,6 +56,8 @@ def profile_model(model: nn.Module, in_shape, dtype=torch.float32) -> list[Layer
 
     Traced with forward hooks on a single sample, so strides, padding and pooling are
     exactly what the model does. For integer inputs (the LSTM) pass ``dtype=torch.long``.
+    In a residual network a layer's ``input_layer`` is the unit layer called just before
+    it, so structured keep fractions are exact for chains and approximate across skips.
     """
     records: list[LayerCost] = []
     previous: list[str | None] = [None]
@@ -88,10 +90,7 @@ def profile_model(model: nn.Module, in_shape, dtype=torch.float32) -> list[Layer
     model.eval()
     try:
         with torch.no_grad():
-            if dtype == torch.long:
-                model(torch.zeros((1, *in_shape), dtype=torch.long))
-            else:
-                model(torch.zeros((1, *in_shape), dtype=dtype))
+            model(torch.zeros((1, *in_shape), dtype=dtype))
     finally:
         for h in handles:
             h.remove()
