@@ -1,0 +1,124 @@
+"""Figure helpers for the papers' figure types, in one style.
+
+* :func:`plot_curves` - accuracy (or loss) against round, simulated time, FLOPs or
+  traffic, one line per method, the spread over seeds shaded;
+* :func:`grouped_bars` - a methods x settings table as grouped bars;
+* :func:`client_class_heatmap` - a clients x classes count matrix.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["use_style", "X_AXES", "Y_AXES", "series", "plot_curves", "grouped_bars", "client_class_heatmap"]
+
+#: x-axis key -> (label, scale applied to the history value)
+X_AXES = {
+    "round": ("round", 1.0),
+    "time_s": ("simulated time (s)", 1.0),
+    "flops": ("training FLOPs (GFLOPs)", 1e-9),
+    "uplink_bits": ("uplink traffic (MB)", 1 / 8e6),
+    "downlink_bits": ("downlink traffic (MB)", 1 / 8e6),
+}
+#: y-axis key -> (label, scale)
+Y_AXES = {
+    "acc_personal": ("personalised accuracy (%)", 100.0),
+    "acc_global": ("global accuracy (%)", 100.0),
+    "loss": ("training loss", 1.0),
+    "loss_global": ("global test loss", 1.0),
+    "loss_personal": ("personalised test loss", 1.0),
+}
+
+
+def use_style() -> None:
+    """The book's matplotlib style (applied on import; call again after changing rcParams)."""
+    plt.rcParams.update({
+        "figure.figsize": (6.4, 3.8), "figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3,
+        "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False,
+        "font.size": 10, "lines.linewidth": 1.8,
+    })
+
+
+use_style()
+
+
+def series(result: dict, x: str = "round", y: str = "acc_personal") -> tuple[np.ndarray, np.ndarray]:
+    """The (x, y) points of one run, skipping rounds where ``y`` was not evaluated."""
+    rows = [r for r in result["history"] if r.get(y) is not None]
+    return np.array([r[x] for r in rows], float), np.array([r[y] for r in rows], float)
+
+
+def _label(result: dict) -> str:
+    return result["config"]["method"]
+
+
+def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", ax=None,
+                label=None, spread: str = "minmax", **line_kw):
+    """Plot ``y`` against ``x`` for runs grouped by ``label`` (default: the method name).
+
+    Runs with the same label (e.g. seeds) are drawn as their mean, with the min-max band
+    (``spread="minmax"``) or +-1 std (``"std"``) shaded. The x value at each point is the
+    mean over the group (simulated time differs between seeds only through sampling).
+    """
+    if x not in X_AXES or y not in Y_AXES:
+        raise ValueError(f"x must be one of {list(X_AXES)} and y one of {list(Y_AXES)}")
+    ax = ax or plt.gca()
+    label = label or _label
+    groups: dict[str, list] = defaultdict(list)
+    for r in results:
+        groups[label(r)].append(series(r, x, y))
+    (xlabel, xs), (ylabel, ys) = X_AXES[x], Y_AXES[y]
+    for name, runs in groups.items():
+        n = min(len(s[0]) for s in runs)
+        xv = np.mean([s[0][:n] for s in runs], axis=0) * xs
+        yv = np.array([s[1][:n] for s in runs]) * ys
+        (line,) = ax.plot(xv, yv.mean(0), label=name, **line_kw)
+        if len(runs) > 1:
+            lo, hi = (yv.min(0), yv.max(0)) if spread == "minmax" else \
+                (yv.mean(0) - yv.std(0), yv.mean(0) + yv.std(0))
+            ax.fill_between(xv, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return ax
+
+
+def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | None = None,
+                 ylabel: str = "", fmt: str | None = None):
+    """Grouped bars: ``values[group][series]``, e.g. ``{"dirichlet": {"fedavg": 0.8, ...}}``.
+
+    ``errors`` has the same shape (error bar half-widths); ``fmt`` (e.g. ``"{:.1f}"``)
+    writes each value on its bar.
+    """
+    ax = ax or plt.gca()
+    groups = list(values)
+    names = list(dict.fromkeys(n for g in groups for n in values[g]))
+    width = 0.8 / max(len(names), 1)
+    base = np.arange(len(groups))
+    for i, name in enumerate(names):
+        heights = [values[g].get(name, np.nan) for g in groups]
+        err = [errors[g].get(name, 0) for g in groups] if errors else None
+        bars = ax.bar(base + (i - (len(names) - 1) / 2) * width, heights, width, yerr=err, label=name,
+                      capsize=2)
+        if fmt:
+            ax.bar_label(bars, [fmt.format(h) for h in heights], fontsize=7)
+    ax.set_xticks(base, groups)
+    ax.set_ylabel(ylabel)
+    ax.legend(ncol=min(len(names), 4), fontsize=8)
+    return ax
+
+
+def client_class_heatmap(counts: np.ndarray, ax=None, title: str | None = None, colorbar: bool = True):
+    """A clients (rows) x classes (columns) heat map of sample counts."""
+    ax = ax or plt.gca()
+    image = ax.imshow(np.asarray(counts), aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.grid(False)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="samples")
+    return ax

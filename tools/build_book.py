@@ -1,0 +1,130 @@
+"""Execute the book's chapters at a scale, then render the book with warnings as errors.
+
+    python tools/build_book.py --scale book                      # make book
+    python tools/build_book.py --scale smoke --build-dir _build/smoke   # part of make test
+
+At ``book`` (or ``paper``) scale every chapter listed in ``_toc.yml`` runs through
+papermill with ``-p scale SCALE`` (two chapters at a time, one torch thread each) into a
+staging copy of the sources, which Jupyter Book then renders without re-executing.
+At ``smoke`` scale each chapter runs once under nbval (``pytest --nbval-lax``) with
+``scale="smoke"`` injected, and the book is rendered from the prepared notebooks, so the
+smoke build checks the markup, math, references and exercises without running twice.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def chapters() -> list[Path]:
+    """Notebooks listed in ``_toc.yml`` (in order)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                files.append(e["file"])
+            walk(e.get("sections"))
+            walk(e.get("chapters"))
+            for part in e.get("parts", []) if isinstance(e, dict) else []:
+                walk(part.get("chapters"))
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+
+
+def stage(staging: Path) -> None:
+    """Copy the book sources (config, toc, book/) into ``staging``."""
+    if staging.exists():
+        shutil.rmtree(staging)
+    (staging / "book").mkdir(parents=True)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(ROOT / name, staging / name)
+    shutil.copytree(ROOT / "book", staging / "book", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("_build", ".ipynb_checkpoints"))
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e.setdefault("MPLBACKEND", "Agg")
+    return e
+
+
+def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Path, float, str]:
+    cmd = [str(BIN / "papermill"), str(src), str(dst), "-p", "scale", scale, "-k", "python3",
+           "--cwd", str(src.parent), "--no-progress-bar"]
+    if prepare_only:
+        cmd.append("--prepare-only")
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True)
+    err = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["papermill failed"])[-1]
+    return src, time.perf_counter() - start, err
+
+
+def render(staging: Path, build_dir: Path) -> int:
+    out = build_dir
+    cmd = [str(BIN / "jupyter-book"), "build", str(staging), "-W", "-n", "--keep-going",
+           "--path-output", str(out)]
+    print("rendering:", " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd, env=env()).returncode
+    if rc == 0:
+        html = out / "_build" / "html"
+        final = build_dir / "html"
+        if html.exists():
+            if final.exists():
+                shutil.rmtree(final)
+            shutil.move(str(html), str(final))
+        print(f"book rendered: {final / 'index.html'}")
+    return rc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=["smoke", "book", "paper"], default="book")
+    parser.add_argument("--build-dir", type=Path, default=ROOT / "_build")
+    parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once")
+    args = parser.parse_args()
+    build_dir = args.build_dir if args.build_dir.is_absolute() else ROOT / args.build_dir
+    staging = build_dir / "src"
+    stage(staging)
+    notebooks = chapters()
+    prepare_only = args.scale == "smoke"
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = list(pool.map(lambda nb: papermill(nb, staging / nb.relative_to(ROOT), args.scale, prepare_only),
+                             notebooks))
+    failed = [(nb, err) for nb, _, err in done if err]
+    for nb, seconds, err in done:
+        print(f"{'FAILED' if err else 'ok    '} {nb.relative_to(ROOT)} ({seconds:.0f} s){': ' + err if err else ''}")
+    if failed:
+        print(f"{len(failed)} chapter(s) failed at scale {args.scale}", file=sys.stderr)
+        return 1
+    if prepare_only:
+        staged = [str(staging / nb.relative_to(ROOT)) for nb in notebooks]
+        print(f"executing {len(staged)} chapter(s) at scale smoke under nbval", flush=True)
+        rc = subprocess.run([str(BIN / "python"), "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
+                             "--rootdir", str(staging), *staged], env=env(), cwd=str(staging / "book")).returncode
+        if rc != 0:
+            print("a chapter failed at scale smoke", file=sys.stderr)
+            return rc
+    return render(staging, build_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
