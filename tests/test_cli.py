@@ -1,0 +1,53 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, tmp_path=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if tmp_path is not None:
+        env["HETFL_CACHE"] = str(tmp_path / "runs")
+    return subprocess.run([sys.executable, "-m", "hetfl_core", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=300)
+
+
+def test_list_names_methods_and_datasets():
+    out = cli("list")
+    assert out.returncode == 0
+    for word in ("fedavg", "fedprox", "fashion-mnist", "digits", "dirichlet", "lenet5"):
+        assert word in out.stdout
+
+
+def test_run_writes_history(tmp_path):
+    path = tmp_path / "run.json"
+    out = cli("run", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "--alpha", "0.5",
+              "--clients", "5", "--rounds", "2", "--seed", "3", "--quiet", "--out", str(path), tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(path.read_text())
+    assert result["config"]["seed"] == 3 and result["config"]["clients"] == 5
+    assert len(result["history"]) == 2
+    for key in ("round", "time_s", "acc_global", "acc_personal", "loss", "uplink_bits", "downlink_bits", "flops"):
+        assert key in result["history"][0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "nope"], "unknown method"),
+    (["run", "fedavg", "--dataset", "imagenet"], "unknown dataset"),
+    (["run", "fedavg", "--rounds", "0"], "rounds"),
+    (["run", "fedavg", "--alpha", "0"], "alpha"),
+    (["run", "fedavg", "--participation", "1.5"], "participation"),
+    (["run", "fedavg", "--option", "foo=1"], "no option foo"),
+    (["run", "fedavg", "--clients", "many"], "invalid int"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
+    out = cli(*args, tmp_path=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+    assert not (tmp_path / "runs").exists()  # nothing ran

@@ -1,0 +1,111 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hetfl_core import RunConfig, run
+from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.errors import ConfigError, DivergenceError
+from hetfl_core.methods.fedavg import weighted_average
+
+KEYS = {"round", "time_s", "acc_global", "acc_personal", "loss", "uplink_bits", "downlink_bits", "flops", "clients"}
+
+
+def strip(history):
+    return [{k: v for k, v in row.items()} for row in history]
+
+
+def test_same_config_same_numbers_other_seed_other_numbers(tiny_config):
+    a, b = run(tiny_config), run(tiny_config)
+    assert strip(a["history"]) == strip(b["history"])
+    c = run(tiny_config.replace(seed=1))
+    assert c["history"][-1]["loss"] != a["history"][-1]["loss"]
+
+
+def test_history_rows_and_costs(tiny_config):
+    config = tiny_config.replace(heterogeneity="medium")
+    sim = build_simulation(config)
+    n_params = sum(p.numel() for p in sim.method.model.parameters())
+    history = run(config)["history"]
+    assert all(KEYS <= set(row) for row in history)
+    previous_time = 0.0
+    for i, row in enumerate(history, start=1):
+        assert row["uplink_bits"] == i * config.clients * 32 * n_params
+        assert row["downlink_bits"] == row["uplink_bits"]
+        slowest = max(c["time_s"] for c in row["clients"])
+        assert row["time_s"] == pytest.approx(previous_time + slowest)
+        assert row["idle_s"] == pytest.approx(sum(slowest - c["time_s"] for c in row["clients"]))
+        previous_time = row["time_s"]
+    assert history[1]["flops"] == pytest.approx(2 * history[0]["flops"])
+    assert 0 <= history[-1]["acc_personal"] <= 1
+
+
+def test_one_round_changes_the_global_model(tiny_config):
+    sim = build_simulation(tiny_config)
+    before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
+    ids = [0, 1]
+    plans = sim.method.configure_round(1, ids)
+    reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, 1, k)) for k in ids]
+    sim.method.aggregate(1, reports)
+    after = sim.method.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    expected = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+    n0, n1 = reports[0].n_samples, reports[1].n_samples
+    for k in after:
+        hand = (n0 * reports[0].update[k] + n1 * reports[1].update[k]) / (n0 + n1)
+        assert torch.allclose(after[k], hand, atol=1e-6) and torch.allclose(expected[k], hand, atol=1e-6)
+
+
+def distance_to_global(config):
+    sim = build_simulation(config)
+    client = sim.data.clients[0]
+    plan = sim.method.configure_round(1, [0])[0]
+    report = sim.method.client_update(client, plan, seeded_generator(0, 1, 0))
+    start = sim.method.model.state_dict()
+    return sum(float(((report.update[k] - start[k]) ** 2).sum()) for k in start)
+
+
+def test_fedprox_keeps_local_model_closer(tiny_config):
+    config = tiny_config.replace(local_steps=30)
+    assert distance_to_global(config.replace(method="fedprox", options={"mu": 1.0})) < \
+        0.8 * distance_to_global(config)
+
+
+def test_divergence_is_one_clear_line(tiny_config):
+    with pytest.raises(DivergenceError) as err:
+        run(tiny_config.replace(lr=1e8, rounds=3, local_steps=20))
+    assert "\n" not in str(err.value) and "lr" in str(err.value)
+
+
+def test_partial_participation_samples_the_right_number(tiny_config):
+    history = run(tiny_config.replace(clients=10, participation=0.3, rounds=3))["history"]
+    assert all(len(row["clients"]) == 3 for row in history)
+    assert len({tuple(c["id"] for c in row["clients"]) for row in history}) > 1
+
+
+def test_invalid_configs_fail_before_training():
+    for bad in [dict(rounds=0), dict(alpha=0.0), dict(participation=1.5), dict(lr=-1), dict(method="nope"),
+                dict(dataset="nope"), dict(options={"foo": 1}), dict(heterogeneity="extreme")]:
+        with pytest.raises(ConfigError):
+            RunConfig(**{"dataset": "digits", **bad}).validate()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fedavg_learns_digits(seed):
+    config = RunConfig(dataset="digits", model="cnn", partition="iid", clients=10, rounds=10, lr=0.1,
+                       local_epochs=3, batch_size=16, seed=seed)
+    history = run(config)["history"]
+    assert history[-1]["acc_personal"] >= 0.8
+    assert history[-1]["acc_personal"] > history[0]["acc_personal"] + 0.4
+
+
+def test_iid_beats_pathological_split_on_global_accuracy():
+    scores = {}
+    for partition in ("iid", "shards"):
+        accs = [run(RunConfig(dataset="digits", model="cnn", partition=partition, classes_per_client=1,
+                              clients=10, rounds=8, lr=0.1, local_epochs=3, batch_size=16,
+                              seed=s))["history"][-1]["acc_global"]
+                for s in (0, 1)]
+        scores[partition] = np.mean(accs)
+    assert scores["iid"] > scores["shards"] + 0.1

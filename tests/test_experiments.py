@@ -1,0 +1,44 @@
+import json
+
+import pytest
+
+import hetfl_core.engine as engine
+from hetfl_core import HetflError, RunConfig, run, run_cached, sweep
+from hetfl_core.experiments import cache_path, source_hash
+
+
+def test_run_cached_stores_once_and_reuses(tiny_config, cache, monkeypatch):
+    first = run_cached(tiny_config)
+    files = list(cache.glob("*.json"))
+    assert len(files) == 1 and files[0] == cache_path(tiny_config)
+    assert json.loads(files[0].read_text()) == first
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("ran again")
+
+    monkeypatch.setattr(engine, "run", refuse)
+    assert run_cached(tiny_config) == first
+    assert not list(cache.glob(".tmp-*"))
+
+
+def test_cache_key_covers_config_and_source(tiny_config):
+    assert cache_path(tiny_config) != cache_path(tiny_config.replace(seed=1))
+    assert cache_path(tiny_config) != cache_path(tiny_config.replace(options={"mu": 0.1}))
+    assert source_hash() in [source_hash()] and len(source_hash()) == 12
+
+
+def test_sweep_in_processes_equals_single_process(tiny_config, cache):
+    configs = [tiny_config, tiny_config.replace(seed=1)]
+    parallel = sweep(configs, processes=2, progress=False)
+    assert [r["config"]["seed"] for r in parallel] == [0, 1]
+    for config, result in zip(configs, parallel):
+        assert result["history"] == json.loads(json.dumps(run(config)["history"]))
+
+
+def test_failed_run_in_sweep_keeps_finished_work(tiny_config, cache):
+    good = tiny_config
+    bad = tiny_config.replace(lr=1e8, local_steps=20, rounds=3)
+    with pytest.raises(HetflError) as err:
+        sweep([good, bad], processes=1, progress=False)
+    assert "1 of 2 runs failed" in str(err.value) and "\n" not in str(err.value)
+    assert cache_path(good).exists() and not cache_path(bad).exists()

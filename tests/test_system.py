@@ -1,0 +1,100 @@
+import math
+
+import numpy as np
+import pytest
+
+from hetfl_core import models, system
+from hetfl_core.errors import ConfigError
+
+LENET_MACS = {"conv1": 6 * 28 * 28 * 25, "conv2": 16 * 10 * 10 * 150, "conv3": 120 * 400,
+              "fc1": 120 * 84, "classifier": 84 * 10}
+
+
+@pytest.fixture
+def lenet_costs():
+    return system.profile_model(models.build_model("lenet5", (1, 28, 28), 10), (1, 28, 28))
+
+
+def test_lenet_macs_per_layer_by_hand(lenet_costs):
+    assert {c.name: c.macs for c in lenet_costs} == LENET_MACS
+    assert sum(c.params for c in lenet_costs) == 61_706
+
+
+def test_forward_and_training_flops_by_hand(lenet_costs):
+    forward = 2 * sum(LENET_MACS.values())
+    assert system.forward_flops(lenet_costs) == forward == 833_040
+    first = 2 * LENET_MACS["conv1"]
+    assert system.training_flops(lenet_costs, 10) == 10 * (2 * first + 3 * (forward - first))
+
+
+def test_mlp_flops_by_hand():
+    costs = system.profile_model(models.build_model("mlp", (1, 28, 28), 10), (1, 28, 28))
+    macs = [784 * 200, 200 * 200, 200 * 10]
+    assert [c.macs for c in costs] == macs
+    assert system.training_flops(costs, 1) == 2 * (2 * macs[0] + 3 * macs[1] + 3 * macs[2])
+
+
+def test_structured_keep_scales_outputs_and_next_inputs(lenet_costs):
+    keep = {"conv2": 0.5}
+    expected = 2 * (sum(LENET_MACS.values()) - 0.5 * LENET_MACS["conv2"] - 0.5 * LENET_MACS["conv3"])
+    assert system.forward_flops(lenet_costs, keep=keep) == pytest.approx(expected)
+    all_half = {c.name: 0.5 for c in lenet_costs[:-1]}
+    m = LENET_MACS
+    expected = 2 * (0.5 * m["conv1"] + 0.25 * (m["conv2"] + m["conv3"] + m["fc1"]) + 0.5 * m["classifier"])
+    assert system.forward_flops(lenet_costs, keep=all_half) == pytest.approx(expected)
+
+
+def test_unstructured_density_scales_linearly(lenet_costs):
+    density = {c.name: 0.3 for c in lenet_costs}
+    assert system.training_flops(lenet_costs, 4, density=density) == pytest.approx(
+        0.3 * system.training_flops(lenet_costs, 4))
+
+
+def test_bits():
+    assert system.dense_bits(1000) == 32_000
+    assert system.index_bits(10, 1000, "position") == 10 * 10
+    assert system.index_bits(10, 1000, "bitmap") == 1000
+    assert system.index_bits(10, 1000, "min") == 100
+    assert system.index_bits(500, 1000, "min") == 1000
+    assert system.index_bits(2, 4, "binomial") == pytest.approx(math.log2(6))
+    assert system.index_bits(0, 10) == 0 and system.index_bits(10, 10) == 0
+    assert system.sparse_bits(10, 1000) == 10 * 32 + 100
+    with pytest.raises(ConfigError):
+        system.index_bits(11, 10)
+
+
+def test_client_and_round_time_by_hand():
+    device = system.DeviceProfile("x", flops_per_s=2e9, uplink_bps=1e6, downlink_bps=4e6)
+    assert system.client_time(device, 4e9, 3e6, 8e6) == pytest.approx(2 + 3 + 2)
+    assert system.round_time([1.0, 7.0, 3.0]) == 7.0
+    assert system.round_time([]) == 0.0
+
+
+def test_devices_dealt_in_equal_tiers_and_seeded():
+    devices = system.make_devices(12, "medium", np.random.default_rng(0))
+    tiers = [d.tier for d in devices]
+    assert sorted(tiers.count(t) for t in ("high", "mid", "low")) == [4, 4, 4]
+    speeds = {d.tier: d.flops_per_s for d in devices}
+    assert speeds["high"] == 2 * speeds["mid"] == 4 * speeds["low"]
+    assert tiers == [d.tier for d in system.make_devices(12, "medium", np.random.default_rng(0))]
+    assert tiers != [d.tier for d in system.make_devices(12, "medium", np.random.default_rng(1))]
+    with pytest.raises(ConfigError):
+        system.make_devices(3, "extreme", np.random.default_rng(0))
+
+
+def test_wireless_formulas_by_hand():
+    assert system.path_loss_db(0.1) == pytest.approx(128.1 - 37.6)
+    assert system.path_loss_db(1.0) == pytest.approx(128.1)
+    assert system.dbm_to_watts(30) == pytest.approx(1.0)
+    assert system.channel_gain(1.0) == pytest.approx(10 ** -12.81)
+    # B log2(1 + p h / (N0 B)): SNR 15 over 1 MHz gives 4 Mbit/s
+    assert system.shannon_rate(1e6, 1.5, 1e-3, 1e-10) == pytest.approx(4e6)
+    assert system.shannon_rate(0, 1, 1, 1) == 0.0
+
+
+def test_energy_by_hand():
+    device = system.DeviceProfile("x", flops_per_s=2e9, uplink_bps=1, downlink_bps=1, energy_coeff=1e-28,
+                                  tx_power_w=0.5)
+    # 2e9 FLOPs = 1e9 cycles at 1 GHz: zeta f^2 cycles = 1e-28 * 1e18 * 1e9 = 0.1 J
+    assert system.compute_energy(device, 2e9) == pytest.approx(0.1)
+    assert system.transmit_energy(device, 4.0) == 2.0
