@@ -47,15 +47,55 @@ def chapters() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
 
 
+MATHJAX = "mathjax@3.2.2"
+
+
+def local_mathjax(static: Path) -> bool:
+    """Put MathJax 3 (from the npm registry, cached) into ``static/mathjax``.
+
+    The rendered pages then show math with no network; without npm they fall back to
+    the CDN copy that Sphinx links by default.
+    """
+    cache = Path(os.environ.get("HETFL_DATA", Path.home() / ".cache" / "hetfl")).expanduser()
+    tarball = cache / "mathjax-3.2.2.tgz"
+    if not tarball.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            return False
+        cache.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([npm, "pack", MATHJAX, "--pack-destination", str(cache)], capture_output=True,
+                              text=True, timeout=300)
+        if proc.returncode != 0 or not tarball.exists():
+            return False
+    import tarfile
+
+    with tarfile.open(tarball) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("package/es5/") and "/sre/" not in m.name]
+        for m in members:
+            m.name = m.name[len("package/es5/"):]
+        tar.extractall(static / "mathjax", members=members, filter="data")
+    return True
+
+
 def stage(staging: Path) -> None:
-    """Copy the book sources (config, toc, book/) into ``staging``."""
+    """Copy the book sources (config, toc, book/) into ``staging``, with a local MathJax."""
+    import yaml
+
     if staging.exists():
         shutil.rmtree(staging)
     (staging / "book").mkdir(parents=True)
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy(ROOT / name, staging / name)
+    shutil.copy(ROOT / "_toc.yml", staging / "_toc.yml")
     shutil.copytree(ROOT / "book", staging / "book", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("_build", ".ipynb_checkpoints"))
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    # Not under _static/: Jupyter Book would load every .js file found there on every page.
+    if local_mathjax(staging / "_mathjax"):
+        sphinx_config = config.setdefault("sphinx", {}).setdefault("config", {})
+        sphinx_config["html_static_path"] = ["_mathjax"]
+        sphinx_config["mathjax_path"] = "mathjax/tex-chtml.js"
+    else:
+        print("npm not found: the rendered math will load MathJax from its CDN", file=sys.stderr)
+    (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def env() -> dict:
