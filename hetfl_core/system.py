@@ -120,15 +120,21 @@ def forward_flops(costs: list[LayerCost], keep: dict | None = None, density: dic
 
 
 def training_flops(costs: list[LayerCost], n_samples: int, keep: dict | None = None,
-                   density: dict | None = None) -> float:
+                   density: dict | None = None, trainable: set | None = None) -> float:
     """FLOPs of training on ``n_samples`` samples: forward + weight gradient + input gradient.
 
-    The first layer computes no input gradient, so it costs 2F instead of 3F.
+    Every layer costs its forward pass F. A trainable layer adds its weight gradient (F);
+    a layer adds its input gradient (F) when some trainable layer lies before it, since
+    the gradient must flow through it. With every layer trainable (``trainable=None``) the
+    first layer costs 2F and the others 3F; with only the head trainable, the body costs
+    just its forward pass.
     """
+    names = [l.name for l in costs]
+    is_trainable = [trainable is None or n in trainable for n in names]
     per_sample = 0.0
     for i, l in enumerate(costs):
         f = 2.0 * l.macs * _layer_scale(l, keep, density)
-        per_sample += f * (2 if i == 0 else 3)
+        per_sample += f * (1 + is_trainable[i] + any(is_trainable[:i]))
     return per_sample * n_samples
 
 

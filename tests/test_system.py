@@ -98,3 +98,14 @@ def test_energy_by_hand():
     # 2e9 FLOPs = 1e9 cycles at 1 GHz: zeta f^2 cycles = 1e-28 * 1e18 * 1e9 = 0.1 J
     assert system.compute_energy(device, 2e9) == pytest.approx(0.1)
     assert system.transmit_energy(device, 4.0) == 2.0
+
+
+def test_training_flops_of_a_frozen_body(lenet_costs):
+    forward = {c.name: 2 * LENET_MACS[c.name] for c in lenet_costs}
+    # only the classifier trains: forward everywhere plus the classifier's weight gradient
+    head_only = system.training_flops(lenet_costs, 1, trainable={"classifier"})
+    assert head_only == sum(forward.values()) + forward["classifier"]
+    # frozen first layer: no weight gradient there, input gradients still flow to conv2..
+    rest = system.training_flops(lenet_costs, 1, trainable={"conv2", "conv3", "fc1", "classifier"})
+    assert rest == forward["conv1"] + 2 * forward["conv2"] + 3 * sum(
+        forward[n] for n in ("conv3", "fc1", "classifier"))
