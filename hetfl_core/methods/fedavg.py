@@ -10,11 +10,12 @@ FedProx adds (mu/2)||w - w_t||^2 to each client's objective (FedProx, Eq. 2).
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ..engine import ClientPlan, ClientReport, Method
 from ..errors import ConfigError
 from ..system import dense_bits, training_flops
-from ..training import clone_model, local_sgd
+from ..training import LocalResult, clone_model, local_sgd
 from . import register
 
 
@@ -38,24 +39,33 @@ class FedAvg(Method):
         if options.get("mu", 0.0) < 0:
             raise ConfigError(f"mu must be >= 0, got {options['mu']}")
 
+    def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
+                    params=None) -> LocalResult:
+        """``steps`` SGD steps on the client's data with the run's optimiser settings.
+
+        ``params`` limits training to some parameter names; FedProx's term pulls them
+        towards the broadcast model when ``mu`` > 0.
+        """
+        mu = self.options.get("mu", 0.0)
+        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
+        return local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
+                         self.config.lr, generator, momentum=self.config.momentum,
+                         weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params)
+
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""
         model = clone_model(self.model)
         n_params = sum(p.numel() for p in model.parameters())
-        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if self.options["mu"] else None
-        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
-                           self.config.lr, generator, momentum=self.config.momentum,
-                           weight_decay=self.config.weight_decay, prox_center=center,
-                           prox_mu=self.options["mu"])
+        result = self.local_train(model, client, plan.local_steps, generator)
         return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
                             flops=training_flops(self.costs, result.samples),
                             uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps)
 
     def aggregate(self, round_idx, reports):
-        """w_{t+1} = sum_k n_k / n * w^k_{t+1}."""
+        """w_{t+1} = sum_k n_k / n * w^k_{t+1}, for every tensor the clients sent."""
         state = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
-        self.model.load_state_dict(state)
+        self.model.load_state_dict(state, strict=False)
 
 
 @register

@@ -1,0 +1,68 @@
+"""FedPer (Arivazhagan et al., 2019): a shared body, a private head per client.
+
+Each round a client loads the global body and its own head, trains both for E epochs,
+keeps the head and uploads the body; the server averages bodies weighted by data size.
+The client's model (global body + own head) is its personalised model; there is no
+meaningful global model, since no head is shared.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientPlan, ClientReport
+from ..errors import ConfigError
+from ..personalization import PrivateStore, body_parameter_names, head_parameter_names
+from ..system import dense_bits, training_flops
+from ..training import clone_model
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class FedPer(FedAvg):
+    """Shared body averaged by FedAvg; the last ``head_layers`` layers stay on the client."""
+
+    name = "fedper"
+    summary = "FedPer: shared body, private head (Arivazhagan et al. 2019)"
+    defaults = {"head_layers": 1}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        if int(options.get("head_layers", 1)) < 1:
+            raise ConfigError(f"head_layers must be >= 1, got {options['head_layers']}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.private = PrivateStore()
+        self.shared_names = self.choose_shared()
+        self.private_names = [n for n, _ in self.model.named_parameters() if n not in set(self.shared_names)]
+
+    def choose_shared(self) -> list[str]:
+        """The parameters the server aggregates: the body."""
+        return body_parameter_names(self.model, self.options["head_layers"])
+
+    def client_model(self, client_id: int):
+        """The global model with the client's private part written in."""
+        return self.private.load_into(client_id, clone_model(self.model))
+
+    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Train body and head locally; keep the private part, upload the shared part."""
+        model = self.client_model(client.client_id)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        self.private.save(client.client_id, model, self.private_names)
+        return self.report(client, model, plan, result.loss, training_flops(self.costs, result.samples))
+
+    def report(self, client, model, plan, loss, flops) -> ClientReport:
+        """A report that uploads (and was sent) only the shared parameters."""
+        params = dict(model.named_parameters())
+        shared = {n: params[n].detach().clone() for n in self.shared_names}
+        bits = dense_bits(sum(t.numel() for t in shared.values()))
+        return ClientReport(client.client_id, client.n_train, shared, loss, flops=flops, uplink_bits=bits,
+                            downlink_bits=bits, local_steps=plan.local_steps)
+
+    def global_model(self):
+        return None
+
+    def personal_model(self, client_id):
+        return self.client_model(client_id)

@@ -1,0 +1,44 @@
+"""Local-only training: every client trains its own model on its own data, no communication.
+
+The floor of personalised FL: any method that shares must beat it to justify the
+traffic. Every client starts from the same initial model.
+"""
+from __future__ import annotations
+
+from ..engine import ClientReport
+from ..personalization import PrivateStore
+from ..system import training_flops
+from ..training import clone_model
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class LocalOnly(FedAvg):
+    """Each client trains alone; nothing is sent or aggregated."""
+
+    name = "local"
+    summary = "Local-only training: no communication, the personalisation floor"
+    defaults = {}
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.private = PrivateStore()
+        self.names = [n for n, _ in self.model.named_parameters()]
+
+    def client_update(self, client, plan, generator):
+        model = self.personal_model(client.client_id)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        self.private.save(client.client_id, model, self.names)
+        return ClientReport(client.client_id, client.n_train, None, result.loss,
+                            flops=training_flops(self.costs, result.samples), uplink_bits=0.0,
+                            downlink_bits=0.0, local_steps=plan.local_steps)
+
+    def aggregate(self, round_idx, reports):
+        """Nothing to aggregate."""
+
+    def global_model(self):
+        return None
+
+    def personal_model(self, client_id):
+        return self.private.load_into(client_id, clone_model(self.model))

@@ -1,0 +1,71 @@
+"""FedAvg with top-k sparsified uploads, with and without error feedback.
+
+A client trains as in FedAvg, forms its update u = w_local - w_t, and sends only the
+``k`` fraction of entries of largest magnitude, with their positions
+(``system.sparse_bits``). With error feedback (Stich et al., 2018) the unsent part is
+remembered and added to the next update. The server applies the data-weighted average of
+the sparse updates: w_{t+1} = w_t + sum_k (n_k / n) s_k.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..compression import ErrorFeedback, flatten, top_k, unflatten
+from ..engine import ClientReport
+from ..errors import ConfigError
+from ..system import dense_bits, sparse_bits, training_flops
+from ..training import clone_model
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class TopK(FedAvg):
+    """Top-k sparsified model updates, no memory."""
+
+    name = "topk"
+    summary = "FedAvg with top-k sparsified updates (values + indices on the uplink)"
+    defaults = {"k": 0.1}
+    error_feedback = False
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        if not 0 < float(options.get("k", 0.1)) <= 1:
+            raise ConfigError(f"k must be in (0, 1], got {options['k']}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.memory = ErrorFeedback()
+
+    def client_update(self, client, plan, generator):
+        model = clone_model(self.model)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        start = {n: p.detach() for n, p in self.model.named_parameters()}
+        update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
+        if self.error_feedback:
+            sent, k = self.memory.compress(client.client_id, update, self.options["k"])
+        else:
+            sent, k = top_k(update, self.options["k"])
+        d = update.numel()
+        return ClientReport(client.client_id, client.n_train, sent, result.loss,
+                            flops=training_flops(self.costs, result.samples), uplink_bits=sparse_bits(k, d),
+                            downlink_bits=dense_bits(d), local_steps=plan.local_steps, extra={"sent_values": k})
+
+    def aggregate(self, round_idx, reports):
+        """w_{t+1} = w_t + sum_k n_k / n * s_k."""
+        total = float(sum(r.n_samples for r in reports))
+        step = sum(r.update * (r.n_samples / total) for r in reports)
+        params = {n: p for n, p in self.model.named_parameters()}
+        with torch.no_grad():
+            for name, delta in unflatten(step, params).items():
+                params[name].add_(delta)
+
+
+@register
+class TopKErrorFeedback(TopK):
+    """Top-k with error feedback: the unsent residual joins the next update."""
+
+    name = "topk-ef"
+    summary = "FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"
+    error_feedback = True
