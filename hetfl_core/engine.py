@@ -205,7 +205,7 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
     time_s = up = down = flops = 0.0
     rounds = range(1, config.rounds + 1)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         rounds = tqdm(rounds, desc=f"{config.method}", unit="round", leave=False)
     for t in rounds:

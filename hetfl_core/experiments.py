@@ -110,7 +110,7 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
         return results  # type: ignore[return-value]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
     errors = []

@@ -103,7 +103,6 @@ def env() -> dict:
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "1")
-    e.setdefault("MPLBACKEND", "Agg")
     return e
 
 
@@ -116,6 +115,18 @@ def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Pat
     proc = subprocess.run(cmd, env=env(), capture_output=True, text=True)
     err = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["papermill failed"])[-1]
     return src, time.perf_counter() - start, err
+
+
+def missing_figures(notebook: Path) -> str:
+    """An error message if a chapter that draws figures came out with none."""
+    import json
+
+    cells = json.loads(notebook.read_text())["cells"]
+    draws = any("plt." in "".join(c["source"]) or "plots." in "".join(c["source"])
+                for c in cells if c["cell_type"] == "code")
+    images = sum("image/png" in o.get("data", {}) for c in cells if c["cell_type"] == "code"
+                 for o in c.get("outputs", []))
+    return "the chapter draws figures but its executed copy holds none" if draws and not images else ""
 
 
 def render(staging: Path, build_dir: Path) -> int:
@@ -149,6 +160,8 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = list(pool.map(lambda nb: papermill(nb, staging / nb.relative_to(ROOT), args.scale, prepare_only),
                              notebooks))
+    if not prepare_only:
+        done = [(nb, seconds, err or missing_figures(staging / nb.relative_to(ROOT))) for nb, seconds, err in done]
     failed = [(nb, err) for nb, _, err in done if err]
     for nb, seconds, err in done:
         print(f"{'FAILED' if err else 'ok    '} {nb.relative_to(ROOT)} ({seconds:.0f} s){': ' + err if err else ''}")
