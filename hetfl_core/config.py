@@ -112,7 +112,7 @@ class RunConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
-        method_cls.check_options(self.options)
+        method_cls.check_config(self)
         return self
 
     def replace(self, **changes) -> "RunConfig":

@@ -88,6 +88,11 @@ class Method:
 
     # -- options ------------------------------------------------------------
     @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Reject a config the method cannot run (default: check its options)."""
+        cls.check_options(config.options)
+
+    @classmethod
     def check_options(cls, options: dict) -> None:
         """Reject unknown options; subclasses also check ranges."""
         unknown = set(options) - set(cls.defaults)

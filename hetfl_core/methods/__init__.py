@@ -19,4 +19,4 @@ def get_method(name: str):
     return METHODS[name]
 
 
-from . import fedavg, fedbabu, fedper, fedrep, lgfedavg, local, topk  # noqa: E402,F401  (registers them)
+from . import fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, topk  # noqa: E402,F401,I001

@@ -1,0 +1,126 @@
+"""Width sub-models: cut a narrower model out of the global one, and put it back.
+
+HeteroFL, FedRolex and FjORD give a client of width w in (0, 1] the sub-network that
+keeps ceil(w * n_l) of the n_l output units of every hidden layer l. Which units it
+keeps is the method's choice: the first ones (HeteroFL, FjORD's ordered dropout) or a
+rolling window (FedRolex). A sub-model's state dict loads into
+``build_model(name, ..., width=w)``; :func:`embed` writes it back into the global
+shapes, and is the exact inverse of :func:`extract` on the kept entries.
+
+Supported: the chain models ``mlp``, ``lenet5``, ``cnn`` and ``wcnn`` (each layer reads
+the previous unit layer's output, flattened where a conv feeds a linear layer).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .errors import ConfigError
+from .models import structured_units
+
+__all__ = ["SUPPORTED_MODELS", "kept_count", "first_units", "rolling_units", "layer_indices", "extract",
+           "embed", "unit_keep_fractions"]
+
+SUPPORTED_MODELS = ("mlp", "lenet5", "cnn", "wcnn")
+
+
+def kept_count(n_units: int, width: float) -> int:
+    """Units a width-``width`` model keeps of ``n_units`` (as ``models`` scales them)."""
+    return max(1, int(math.ceil(n_units * width)))
+
+
+def first_units(n_units: int, width: float) -> torch.Tensor:
+    """HeteroFL / FjORD: the first ceil(w n) units."""
+    return torch.arange(kept_count(n_units, width))
+
+
+def rolling_units(n_units: int, width: float, offset: int) -> torch.Tensor:
+    """FedRolex: a window of ceil(w n) units starting at ``offset`` (mod n), kept in ascending order."""
+    k = kept_count(n_units, width)
+    return torch.sort((torch.arange(k) + offset) % n_units).values
+
+
+def _chain(model: nn.Module) -> list[tuple[str, nn.Module, int]]:
+    return structured_units(model, include_output=True)
+
+
+def layer_indices(model: nn.Module, width: float, rule=first_units) -> dict[str, torch.Tensor]:
+    """Kept output units of every hidden unit layer, by ``rule(n_units, width)``."""
+    return {name: rule(n, width) for name, _, n in _chain(model)[:-1]}
+
+
+def _input_index(model: nn.Module, layer: nn.Module, previous: str | None, indices: dict) -> torch.Tensor | None:
+    if previous is None:
+        return None
+    kept = indices[previous]
+    prev_units = dict((n, u) for n, _, u in _chain(model))[previous]
+    fan_in = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
+    per_unit = fan_in // prev_units  # > 1 where a conv's channels are flattened into a linear layer
+    if per_unit == 1:
+        return kept
+    return (kept[:, None] * per_unit + torch.arange(per_unit)[None, :]).reshape(-1)
+
+
+def _slices(model: nn.Module, indices: dict):
+    """For every parameter: (output index or None, input index or None)."""
+    chain = _chain(model)
+    out = {}
+    previous = None
+    for name, layer, _ in chain:
+        rows = indices.get(name)
+        cols = _input_index(model, layer, previous, indices)
+        out[f"{name}.weight"] = (rows, cols)
+        if getattr(layer, "bias", None) is not None:
+            out[f"{name}.bias"] = (rows, None)
+        previous = name
+    return out
+
+
+def _check(model_name: str):
+    if model_name not in SUPPORTED_MODELS:
+        raise ConfigError(f"width sub-models support models {', '.join(SUPPORTED_MODELS)}, not {model_name!r}")
+
+
+def extract(model: nn.Module, state: dict, indices: dict) -> dict:
+    """The sub-model's state dict: rows by each layer's kept units, columns by its input's."""
+    result = {}
+    for name, (rows, cols) in _slices(model, indices).items():
+        t = state[name]
+        if rows is not None:
+            t = t.index_select(0, rows)
+        if cols is not None:
+            t = t.index_select(1, cols)
+        result[name] = t.clone()
+    return result
+
+
+def embed(model: nn.Module, sub_state: dict, indices: dict, like: dict | None = None) -> tuple[dict, dict]:
+    """Write a sub-model back into global shapes.
+
+    Returns ``(values, held)``: ``values`` holds the sub-model's entries at their global
+    positions (``like``'s values, or zeros, elsewhere), ``held`` is 1 where the sub-model
+    has an entry and 0 elsewhere.
+    """
+    values, held = {}, {}
+    params = dict(model.named_parameters())
+    for name, (rows, cols) in _slices(model, indices).items():
+        full = (like[name].clone() if like is not None else torch.zeros_like(params[name])).detach()
+        mask = torch.zeros_like(full)
+        r = rows if rows is not None else torch.arange(full.shape[0])
+        if full.dim() == 1:
+            full[r] = sub_state[name]
+            mask[r] = 1
+        else:
+            c = cols if cols is not None else torch.arange(full.shape[1])
+            full[r[:, None], c[None, :]] = sub_state[name]
+            mask[r[:, None], c[None, :]] = 1
+        values[name], held[name] = full, mask
+    return values, held
+
+
+def unit_keep_fractions(model: nn.Module, indices: dict) -> dict[str, float]:
+    """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
+    units = dict((n, u) for n, _, u in _chain(model))
+    return {name: len(idx) / units[name] for name, idx in indices.items()}
