@@ -19,4 +19,6 @@ def get_method(name: str):
     return METHODS[name]
 
 
-from . import fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, topk  # noqa: E402,F401,I001
+from . import (  # noqa: E402,F401  (each import registers its methods)
+    fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, oneshot, topk, unit_mask,
+)

@@ -18,6 +18,19 @@ from . import register
 from .fedavg import FedAvg
 
 
+def average_over_holders(model, reports) -> None:
+    """Set each entry of ``model`` to the data-weighted mean over the reports that hold it.
+
+    Each report's ``update`` is ``(values, held)`` in the global shapes (see
+    ``submodel.embed``); entries no report holds keep their value.
+    """
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            total = sum(r.n_samples * r.update[1][name] for r in reports)
+            weighted = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
+            p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
+
+
 @register
 class HeteroFL(FedAvg):
     """Width by capability, first-k units, averaging over holders."""
@@ -72,12 +85,7 @@ class HeteroFL(FedAvg):
 
     def aggregate(self, round_idx, reports):
         """Per entry: sum_k n_k held_k w_k / sum_k n_k held_k; unchanged where nobody holds it."""
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for name, p in params.items():
-                total = sum(r.n_samples * r.update[1][name] for r in reports)
-                weighted = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
-                p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
+        average_over_holders(self.model, reports)
 
     def personal_model(self, client_id):
         """The client's current sub-model."""

@@ -1,0 +1,107 @@
+"""Mask rules shared by the pruning and sparse-pattern methods.
+
+Two kinds of mask, both as ``{parameter name: 0/1 tensor}`` so that
+``training.local_sgd(masks=...)`` keeps masked weights at zero:
+
+* **unstructured** (weights): :func:`magnitude_mask` keeps the largest-magnitude weights,
+  per layer or over the whole model (global);
+* **structured** (units): :func:`random_units`, :func:`ordered_units` choose which output
+  units of every hidden layer survive; :func:`unit_masks_to_parameters` turns that into
+  weight and bias masks (a dropped unit's row and bias are zero, so it outputs zero).
+
+Only weight matrices and kernels are pruned by magnitude; biases stay dense.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .errors import ConfigError
+from .models import structured_units
+
+__all__ = ["prunable", "magnitude_mask", "mask_density", "layer_densities", "ordered_units", "random_units",
+           "unit_masks_to_parameters", "unit_keep_fractions"]
+
+
+def prunable(model: nn.Module) -> list[str]:
+    """Names of the parameters magnitude pruning may zero (weights with 2+ dimensions)."""
+    return [n for n, p in model.named_parameters() if p.dim() > 1]
+
+
+def _check_density(density: float) -> None:
+    if not 0 < density <= 1:
+        raise ConfigError(f"density must be in (0, 1], got {density}")
+
+
+def magnitude_mask(weights: dict[str, torch.Tensor], density: float, scope: str = "global") -> dict[str, torch.Tensor]:
+    """Keep the ceil(density * size) largest |w|: over all tensors (``"global"``) or in each (``"layer"``)."""
+    _check_density(density)
+    if scope == "layer":
+        masks = {}
+        for name, w in weights.items():
+            k = max(1, math.ceil(density * w.numel()))
+            threshold = w.abs().flatten().kthvalue(w.numel() - k + 1).values
+            masks[name] = (w.abs() >= threshold).float()
+        return masks
+    if scope != "global":
+        raise ConfigError(f"scope must be 'global' or 'layer', got {scope!r}")
+    flat = torch.cat([w.abs().flatten() for w in weights.values()])
+    k = max(1, math.ceil(density * flat.numel()))
+    threshold = flat.kthvalue(flat.numel() - k + 1).values
+    return {name: (w.abs() >= threshold).float() for name, w in weights.items()}
+
+
+def mask_density(masks: dict[str, torch.Tensor]) -> float:
+    """Fraction of entries kept over all masks."""
+    return float(sum(m.sum() for m in masks.values()) / sum(m.numel() for m in masks.values()))
+
+
+def layer_densities(masks: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per-layer density keyed by layer (module) name, as ``system.training_flops(density=...)`` takes it."""
+    return {name.rsplit(".", 1)[0]: float(m.mean()) for name, m in masks.items() if m.dim() > 1}
+
+
+def _kept(n_units: int, ratio: float) -> int:
+    return max(1, math.ceil(ratio * n_units))
+
+
+def ordered_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
+    """Ordered pattern: the first ceil(ratio n) units of every hidden layer (bool per unit)."""
+    _check_density(ratio)
+    out = {}
+    for name, _, n in structured_units(model):
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[:_kept(n, ratio)] = True
+        out[name] = keep
+    return out
+
+
+def random_units(model: nn.Module, ratio: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random pattern: ceil(ratio n) units of every hidden layer drawn without replacement."""
+    _check_density(ratio)
+    out = {}
+    for name, _, n in structured_units(model):
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[torch.randperm(n, generator=generator)[:_kept(n, ratio)]] = True
+        out[name] = keep
+    return out
+
+
+def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Parameter masks that zero every dropped unit's weights (its output row) and bias."""
+    params = dict(model.named_parameters())
+    masks = {}
+    for layer, keep in units.items():
+        for suffix in ("weight", "bias"):
+            name = f"{layer}.{suffix}"
+            if name in params:
+                shape = (-1,) + (1,) * (params[name].dim() - 1)
+                masks[name] = keep.float().reshape(shape).expand_as(params[name]).clone()
+    return masks
+
+
+def unit_keep_fractions(units: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
+    return {layer: float(keep.float().mean()) for layer, keep in units.items()}

@@ -1,0 +1,73 @@
+"""One-shot global magnitude pruning, then FedAvg on the sparse model.
+
+After ``prune_round - 1`` rounds of dense FedAvg the server keeps the ``density``
+fraction of weights of largest magnitude, over the whole model (``scope="global"``) or
+in every layer (``"layer"``), and training continues with that mask fixed (the
+one-shot baseline of OFA-FL). The mask is broadcast once (one bit per weight); after
+that both sides know it, so messages carry only the kept values.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientPlan, ClientReport
+from ..errors import ConfigError
+from ..masks import layer_densities, magnitude_mask, prunable
+from ..system import dense_bits, training_flops
+from ..training import clone_model, local_sgd
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class OneShotPruning(FedAvg):
+    """Prune once by magnitude, then train the sparse model with FedAvg."""
+
+    name = "oneshot"
+    summary = "One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"
+    defaults = {"density": 0.5, "scope": "global", "prune_round": 2}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        if not 0 < float(options.get("density", 0.5)) <= 1:
+            raise ConfigError(f"density must be in (0, 1], got {options['density']}")
+        if options.get("scope", "global") not in ("global", "layer"):
+            raise ConfigError(f"scope must be 'global' or 'layer', got {options['scope']!r}")
+        if int(options.get("prune_round", 2)) < 1:
+            raise ConfigError(f"prune_round must be >= 1, got {options['prune_round']}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.masks: dict | None = None
+        self.mask_news = False
+
+    def configure_round(self, round_idx, client_ids):
+        """In round ``prune_round`` the server prunes the global model once."""
+        self.mask_news = False
+        if round_idx == int(self.options["prune_round"]) and self.masks is None:
+            params = dict(self.model.named_parameters())
+            self.masks = magnitude_mask({n: params[n].detach() for n in prunable(self.model)},
+                                        float(self.options["density"]), self.options["scope"])
+            with torch.no_grad():
+                for n, m in self.masks.items():
+                    params[n].mul_(m)
+            self.mask_news = True
+        return super().configure_round(round_idx, client_ids)
+
+    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+        model = clone_model(self.model)
+        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
+                           self.config.lr, generator, momentum=self.config.momentum,
+                           weight_decay=self.config.weight_decay, masks=self.masks)
+        n_params = sum(p.numel() for p in model.parameters())
+        if self.masks is None:
+            kept, density, mask_bits = n_params, None, 0.0
+        else:
+            kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
+            density = layer_densities(self.masks)
+            mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
+        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
+                            flops=training_flops(self.costs, result.samples, density=density),
+                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept) + mask_bits,
+                            local_steps=plan.local_steps, ratio=kept / n_params)

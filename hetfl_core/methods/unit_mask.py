@@ -1,0 +1,94 @@
+"""The sparse-pattern baselines of FedLPS's ablation (Fig. 9a): fixed unit masks.
+
+Each client trains the global model with some output units of every hidden layer
+switched off, at a ratio equal to its capability (its FLOP/s relative to the fastest
+device) or a fixed ``ratio``. The pattern is either **ordered** (the first units, as
+HeteroFL's sub-models) or **random** (a seeded draw per client, fixed for the run). The
+server knows every pattern, so a client sends only its kept entries; each entry is
+averaged over the clients that hold it. A client's personal model is the global model
+under its own mask.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..errors import ConfigError
+from ..masks import ordered_units, random_units, unit_keep_fractions, unit_masks_to_parameters
+from ..system import dense_bits, training_flops
+from ..training import clone_model, local_sgd
+from . import register
+from .fedavg import FedAvg
+from .heterofl import average_over_holders
+
+
+@register
+class OrderedMask(FedAvg):
+    """First-k units of every hidden layer at the client's ratio."""
+
+    name = "ordered-mask"
+    summary = "Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"
+    defaults = {"ratio": None}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        ratio = options.get("ratio")
+        if ratio is not None and not 0 < float(ratio) <= 1:
+            raise ConfigError(f"ratio must be in (0, 1], got {ratio}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        fastest = max(d.flops_per_s for d in devices)
+        fixed = self.options["ratio"]
+        self.ratios = {k: float(fixed) if fixed is not None else d.flops_per_s / fastest
+                       for k, d in enumerate(devices)}
+        self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
+
+    def pattern(self, client_id: int, ratio: float) -> dict:
+        """The client's kept units per layer."""
+        return ordered_units(self.model, ratio)
+
+    def configure_round(self, round_idx, client_ids):
+        return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
+
+    def client_update(self, client, plan, generator):
+        """Train the global model under the client's unit mask; send the kept entries."""
+        units = self.units[client.client_id]
+        masks = unit_masks_to_parameters(self.model, units)
+        model = self.personal_model(client.client_id)
+        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
+                           self.config.lr, generator, momentum=self.config.momentum,
+                           weight_decay=self.config.weight_decay, masks=masks)
+        params = dict(model.named_parameters())
+        held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
+        values = {n: p.detach().clone() for n, p in params.items()}
+        kept = int(sum(h.sum() for h in held.values()))
+        return ClientReport(client.client_id, client.n_train, (values, held), result.loss,
+                            flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(units)),
+                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
+                            local_steps=plan.local_steps, ratio=plan.ratio)
+
+    def aggregate(self, round_idx, reports):
+        """Each entry averaged over the clients whose mask holds it."""
+        average_over_holders(self.model, reports)
+
+    def personal_model(self, client_id):
+        """The global model under the client's mask."""
+        model = clone_model(self.model)
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for name, m in unit_masks_to_parameters(self.model, self.units[client_id]).items():
+                params[name].mul_(m)
+        return model
+
+
+@register
+class RandomMask(OrderedMask):
+    """A seeded random choice of units per client, fixed for the run."""
+
+    name = "random-mask"
+    summary = "Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"
+
+    def pattern(self, client_id, ratio):
+        return random_units(self.model, ratio, seeded_generator(self.config.seed, 11, client_id))

@@ -1,0 +1,79 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hetfl_core import RunConfig, run
+from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.errors import ConfigError
+from hetfl_core.masks import unit_masks_to_parameters
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rounds(method, n_rounds, ids, **options):
+    sim = build_simulation(RunConfig(method=method, dataset="digits", model="cnn", partition="iid", clients=6,
+                                     heterogeneity="medium", options=options))
+    for t in range(1, n_rounds + 1):
+        plans = sim.method.configure_round(t, ids)
+        reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, t, k)) for k in ids]
+        sim.method.aggregate(t, reports)
+    return sim, reports
+
+
+@pytest.mark.parametrize("method", ["ordered-mask", "random-mask"])
+def test_masked_units_stay_zero_and_only_held_entries_move(method):
+    sim = build_simulation(RunConfig(method=method, dataset="digits", model="cnn", clients=6, heterogeneity="medium"))
+    slim = [k for k, r in sim.method.ratios.items() if r < 1][:1]
+    before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
+    sim, reports = rounds(method, 1, slim)
+    held = reports[0].update[1]
+    values = reports[0].update[0]
+    masks = unit_masks_to_parameters(sim.method.model, sim.method.units[slim[0]])
+    for name, m in masks.items():
+        assert float((values[name] * (1 - m)).abs().sum()) == 0  # masked weights trained as zero
+    after = sim.method.model.state_dict()
+    for name in after:
+        assert torch.equal(after[name][held[name] == 0], before[name][held[name] == 0])
+    assert reports[0].uplink_bits == 32 * sum(int(h.sum()) for h in held.values())
+
+
+def test_oneshot_prunes_once_to_the_density_and_keeps_zeros():
+    sim, reports = rounds("oneshot", 3, [0, 1, 2], density=0.3, prune_round=2)
+    masks = sim.method.masks
+    kept = sum(m.sum() for m in masks.values()) / sum(m.numel() for m in masks.values())
+    assert abs(float(kept) - 0.3) < 0.01
+    params = sim.method.model.state_dict()
+    assert all(float((params[n] * (1 - m)).abs().sum()) == 0 for n, m in masks.items())
+    dense = sum(p.numel() for p in sim.method.model.parameters())
+    assert all(r.uplink_bits < 0.5 * 32 * dense for r in reports)
+
+
+def test_oneshot_global_and_layerwise_differ():
+    g, _ = rounds("oneshot", 1, [0], density=0.2, prune_round=1, scope="global")
+    l, _ = rounds("oneshot", 1, [0], density=0.2, prune_round=1, scope="layer")
+    assert any(not torch.equal(g.method.masks[n], l.method.masks[n]) for n in g.method.masks)
+    with pytest.raises(ConfigError):
+        RunConfig(method="oneshot", dataset="digits", options={"scope": "sideways"}).validate()
+
+
+def test_smaller_ratio_trains_cheaper():
+    sim, reports = rounds("ordered-mask", 1, list(range(6)))
+    per_step = {r.ratio: r.flops / r.local_steps for r in reports}
+    ratios = sorted(per_step)
+    assert all(per_step[a] < per_step[b] for a, b in zip(ratios, ratios[1:]))
+
+
+@pytest.mark.parametrize("method", ["ordered-mask", "random-mask", "oneshot"])
+def test_runs_from_the_command_line(method, tmp_path):
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", method, "--dataset", "digits", "--clients", "4",
+                           "--heterogeneity", "medium", "--rounds", "2", "--no-cache", "--quiet", "--out", str(out)],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(out.read_text())["history"]) == 2
