@@ -68,7 +68,7 @@ def test_smaller_ratio_trains_cheaper():
     assert all(per_step[a] < per_step[b] for a, b in zip(ratios, ratios[1:]))
 
 
-@pytest.mark.parametrize("method", ["ordered-mask", "random-mask", "oneshot"])
+@pytest.mark.parametrize("method", ["ordered-mask", "random-mask", "oneshot", "lotteryfl"])
 def test_runs_from_the_command_line(method, tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", method, "--dataset", "digits", "--clients", "4",
@@ -77,3 +77,31 @@ def test_runs_from_the_command_line(method, tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(out.read_text())["history"]) == 2
+
+
+def test_lotteryfl_tickets_shrink_nested_to_the_target():
+    sim = build_simulation(RunConfig(method="lotteryfl", dataset="digits", model="cnn", partition="shards", clients=4,
+                                     local_epochs=3, batch_size=16, lr=0.1,
+                                     options={"acc_threshold": 0.0, "target_density": 0.5}))
+    history = []
+    for t in range(1, 6):
+        plans = sim.method.configure_round(t, [0])
+        report = sim.method.client_update(sim.data.clients[0], plans[0], seeded_generator(0, t, 0))
+        sim.method.aggregate(t, [report])
+        history.append({n: m.clone() for n, m in sim.method.ticket(0).items()})
+    density = [float(sum(m.sum() for m in h.values()) / sum(m.numel() for m in h.values())) for h in history]
+    assert density[0] == pytest.approx(0.8, abs=0.01) and density[-1] == pytest.approx(0.5, abs=0.01)
+    assert all(a >= b for a, b in zip(density, density[1:]))
+    for older, newer in zip(history, history[1:]):  # a pruned weight never comes back
+        assert all(bool((newer[n] <= older[n]).all()) for n in older)
+    personal = dict(sim.method.personal_model(0).named_parameters())
+    assert all(float((personal[n].detach() * (1 - m)).abs().sum()) == 0 for n, m in history[-1].items())
+
+
+def test_lotteryfl_waits_for_the_accuracy_threshold():
+    sim = build_simulation(RunConfig(method="lotteryfl", dataset="digits", model="cnn", clients=4,
+                                     options={"acc_threshold": 1.0}))
+    plans = sim.method.configure_round(1, [0])
+    report = sim.method.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 1, 0))
+    assert all(bool((m == 1).all()) for m in sim.method.ticket(0).values())
+    assert report.uplink_bits == 32 * sum(p.numel() for p in sim.method.model.parameters())

@@ -20,5 +20,5 @@ def get_method(name: str):
 
 
 from . import (  # noqa: E402,F401  (each import registers its methods)
-    fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, oneshot, topk, unit_mask,
+    fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, lotteryfl, oneshot, topk, unit_mask,
 )

@@ -1,0 +1,105 @@
+"""LotteryFL (Li et al., 2021): a personal lottery ticket per client.
+
+Each client keeps its own unstructured mask m_k (all ones at first). In a round it
+receives the global weights under its mask; if its accuracy on its own data reaches
+``acc_threshold`` and its density is above ``target_density``, it prunes the fraction
+``prune_rate`` of its remaining weights by magnitude (layer by layer) and rewinds the
+survivors to the initial weights theta_0 (LotteryFL, Alg. 1, lines 6-11). It then
+trains under the mask and uploads its kept weights (and its mask when it changed); the
+server averages each entry over the clients whose ticket holds it. A client's personal
+model is the global model under its ticket. Defaults follow SRP-pFed's setting: 20% per
+pruning, down to 50% density.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientReport
+from ..errors import ConfigError
+from ..masks import layer_densities, magnitude_mask, prunable
+from ..system import dense_bits, training_flops
+from ..training import clone_model, evaluate, local_sgd
+from . import register
+from .fedavg import FedAvg
+from .heterofl import average_over_holders
+
+
+@register
+class LotteryFL(FedAvg):
+    """Personal masks pruned progressively by magnitude, with rewinding to theta_0."""
+
+    name = "lotteryfl"
+    summary = "LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)"
+    defaults = {"prune_rate": 0.2, "target_density": 0.5, "acc_threshold": 0.5}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        for key in ("prune_rate", "target_density", "acc_threshold"):
+            value = float(options.get(key, cls.defaults[key]))
+            if not 0 <= value <= 1:
+                raise ConfigError(f"{key} must be in [0, 1], got {value}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.prunable = prunable(self.model)
+        self.tickets: dict[int, dict] = {}
+
+    def ticket(self, client_id: int) -> dict:
+        """The client's mask over the prunable weights (all ones before its first pruning)."""
+        if client_id not in self.tickets:
+            params = dict(self.model.named_parameters())
+            self.tickets[client_id] = {n: torch.ones_like(params[n]) for n in self.prunable}
+        return self.tickets[client_id]
+
+    def masked(self, client_id: int):
+        model = clone_model(self.model)
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            for n, m in self.ticket(client_id).items():
+                params[n].mul_(m)
+        return model
+
+    def client_update(self, client, plan, generator):
+        """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the ticket."""
+        k = client.client_id
+        model = self.masked(k)
+        mask = self.ticket(k)
+        kept = float(sum(m.sum() for m in mask.values()) / sum(m.numel() for m in mask.values()))
+        x, y = (client.x_val, client.y_val) if len(client.y_val) else (client.x_train, client.y_train)
+        correct, _ = evaluate(model, x, y)
+        changed = False
+        if correct / max(len(y), 1) >= self.options["acc_threshold"] and kept > self.options["target_density"] + 1e-9:
+            density = max(self.options["target_density"], kept * (1 - self.options["prune_rate"]))
+            params = dict(model.named_parameters())
+            # the same relative rate in every layer: prune each layer to density / kept of its survivors
+            new = {}
+            for n, m in mask.items():
+                survivors = params[n].detach().abs() * m  # pruned weights are zero: they rank last
+                layer_keep = float(m.mean()) * density / kept
+                new[n] = magnitude_mask({n: survivors}, max(layer_keep, 1e-6), "layer")[n] * m
+            self.tickets[k] = mask = new
+            with torch.no_grad():
+                for n, p in params.items():  # rewind the survivors to theta_0
+                    p.copy_(self.initial[n] * mask.get(n, 1.0))
+            changed = True
+        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
+                           self.config.lr, generator, momentum=self.config.momentum,
+                           weight_decay=self.config.weight_decay, masks=mask)
+        params = dict(model.named_parameters())
+        held = {n: mask.get(n, torch.ones_like(p)) for n, p in params.items()}
+        values = {n: p.detach().clone() for n, p in params.items()}
+        n_kept = int(sum(h.sum() for h in held.values()))
+        mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
+        return ClientReport(k, client.n_train, (values, held), result.loss,
+                            flops=training_flops(self.costs, result.samples, density=layer_densities(mask)),
+                            uplink_bits=dense_bits(n_kept) + mask_bits, downlink_bits=dense_bits(n_kept),
+                            local_steps=plan.local_steps, ratio=n_kept / sum(p.numel() for p in params.values()))
+
+    def aggregate(self, round_idx, reports):
+        """Each entry averaged over the clients whose ticket holds it."""
+        average_over_holders(self.model, reports)
+
+    def personal_model(self, client_id):
+        return self.masked(client_id)
