@@ -31,6 +31,15 @@ def average_over_holders(model, reports) -> None:
             p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
 
 
+def masked_upload(model, masks: dict) -> tuple[tuple[dict, dict], int]:
+    """A client's ``(values, held)`` update under parameter ``masks`` (unmasked tensors are
+    held whole), and the number of entries it holds."""
+    params = dict(model.named_parameters())
+    held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
+    values = {n: p.detach().clone() for n, p in params.items()}
+    return (values, held), int(sum(h.sum() for h in held.values()))
+
+
 @register
 class HeteroFL(FedAvg):
     """Width by capability, first-k units, averaging over holders."""

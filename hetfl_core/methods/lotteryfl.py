@@ -21,7 +21,7 @@ from ..system import dense_bits, training_flops
 from ..training import clone_model, evaluate, local_sgd
 from . import register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders
+from .heterofl import average_over_holders, masked_upload
 
 
 @register
@@ -87,15 +87,13 @@ class LotteryFL(FedAvg):
         result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
                            self.config.lr, generator, momentum=self.config.momentum,
                            weight_decay=self.config.weight_decay, masks=mask)
-        params = dict(model.named_parameters())
-        held = {n: mask.get(n, torch.ones_like(p)) for n, p in params.items()}
-        values = {n: p.detach().clone() for n, p in params.items()}
-        n_kept = int(sum(h.sum() for h in held.values()))
+        update, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
-        return ClientReport(k, client.n_train, (values, held), result.loss,
+        n_params = sum(p.numel() for p in model.parameters())
+        return ClientReport(k, client.n_train, update, result.loss,
                             flops=training_flops(self.costs, result.samples, density=layer_densities(mask)),
                             uplink_bits=dense_bits(n_kept) + mask_bits, downlink_bits=dense_bits(n_kept),
-                            local_steps=plan.local_steps, ratio=n_kept / sum(p.numel() for p in params.values()))
+                            local_steps=plan.local_steps, ratio=n_kept / n_params)
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose ticket holds it."""

@@ -19,7 +19,7 @@ from ..system import dense_bits, training_flops
 from ..training import clone_model, local_sgd
 from . import register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders
+from .heterofl import average_over_holders, masked_upload
 
 
 @register
@@ -60,11 +60,8 @@ class OrderedMask(FedAvg):
         result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
                            self.config.lr, generator, momentum=self.config.momentum,
                            weight_decay=self.config.weight_decay, masks=masks)
-        params = dict(model.named_parameters())
-        held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
-        values = {n: p.detach().clone() for n, p in params.items()}
-        kept = int(sum(h.sum() for h in held.values()))
-        return ClientReport(client.client_id, client.n_train, (values, held), result.loss,
+        update, kept = masked_upload(model, masks)
+        return ClientReport(client.client_id, client.n_train, update, result.loss,
                             flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(units)),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
                             local_steps=plan.local_steps, ratio=plan.ratio)
