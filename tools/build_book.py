@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,33 @@ def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Pat
     return src, time.perf_counter() - start, err
 
 
+PROGRESS = re.compile(r"\d+%\|")
+
+
+def tidy_progress(notebook: Path) -> None:
+    """Keep only the final state of each progress bar in the executed chapter's stderr.
+
+    A bar redraws itself with carriage returns; rendered, every redraw becomes a line.
+    """
+    import json
+
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        outputs = cell.get("outputs", [])
+        errs = [o for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        if not errs:
+            continue
+        text = "".join("".join(o["text"]) if isinstance(o["text"], list) else o["text"] for o in errs)
+        lines = [l for l in re.split(r"[\r\n]+", text) if l.strip()]
+        bars = [l for l in lines if PROGRESS.search(l)]
+        kept = [l for l in lines if not PROGRESS.search(l)] + bars[-1:]
+        first = outputs.index(errs[0])
+        rest = [o for o in outputs if o not in errs]
+        merged = [{"output_type": "stream", "name": "stderr", "text": "\n".join(kept) + "\n"}] if kept else []
+        cell["outputs"] = rest[:first] + merged + rest[first:]
+    notebook.write_text(json.dumps(nb, indent=1))
+
+
 def missing_figures(notebook: Path) -> str:
     """An error message if a chapter that draws figures came out with none."""
     import json
@@ -161,6 +189,9 @@ def main() -> int:
         done = list(pool.map(lambda nb: papermill(nb, staging / nb.relative_to(ROOT), args.scale, prepare_only),
                              notebooks))
     if not prepare_only:
+        for nb, _, err in done:
+            if not err:
+                tidy_progress(staging / nb.relative_to(ROOT))
         done = [(nb, seconds, err or missing_figures(staging / nb.relative_to(ROOT))) for nb, seconds, err in done]
     failed = [(nb, err) for nb, _, err in done if err]
     for nb, seconds, err in done:
