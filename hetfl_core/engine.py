@@ -82,7 +82,6 @@ class Method:
         self.options = {**self.defaults, **config.options}
         self.data = data
         self.devices = devices
-        self.rng = np.random.default_rng([config.seed, 3])
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
@@ -159,37 +158,30 @@ def build_simulation(config: RunConfig) -> Simulation:
     return Simulation(config, data, devices, method)
 
 
-def _score(model: nn.Module, pairs) -> tuple[float, float, list[float]]:
+def _score(triples) -> tuple:
+    """Pooled accuracy and loss of (model, x, y) triples, and each triple's accuracy."""
     correct = total = 0
     loss = 0.0
-    per_client = []
-    for x, y in pairs:
+    per_part = []
+    for model, x, y in triples:
         c, l = evaluate(model, x, y)
         correct, loss, total = correct + c, loss + l, total + len(y)
-        per_client.append(c / len(y) if len(y) else float("nan"))
-    return (correct / total if total else float("nan")), (loss / total if total else float("nan")), per_client
+        per_part.append(c / len(y) if len(y) else None)
+    if not total:
+        return None, None, per_part
+    return correct / total, loss / total, per_part
 
 
 def evaluate_method(sim: Simulation) -> dict:
     """Global accuracy on the global test set; personalised accuracy pooled over client test sets."""
     method, data = sim.method, sim.data
-    out: dict = {}
     model = method.global_model()
+    acc_global = loss_global = None
     if model is not None:
-        acc, loss, _ = _score(model, [(data.dataset.x_test, data.dataset.y_test)])
-        out.update(acc_global=acc, loss_global=loss)
-    else:
-        out.update(acc_global=None, loss_global=None)
-    correct = total = 0
-    loss = 0.0
-    per_client = []
-    for c in data.clients:
-        k, l = evaluate(method.personal_model(c.client_id), c.x_test, c.y_test)
-        correct, loss, total = correct + k, loss + l, total + len(c.y_test)
-        per_client.append(k / len(c.y_test) if len(c.y_test) else None)
-    out.update(acc_personal=correct / total if total else None, loss_personal=loss / total if total else None,
-               acc_clients=per_client)
-    return out
+        acc_global, loss_global, _ = _score([(model, data.dataset.x_test, data.dataset.y_test)])
+    acc, loss, per_client = _score((method.personal_model(c.client_id), c.x_test, c.y_test) for c in data.clients)
+    return {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
+            "acc_clients": per_client}
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:

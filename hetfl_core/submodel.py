@@ -51,11 +51,10 @@ def layer_indices(model: nn.Module, width: float, rule=first_units) -> dict[str,
     return {name: rule(n, width) for name, _, n in _chain(model)[:-1]}
 
 
-def _input_index(model: nn.Module, layer: nn.Module, previous: str | None, indices: dict) -> torch.Tensor | None:
+def _input_index(layer: nn.Module, previous: str | None, prev_units: int, indices: dict) -> torch.Tensor | None:
     if previous is None:
         return None
     kept = indices[previous]
-    prev_units = dict((n, u) for n, _, u in _chain(model))[previous]
     fan_in = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
     per_unit = fan_in // prev_units  # > 1 where a conv's channels are flattened into a linear layer
     if per_unit == 1:
@@ -65,16 +64,15 @@ def _input_index(model: nn.Module, layer: nn.Module, previous: str | None, indic
 
 def _slices(model: nn.Module, indices: dict):
     """For every parameter: (output index or None, input index or None)."""
-    chain = _chain(model)
     out = {}
-    previous = None
-    for name, layer, _ in chain:
+    previous, prev_units = None, 0
+    for name, layer, units in _chain(model):
         rows = indices.get(name)
-        cols = _input_index(model, layer, previous, indices)
+        cols = _input_index(layer, previous, prev_units, indices)
         out[f"{name}.weight"] = (rows, cols)
         if getattr(layer, "bias", None) is not None:
             out[f"{name}.bias"] = (rows, None)
-        previous = name
+        previous, prev_units = name, units
     return out
 
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 import hetfl_core.engine as engine
-from hetfl_core import HetflError, RunConfig, run, run_cached, sweep
+from hetfl_core import HetflError, run, run_cached, sweep
 from hetfl_core.experiments import cache_path, source_hash
 
 

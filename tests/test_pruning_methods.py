@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hetfl_core import RunConfig, run
+from hetfl_core import RunConfig
 from hetfl_core.engine import build_simulation, seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.masks import unit_masks_to_parameters

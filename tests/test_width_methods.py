@@ -81,7 +81,6 @@ def test_heterofl_averages_over_holders_and_leaves_the_rest():
 
 def test_smaller_width_costs_less_and_is_charged_by_the_formulas():
     sim, _, reports, plans = one_round("heterofl", [0, 1, 2, 3, 4, 5])
-    by_width = {}
     for r in reports:
         idx = sim.method.indices(r.width, 1)
         model = build_model("cnn", (1, 8, 8), 10, width=r.width)

@@ -40,17 +40,18 @@ class FedAvg(Method):
             raise ConfigError(f"mu must be >= 0, got {options['mu']}")
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
-                    params=None) -> LocalResult:
+                    params=None, masks: dict | None = None) -> LocalResult:
         """``steps`` SGD steps on the client's data with the run's optimiser settings.
 
-        ``params`` limits training to some parameter names; FedProx's term pulls them
-        towards the broadcast model when ``mu`` > 0.
+        ``params`` limits training to some parameter names; ``masks`` keeps masked weights
+        at zero; FedProx's term pulls the weights towards the broadcast model when ``mu`` > 0.
         """
         mu = self.options.get("mu", 0.0)
         center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
         return local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
                          self.config.lr, generator, momentum=self.config.momentum,
-                         weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params)
+                         weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params,
+                         masks=masks)
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""

@@ -11,7 +11,7 @@ import torch
 
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
-from ..personalization import PrivateStore, body_parameter_names, head_parameter_names
+from ..personalization import PrivateStore, body_parameter_names
 from ..system import dense_bits, training_flops
 from ..training import clone_model
 from . import register

@@ -7,15 +7,9 @@ width and the large-width units are not left to the fast clients alone.
 """
 from __future__ import annotations
 
-from functools import partial
-
 from ..submodel import rolling_units
 from . import register
 from .heterofl import HeteroFL
-
-
-def _rolling(n_units, width, round_idx):
-    return rolling_units(n_units, width, offset=round_idx - 1)
 
 
 @register
@@ -27,4 +21,4 @@ class FedRolex(HeteroFL):
 
     def unit_rule(self, round_idx):
         """Window start = round index - 1 (mod the layer's units)."""
-        return lambda n, w: _rolling(n, w, round_idx)
+        return lambda n, w: rolling_units(n, w, offset=round_idx - 1)

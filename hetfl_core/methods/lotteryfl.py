@@ -18,7 +18,7 @@ from ..engine import ClientReport
 from ..errors import ConfigError
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
-from ..training import clone_model, evaluate, local_sgd
+from ..training import clone_model, evaluate
 from . import register
 from .fedavg import FedAvg
 from .heterofl import average_over_holders, masked_upload
@@ -84,9 +84,7 @@ class LotteryFL(FedAvg):
                 for n, p in params.items():  # rewind the survivors to theta_0
                     p.copy_(self.initial[n] * mask.get(n, 1.0))
             changed = True
-        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
-                           self.config.lr, generator, momentum=self.config.momentum,
-                           weight_decay=self.config.weight_decay, masks=mask)
+        result = self.local_train(model, client, plan.local_steps, generator, masks=mask)
         update, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())

@@ -14,7 +14,7 @@ from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
-from ..training import clone_model, local_sgd
+from ..training import clone_model
 from . import register
 from .fedavg import FedAvg
 
@@ -57,9 +57,7 @@ class OneShotPruning(FedAvg):
 
     def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
         model = clone_model(self.model)
-        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
-                           self.config.lr, generator, momentum=self.config.momentum,
-                           weight_decay=self.config.weight_decay, masks=self.masks)
+        result = self.local_train(model, client, plan.local_steps, generator, masks=self.masks)
         n_params = sum(p.numel() for p in model.parameters())
         if self.masks is None:
             kept, density, mask_bits = n_params, None, 0.0

@@ -16,7 +16,7 @@ from ..engine import ClientPlan, ClientReport, seeded_generator
 from ..errors import ConfigError
 from ..masks import ordered_units, random_units, unit_keep_fractions, unit_masks_to_parameters
 from ..system import dense_bits, training_flops
-from ..training import clone_model, local_sgd
+from ..training import clone_model
 from . import register
 from .fedavg import FedAvg
 from .heterofl import average_over_holders, masked_upload
@@ -57,9 +57,7 @@ class OrderedMask(FedAvg):
         units = self.units[client.client_id]
         masks = unit_masks_to_parameters(self.model, units)
         model = self.personal_model(client.client_id)
-        result = local_sgd(model, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
-                           self.config.lr, generator, momentum=self.config.momentum,
-                           weight_decay=self.config.weight_decay, masks=masks)
+        result = self.local_train(model, client, plan.local_steps, generator, masks=masks)
         update, kept = masked_upload(model, masks)
         return ClientReport(client.client_id, client.n_train, update, result.loss,
                             flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(units)),
