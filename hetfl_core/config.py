@@ -38,7 +38,7 @@ class RunConfig:
 
     Data: ``dataset`` (see ``python -m hetfl_core list``), ``train_samples`` (a seeded
     subset of the training pool, ``None`` for all), ``partition`` (``iid``, ``dirichlet``,
-    ``shards``, ``quantity``) with ``alpha`` (Dirichlet / quantity concentration) and
+    ``shards``, ``quantity``, ``natural`` for text corpora) with ``alpha`` (Dirichlet / quantity concentration) and
     ``classes_per_client`` (shards), each client's ``test_fraction`` and ``val_fraction``.
 
     Federation: ``clients`` in all, a ``participation`` fraction sampled each round,

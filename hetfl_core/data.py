@@ -28,14 +28,20 @@ from .errors import ConfigError, DatasetUnavailable
 __all__ = [
     "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
-    "quantity_skew_partition", "partition_labels", "split_client", "make_federated",
+    "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
     "class_counts",
 ]
 
 
 @dataclass
 class ArrayDataset:
-    """A labelled dataset held in memory: images ``(N, C, H, W)`` float32, labels int64."""
+    """A labelled dataset held in memory: inputs (images ``(N, C, H, W)`` float32, or token
+    ids ``(N, T)`` int64) and int64 labels.
+
+    ``groups`` gives a text corpus's natural owner of each training sample (a play's
+    speaking role, a book), numbered 0.. in decreasing size; the ``natural`` partition
+    makes each group a client. Image sets have none.
+    """
 
     name: str
     x_train: torch.Tensor
@@ -43,6 +49,7 @@ class ArrayDataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
+    groups: torch.Tensor | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -272,13 +279,28 @@ def quantity_skew_partition(n_samples: int, n_clients: int, rng: np.random.Gener
     return [np.sort(p) for p in np.split(rng.permutation(n_samples), cuts)]
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity")
+def natural_partition(groups: np.ndarray | None, n_clients: int) -> list[np.ndarray]:
+    """One client per natural group (groups are numbered by decreasing size): the ``n_clients`` largest."""
+    if groups is None:
+        raise ConfigError("the natural partition needs a dataset with natural clients (a text corpus); "
+                          "use iid, dirichlet, shards or quantity for image sets")
+    groups = np.asarray(groups)
+    available = int(groups.max()) + 1
+    if n_clients > available:
+        raise ConfigError(f"the dataset has {available} natural clients, fewer than the {n_clients} asked for")
+    return [np.flatnonzero(groups == g) for g in range(n_clients)]
+
+
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
-                     alpha: float = 0.5, classes_per_client: int = 2) -> list[np.ndarray]:
+                     alpha: float = 0.5, classes_per_client: int = 2,
+                     groups: np.ndarray | None = None) -> list[np.ndarray]:
     """Dispatch to a partitioner by name (one of :data:`PARTITIONS`)."""
     labels = np.asarray(labels)
+    if partition == "natural":
+        return natural_partition(groups, n_clients)
     if partition == "iid":
         return iid_partition(len(labels), n_clients, rng)
     if partition == "dirichlet":
@@ -365,8 +387,9 @@ def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: 
         pool = np.sort(rng.choice(pool, size=train_samples, replace=False))
     if n_clients > len(pool):
         raise ConfigError(f"{n_clients} clients but only {len(pool)} training samples: use fewer clients")
-    parts = [pool[p] for p in partition_labels(labels[pool], partition, n_clients, rng,
-                                                alpha=alpha, classes_per_client=classes_per_client)]
+    groups = None if dataset.groups is None else dataset.groups.numpy()[pool]
+    parts = [pool[p] for p in partition_labels(labels[pool], partition, n_clients, rng, alpha=alpha,
+                                                classes_per_client=classes_per_client, groups=groups)]
     clients = []
     for k, part in enumerate(parts):
         tr, va, te = split_client(part, test_fraction, val_fraction, rng)

@@ -45,7 +45,12 @@ class ClientPlan:
 
 @dataclass
 class ClientReport:
-    """What a client did and sent back. ``update`` is the method's own payload."""
+    """What a client did and sent back. ``update`` is the method's own payload.
+
+    ``time_s`` is left ``None`` for the engine to charge the shared device model
+    (:func:`hetfl_core.system.client_time`); a method whose paper has its own latency
+    model (a wireless uplink, say) sets it from :mod:`hetfl_core.system`'s formulas.
+    """
 
     client_id: int
     n_samples: int
@@ -58,6 +63,7 @@ class ClientReport:
     width: float = 1.0
     ratio: float = 1.0
     extra: dict = field(default_factory=dict)
+    time_s: float | None = None
 
 
 def seeded_generator(*keys: int) -> torch.Generator:
@@ -214,7 +220,8 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
                                       f"lower lr (now {config.lr})")
-            seconds = client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
+            seconds = report.time_s if report.time_s is not None else \
+                client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
             reports.append(report)
             clients.append({"id": k, "tier": devices[k].tier, "time_s": seconds, "local_steps": report.local_steps,
                             "width": report.width, "ratio": report.ratio, "flops": report.flops,

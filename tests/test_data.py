@@ -19,7 +19,7 @@ def check_exact_cover(parts, n):
     assert len(joined) == n and len(np.unique(joined)) == n  # disjoint and complete
 
 
-@pytest.mark.parametrize("partition", hd.PARTITIONS)
+@pytest.mark.parametrize("partition", [p for p in hd.PARTITIONS if p != "natural"])
 def test_partitions_are_disjoint_complete_and_seeded(partition):
     y = labels()
     parts = hd.partition_labels(y, partition, 10, np.random.default_rng(0), alpha=0.5, classes_per_client=2)
@@ -28,6 +28,17 @@ def test_partitions_are_disjoint_complete_and_seeded(partition):
     other = hd.partition_labels(y, partition, 10, np.random.default_rng(1), alpha=0.5, classes_per_client=2)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again))
     assert not all(np.array_equal(a, b) for a, b in zip(parts, other))
+
+
+def test_natural_partition_gives_one_client_per_group():
+    groups = np.array([1, 0, 0, 2, 0, 1])
+    parts = hd.natural_partition(groups, 3)
+    assert [p.tolist() for p in parts] == [[1, 2, 4], [0, 5], [3]]
+    assert [p.tolist() for p in hd.natural_partition(groups, 2)] == [[1, 2, 4], [0, 5]]
+    with pytest.raises(ConfigError, match="3 natural clients"):
+        hd.natural_partition(groups, 4)
+    with pytest.raises(ConfigError, match="natural clients"):
+        hd.partition_labels(labels(), "natural", 3, np.random.default_rng(0))
 
 
 def test_shards_give_exactly_k_classes():

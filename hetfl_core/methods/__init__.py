@@ -19,6 +19,13 @@ def get_method(name: str):
     return METHODS[name]
 
 
-from . import (  # noqa: E402,F401  (each import registers its methods)
-    fedavg, fedbabu, fedper, fedrep, fedrolex, fjord, heterofl, lgfedavg, local, lotteryfl, oneshot, topk, unit_mask,
-)
+def _import_all() -> None:
+    """Import every module of this package: each registers its methods (one file per method)."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_all()
