@@ -51,3 +51,20 @@ def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
     assert not (tmp_path / "runs").exists()  # nothing ran
+
+
+# Methods whose model needs more than the 8x8 digits get a dataset and model that fit.
+SMOKE_ARGS = {}
+
+
+@pytest.mark.parametrize("method", sorted(__import__("hetfl_core").METHODS))
+def test_every_method_runs_from_the_command_line(method, tmp_path, monkeypatch):
+    from hetfl_core.cli import main
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
+    path = tmp_path / "run.json"
+    args = SMOKE_ARGS.get(method, ["--dataset", "digits", "--model", "cnn"])
+    assert main(["run", method, *args, "--clients", "4", "--rounds", "2", "--local-steps", "2",
+                 "--heterogeneity", "medium", "--quiet", "--out", str(path)]) == 0
+    history = json.loads(path.read_text())["history"]
+    assert len(history) == 2 and history[-1]["acc_personal"] is not None

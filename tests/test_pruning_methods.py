@@ -105,3 +105,34 @@ def test_lotteryfl_waits_for_the_accuracy_threshold():
     report = sim.method.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 1, 0))
     assert all(bool((m == 1).all()) for m in sim.method.ticket(0).values())
     assert report.uplink_bits == 32 * sum(p.numel() for p in sim.method.model.parameters())
+
+
+def test_prunefl_mask_maximises_importance_per_time():
+    from hetfl_core.methods.prunefl import adaptive_mask
+
+    importance = {"a": torch.tensor([4.0, 1.0]), "b": torch.tensor([[2.0, 3.0]])}
+    # scores top-k sum / (c + k/4): c=1 -> 3.2, 4.67, 5.14, 5.0 (k=3); c=0 -> 16, 14, 12, 10 (k=1)
+    keep = adaptive_mask(importance, overhead=1.0, min_density=0.1)
+    assert keep["a"].tolist() == [1.0, 0.0] and keep["b"].tolist() == [[1.0, 1.0]]
+    keep = adaptive_mask(importance, overhead=0.0, min_density=0.1)
+    assert keep["a"].tolist() == [1.0, 0.0] and keep["b"].tolist() == [[0.0, 0.0]]
+    keep = adaptive_mask(importance, overhead=0.0, min_density=0.5)  # at least 2 of 4
+    assert keep["a"].tolist() == [1.0, 0.0] and keep["b"].tolist() == [[0.0, 1.0]]
+
+
+def test_prunefl_strong_client_prunes_first_and_reconfiguration_costs_traffic():
+    sim, reports = rounds("prunefl", 1, [0, 1, 2, 3], initial_density=0.4, reconfigure_every=2)
+    method = sim.method
+    kept = sum(m.sum() for m in method.masks.values()) / sum(m.numel() for m in method.masks.values())
+    assert abs(float(kept) - 0.4) < 0.01
+    params = {n: p.detach() for n, p in method.model.named_parameters()}
+    assert all(float((params[n] * (1 - m)).abs().sum()) == 0 for n, m in method.masks.items())
+    strong = max(range(4), key=lambda k: (method.devices[k].flops_per_s, -k))
+    by_id = {r.client_id: r for r in reports}
+    others = [r.flops for k, r in by_id.items() if k != strong and r.n_samples == by_id[strong].n_samples]
+    assert by_id[strong].flops > max([0.0] + others)  # charged for the initial dense training
+    sim, reports = rounds("prunefl", 2, [0, 1], initial_density=0.4, reconfigure_every=2)
+    dense = 32 * sum(p.numel() for p in sim.method.model.parameters())
+    assert all(r.uplink_bits > dense for r in reports)  # kept values + dense squared gradients
+    assert all(float((p.detach() * (1 - sim.method.masks[n])).abs().sum()) == 0
+               for n, p in sim.method.model.named_parameters() if n in sim.method.masks)

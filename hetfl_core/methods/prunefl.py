@@ -1,0 +1,156 @@
+"""PruneFL (Jiang et al., 2022): initial pruning on one strong client, then adaptive pruning.
+
+One mask for every client (one ratio for all, as FedLPS describes it):
+
+1. **Initial pruning** (PruneFL, Sec. IV-A): in round 1 the most capable sampled client
+   trains the dense model on its own data and the server keeps the ``initial_density``
+   fraction of its weights of largest magnitude (over the whole model); the strong
+   client is charged for that training, so round 1 waits for it.
+2. **Adaptive pruning** (Sec. IV-B): every ``reconfigure_every`` rounds each client also
+   sends the squared gradients g_j^2 of *every* weight (pruned ones too), summed over one
+   epoch of dense minibatches, the server sums them into importances and picks the mask M that
+   maximises the loss decrease per unit of round time,
+
+       M* = argmax_M  sum_{j in M} g_j^2 / T(M),   T(M) = c + |M| / n          (PruneFL, Eq. 8)
+
+   where |M|/n is the round time of the kept weights relative to the dense model (FLOPs
+   and bits both scale with the kept fraction under ideal sparse kernels) and c =
+   ``overhead`` the fixed part of a round in the same unit. For a fixed size the best M
+   holds the largest g_j^2, so the search is over the size only (:func:`adaptive_mask`).
+   Weights that rejoin the mask restart from zero.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..errors import ConfigError
+from ..masks import layer_densities, magnitude_mask, mask_density, prunable
+from ..system import dense_bits, training_flops
+from ..training import clone_model
+from . import register
+from .fedavg import FedAvg, weighted_average
+
+
+def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_density: float) -> dict[str, torch.Tensor]:
+    """PruneFL's Eq. (8): the mask of the k largest importances, k maximising top_k-sum / (c + k/n).
+
+    ``min_density`` bounds k from below (k >= ceil(min_density n)). Ties keep the lower index.
+    """
+    flat = torch.cat([v.flatten() for v in importance.values()]).double()
+    n = flat.numel()
+    order = torch.argsort(flat, descending=True, stable=True)
+    gain = torch.cumsum(flat[order], 0)
+    sizes = torch.arange(1, n + 1, dtype=torch.float64)
+    score = gain / (overhead + sizes / n)
+    first = max(1, int(torch.ceil(torch.tensor(min_density * n)).item()))
+    k = first + int(torch.argmax(score[first - 1:]))
+    keep = torch.zeros(n)
+    keep[order[:k]] = 1.0
+    masks, pos = {}, 0
+    for name, v in importance.items():
+        masks[name] = keep[pos:pos + v.numel()].reshape(v.shape)
+        pos += v.numel()
+    return masks
+
+
+@register
+class PruneFL(FedAvg):
+    """Initial magnitude pruning by a strong client, then adaptive importance-per-time pruning."""
+
+    name = "prunefl"
+    summary = "PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)"
+    defaults = {"initial_density": 0.5, "reconfigure_every": 5, "overhead": 1.0, "min_density": 0.1}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        for key in ("initial_density", "min_density"):
+            value = float(options.get(key, cls.defaults[key]))
+            if not 0 < value <= 1:
+                raise ConfigError(f"{key} must be in (0, 1], got {value}")
+        if int(options.get("reconfigure_every", 5)) < 1:
+            raise ConfigError(f"reconfigure_every must be >= 1, got {options['reconfigure_every']}")
+        if float(options.get("overhead", 1.0)) < 0:
+            raise ConfigError(f"overhead must be >= 0, got {options['overhead']}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.prunable = prunable(self.model)
+        self.masks: dict | None = None
+        self.mask_news = False
+        self.initial_flops: dict[int, float] = {}
+
+    def initial_pruning(self, client_id: int) -> None:
+        """Sec. IV-A: the strong client trains the dense model once; keep its largest weights."""
+        client = self.data.clients[client_id]
+        model = clone_model(self.model)
+        result = self.local_train(model, client, self.local_steps(client), seeded_generator(self.config.seed, 0, client_id))
+        params = dict(model.named_parameters())
+        self.masks = magnitude_mask({n: params[n].detach() for n in self.prunable},
+                                    float(self.options["initial_density"]), "global")
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                p.copy_(params[n] * self.masks.get(n, 1.0))
+        self.initial_flops = {client_id: training_flops(self.costs, result.samples)}
+        self.mask_news = True
+
+    def configure_round(self, round_idx, client_ids):
+        """Round 1: the most capable sampled client prunes first; then the mask is fixed between reconfigurations."""
+        if self.masks is None:
+            strong = max(client_ids, key=lambda k: (self.devices[k].flops_per_s, -k))
+            self.initial_pruning(strong)
+        plans = super().configure_round(round_idx, client_ids)
+        for plan in plans.values():
+            plan.ratio = mask_density(self.masks)
+            plan.extra["reconfigure"] = round_idx % int(self.options["reconfigure_every"]) == 0
+        return plans
+
+    def squared_gradients(self, model, client, generator) -> tuple[dict[str, torch.Tensor], int]:
+        """Sum over one epoch of minibatches of g_j^2 for every prunable weight, pruned ones
+        included (PruneFL accumulates squared stochastic gradients), and the samples used."""
+        params = dict(model.named_parameters())
+        total = {n: torch.zeros_like(params[n]) for n in self.prunable}
+        order = torch.randperm(client.n_train, generator=generator)
+        for start in range(0, client.n_train, self.config.batch_size):
+            idx = order[start:start + self.config.batch_size]
+            model.zero_grad(set_to_none=True)
+            F.cross_entropy(model(client.x_train[idx]), client.y_train[idx]).backward()
+            for n in self.prunable:
+                total[n] += params[n].grad.detach() ** 2
+        return total, client.n_train
+
+    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+        """Train under the shared mask; in a reconfiguration round also send dense squared gradients."""
+        k = client.client_id
+        model = clone_model(self.model)
+        result = self.local_train(model, client, plan.local_steps, generator, masks=self.masks)
+        density = layer_densities(self.masks)
+        flops = training_flops(self.costs, result.samples, density=density) + self.initial_flops.pop(k, 0.0)
+        n_params = sum(p.numel() for p in model.parameters())
+        kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
+        mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
+        uplink = dense_bits(kept)
+        importance = None
+        if plan.extra["reconfigure"]:
+            importance, samples = self.squared_gradients(model, client, generator)
+            flops += training_flops(self.costs, samples)
+            uplink += dense_bits(sum(v.numel() for v in importance.values()))
+        return ClientReport(k, client.n_train, (model.state_dict(), importance), result.loss, flops=flops,
+                            uplink_bits=uplink, downlink_bits=dense_bits(kept) + mask_bits,
+                            local_steps=plan.local_steps, ratio=kept / n_params)
+
+    def aggregate(self, round_idx, reports):
+        """FedAvg on the sparse model; on a reconfiguration round, the new mask of Eq. (8)."""
+        weights = [r.n_samples for r in reports]
+        self.model.load_state_dict(weighted_average([r.update[0] for r in reports], weights), strict=False)
+        self.mask_news = False
+        if reports and reports[0].update[1] is not None:
+            importance = weighted_average([r.update[1] for r in reports], weights)
+            self.masks = adaptive_mask(importance, float(self.options["overhead"]), float(self.options["min_density"]))
+            self.mask_news = True
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                if n in self.masks:
+                    p.mul_(self.masks[n])  # pruned weights are zero; rejoining ones restart from zero
