@@ -28,7 +28,7 @@ smoke-book: setup
 	$(VPY) tools/build_book.py --scale smoke
 
 test: setup
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q -n 2 --dist loadscope tests
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke
 
 clean:

@@ -202,8 +202,11 @@ def main() -> int:
     if prepare_only:
         staged = [str(staging / nb.relative_to(ROOT)) for nb in notebooks]
         print(f"executing {len(staged)} chapter(s) at scale smoke under nbval", flush=True)
+        # Two chapters at a time; --dist loadscope keeps each chapter's cells in order in one kernel.
+        parallel = ["-n", str(min(args.jobs, len(staged))), "--dist", "loadscope"] if args.jobs > 1 and len(staged) > 1 else []
         rc = subprocess.run([str(BIN / "python"), "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                             "--rootdir", str(staging), *staged], env=env(), cwd=str(staging / "book")).returncode
+                             *parallel, "--rootdir", str(staging), *staged], env=env(),
+                            cwd=str(staging / "book")).returncode
         if rc != 0:
             print("a chapter failed at scale smoke", file=sys.stderr)
             return rc
