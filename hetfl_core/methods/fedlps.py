@@ -56,6 +56,11 @@ PATTERNS = ("learned", "random", "ordered", "magnitude")
 RATIO_RULES = ("pucbv", "capability", "fixed")
 
 
+def pattern_string(keep: dict[str, torch.Tensor]) -> str:
+    """A unit pattern as a '0'/'1' string over all hidden units in forward order (for the history)."""
+    return "".join("1" if v else "0" for mask in keep.values() for v in mask.tolist())
+
+
 def _key(layer: str) -> str:
     return layer.replace(".", "__")
 
@@ -299,7 +304,9 @@ class FedLPS(FedAvg):
         return ClientReport(k, client.n_train, (residual, held), result.loss, flops=flops, uplink_bits=up,
                             downlink_bits=down, local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
-                                   "train_acc": acc, "cost_s": cost},
+                                   "train_acc": acc, "cost_s": cost, "units": pattern_string(keep),
+                                   "magnitude_units": pattern_string(top_units(unit_magnitudes(scored.net),
+                                                                               plan.ratio))},
                             time_s=client_time(device, flops, up, down))
 
     # -- models --------------------------------------------------------------------------------
