@@ -235,7 +235,7 @@ def jaccard(a: str, b: str) -> float:
 
 
 def test_finding_learned_patterns_stay_near_magnitude(claim_runs):
-    """Paper-vs-book finding (not the paper's claim): at this scale the learned pattern at s = 0.5 stays close to
+    """Finding at this small digits scale (the book-scale chapter finds near-random patterns instead): the learned pattern at s = 0.5 stays close to
     the magnitude pattern that L_ir pulls the scores towards (mean Jaccard >= 0.6, where two random patterns
     overlap by 1/3), and clients share most kept units instead of personal patterns (mean overlap >= 0.6)."""
     between, vs_magnitude = [], []
