@@ -235,9 +235,10 @@ def jaccard(a: str, b: str) -> float:
 
 
 def test_finding_learned_patterns_stay_near_magnitude(claim_runs):
-    """Finding at this small digits scale (the book-scale chapter finds near-random patterns instead): the learned pattern at s = 0.5 stays close to
-    the magnitude pattern that L_ir pulls the scores towards (mean Jaccard >= 0.6, where two random patterns
-    overlap by 1/3), and clients share most kept units instead of personal patterns (mean overlap >= 0.6)."""
+    """A finding at this small digits scale, not the paper's claim (the book-scale chapter finds near-random
+    patterns instead): the learned pattern at s = 0.5 stays close to the magnitude pattern that L_ir pulls the
+    scores towards (mean Jaccard >= 0.6, where two random patterns overlap by 1/3), and clients share most kept
+    units (mean overlap >= 0.6)."""
     between, vs_magnitude = [], []
     for result in claim_runs["flst"]:
         last = {}
