@@ -5,7 +5,8 @@ Two kinds of mask, both as ``{parameter name: 0/1 tensor}`` so that
 
 * **unstructured** (weights): :func:`magnitude_mask` keeps the largest-magnitude weights,
   per layer or over the whole model (global);
-* **structured** (units): :func:`random_units`, :func:`ordered_units` choose which output
+* **structured** (units): :func:`random_units`, :func:`ordered_units`, :func:`magnitude_units`
+  (and :func:`top_units` for any per-unit score) choose which output
   units of every hidden layer survive; :func:`unit_masks_to_parameters` turns that into
   weight and bias masks (a dropped unit's row and bias are zero, so it outputs zero).
 
@@ -22,7 +23,7 @@ from .errors import ConfigError
 from .models import structured_units
 
 __all__ = ["prunable", "magnitude_mask", "mask_density", "layer_densities", "ordered_units", "random_units",
-           "unit_masks_to_parameters", "unit_keep_fractions"]
+           "unit_masks_to_parameters", "unit_keep_fractions", "unit_magnitudes", "top_units", "magnitude_units"]
 
 
 def prunable(model: nn.Module) -> list[str]:
@@ -105,3 +106,35 @@ def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -
 def unit_keep_fractions(units: dict[str, torch.Tensor]) -> dict[str, float]:
     """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
     return {layer: float(keep.float().mean()) for layer, keep in units.items()}
+
+
+def unit_magnitudes(model: nn.Module) -> dict[str, torch.Tensor]:
+    """|w|_J: per hidden unit, the sum of |w| over its weights (row or filter) and bias (FedLPS, Eq. 8)."""
+    params = dict(model.named_parameters())
+    out = {}
+    for name, _, n in structured_units(model):
+        total = params[f"{name}.weight"].detach().abs().reshape(n, -1).sum(1)
+        if f"{name}.bias" in params:
+            total = total + params[f"{name}.bias"].detach().abs()
+        out[name] = total
+    return out
+
+
+def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.Tensor]:
+    """Per layer, the max(1, floor(ratio n)) units of largest score, ties to the lower index (FedLPS, Eq. 4)."""
+    _check_density(ratio)
+    out = {}
+    for name, q in scores.items():
+        n = q.numel()
+        k = max(1, math.floor(ratio * n + 1e-9))
+        # stable descending sort: equal scores keep index order
+        order = torch.sort(q.detach(), descending=True, stable=True).indices[:k]
+        keep = torch.zeros(n, dtype=torch.bool)
+        keep[order] = True
+        out[name] = keep
+    return out
+
+
+def magnitude_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
+    """Magnitude pattern: the units of largest |w|_J in every hidden layer."""
+    return top_units(unit_magnitudes(model), ratio)

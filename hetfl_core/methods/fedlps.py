@@ -1,0 +1,333 @@
+"""FedLPS (Xue et al.): learnable personalised sparsity with P-UCBV sparse ratios.
+
+Algorithm 1 of the paper, as hooks:
+
+* ``configure_round`` (lines 3-4): send omega^r and each client's ratio s_k^r; the client
+  caps it at its capability, s = min(s, z_k) (Sec. III-B);
+* ``client_update`` (lines 17-27): train the weights and the per-unit importance scores Q
+  jointly on L = CE(sparse model) + mu L_pr + lambda L_ir (Eqs. 6-9), the pattern being
+  the top-s units of Q in every hidden layer (Eq. 4), recomputed at every step; keep the
+  sparse model for inference (line 24) and upload the sparse residual (Eq. 12) with the
+  local cost T (Eq. 14) and the mean training accuracy a;
+* ``aggregate`` (line 8 and lines 9-15): omega^{r+1} = omega^r - sum_k p_k w_hat_k (Eq. 13),
+  then each participant's P-UCBV agent (Alg. 2, :class:`hetfl_core.bandits.PUCBV`) turns
+  (T, a) into the reward of Eq. (15) and proposes the next ratio.
+
+Choices where the paper is silent or wrong (spec Sec. 8):
+
+* the step gamma(Q - tau) of Eq. (4) passes no gradient, so Q is trained through the
+  straight-through mask P + sigma(Q) - stopgrad(sigma(Q)): the forward pass uses the
+  0/1 pattern, the backward pass the derivative of sigma (``q_grad="kept"`` passes it to
+  kept units only);
+* Eq. (8) prints omega for Q; it is ||Q - sigma(|omega|_J)||^2 with |omega|_J detached;
+* a unit is switched off by zeroing its output after the activation (a pruned unit's
+  weights then get no gradient, and a unit may come back when its score rises);
+* Q starts at sigma(|omega^0|_J) plus N(0, 1e-6) noise and persists on the client;
+* mu uses the (mu/2)||.||^2 form with mu = 1e-3 (the authors' code); the output layer is
+  never masked; ratios are unit fractions per layer, k_l = max(1, floor(s J_l)).
+
+Options beyond the paper, for its ablations: ``pattern`` (``learned`` or the heuristic
+``random`` per round, ``ordered`` first-k, ``magnitude`` top-|w|_J), ``ratio_rule``
+(``pucbv``; ``capability``: s = z, the RCR rule; ``fixed``: s = ``ratio`` for every
+client, uncapped), ``capability`` (``fixed`` tiers or ``dynamic``: a client's tier is
+redrawn every round) and ``aggregation`` (``eq13`` or ``holders``: each entry averaged
+over the clients that trained it, as HeteroFL does).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..bandits import PUCBV, pucbv_reward
+from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..errors import ConfigError
+from ..masks import top_units, unit_keep_fractions, unit_magnitudes, unit_masks_to_parameters
+from ..models import structured_units
+from ..system import client_time, compute_time, dense_bits, training_flops, transfer_time
+from ..training import clone_model, evaluate, local_sgd
+from . import register
+from .fedavg import FedAvg
+
+#: Models whose hidden unit layers form a chain (each layer feeds the next one).
+SUPPORTED_MODELS = ("mlp", "cnn", "lenet5", "wcnn")
+PATTERNS = ("learned", "random", "ordered", "magnitude")
+RATIO_RULES = ("pucbv", "capability", "fixed")
+
+
+def pattern_string(keep: dict[str, torch.Tensor]) -> str:
+    """A unit pattern as a '0'/'1' string over all hidden units in forward order (for the history)."""
+    return "".join("1" if v else "0" for mask in keep.values() for v in mask.tolist())
+
+
+def _key(layer: str) -> str:
+    return layer.replace(".", "__")
+
+
+def _expand(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-unit mask shaped to multiply the next layer's input (channels, or flattened features)."""
+    if x.dim() == 4:
+        return mask.view(1, -1, 1, 1)
+    return mask.repeat_interleave(x.shape[-1] // mask.numel())
+
+
+class ScoredNetwork(nn.Module):
+    """``net`` with the units of its hidden layers switched by per-unit scores (Eqs. 4-6).
+
+    ``mode="learned"``: the scores are parameters, and the mask is the straight-through
+    P + sigma(Q) - stopgrad(sigma(Q)); ``"fixed"``: the scores are constants;
+    ``"magnitude"``: the scores are |w|_J of the current weights. The mask of unit j of
+    layer l multiplies the input of the layer that reads layer l (after the activation and
+    pooling), so ``consumers`` maps each hidden layer to the layer it feeds.
+    """
+
+    def __init__(self, net: nn.Module, scores: dict, ratio: float, consumers: dict, mode: str = "learned",
+                 q_grad: str = "all"):
+        super().__init__()
+        self.net, self.ratio, self.mode, self.q_grad = net, ratio, mode, q_grad
+        self.layers = list(scores)
+        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
+                                                              requires_grad=mode == "learned")
+                                        for n, q in scores.items()})
+        self.current: dict[str, torch.Tensor] = {}
+        modules = dict(net.named_modules())
+        for layer, consumer in consumers.items():
+            modules[consumer].register_forward_pre_hook(self._hook(layer))
+
+    def _hook(self, layer):
+        def apply(module, inputs):
+            x = inputs[0]
+            return (x * _expand(self.current[layer], x),) + tuple(inputs[1:])
+        return apply
+
+    def score_values(self) -> dict[str, torch.Tensor]:
+        if self.mode == "magnitude":
+            return unit_magnitudes(self.net)
+        return {n: self.scores[_key(n)] for n in self.layers}
+
+    def pattern(self) -> dict[str, torch.Tensor]:
+        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score."""
+        return top_units(self.score_values(), self.ratio)
+
+    def forward(self, x):
+        keep = self.pattern()
+        for n in self.layers:
+            p = keep[n].float()
+            if self.mode == "learned":
+                sig = torch.sigmoid(self.scores[_key(n)])
+                through = sig - sig.detach()   # value 0, gradient sigma'(q)
+                p = p + (through * p if self.q_grad == "kept" else through)
+            self.current[n] = p
+        return self.net(x)
+
+    def importance_loss(self) -> torch.Tensor:
+        """Eq. (8), read with Q: sum over layers of ||Q_l - sigma(|omega|_J)||^2, |omega|_J detached."""
+        target = unit_magnitudes(self.net)
+        return sum(((self.scores[_key(n)] - torch.sigmoid(target[n])) ** 2).sum() for n in self.layers)
+
+
+@register
+class FedLPS(FedAvg):
+    """Learnable unit patterns (Eqs. 4-11), sparse residuals (12)-(13), P-UCBV ratios (Alg. 2)."""
+
+    name = "fedlps"
+    summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
+    defaults = {"mu": 1e-3, "lam": 1.0, "pattern": "learned", "ratio_rule": "pucbv", "ratio": 0.5,
+                "capability": "fixed", "aggregation": "eq13", "q_grad": "all", "alpha": 1.0,
+                "arm_range": [0.5, 1.0], "intervals": 5, "rho": 0.5, "delta": -0.05, "explore": False}
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if config.model not in SUPPORTED_MODELS:
+            raise ConfigError(f"{cls.name} needs a chain model ({', '.join(SUPPORTED_MODELS)}), got {config.model!r}")
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        o = {**cls.defaults, **options}
+        choices = {"pattern": PATTERNS, "ratio_rule": RATIO_RULES, "capability": ("fixed", "dynamic"),
+                   "aggregation": ("eq13", "holders"), "q_grad": ("all", "kept")}
+        for key, allowed in choices.items():
+            if o[key] not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {o[key]!r}")
+        lo, hi = (float(v) for v in o["arm_range"])
+        checks = [(o["mu"] >= 0, f"mu must be >= 0, got {o['mu']}"),
+                  (o["lam"] >= 0, f"lam must be >= 0, got {o['lam']}"),
+                  (0 < float(o["ratio"]) <= 1, f"ratio must be in (0, 1], got {o['ratio']}"),
+                  (o["alpha"] >= 0, f"alpha must be >= 0, got {o['alpha']}"),
+                  (0 <= lo < hi <= 1, f"arm_range must be [low, high] with 0 <= low < high <= 1, got {o['arm_range']}"),
+                  (int(o["intervals"]) >= 1, f"intervals must be >= 1, got {o['intervals']}"),
+                  (o["rho"] > 0, f"rho must be > 0, got {o['rho']}"),
+                  (o["delta"] <= 0, f"delta must be <= 0 (an accuracy drop), got {o['delta']}")]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        o = self.options
+        self.layers = [name for name, _, _ in structured_units(self.model)]
+        self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
+        self.fastest = max(d.flops_per_s for d in devices)
+        self.tiers = list({d.tier: d for d in devices}.values())
+        self.scores = {}
+        if o["pattern"] == "learned":
+            target = unit_magnitudes(self.model)
+            for k in range(len(devices)):
+                g = seeded_generator(config.seed, 41, k)
+                self.scores[k] = {n: torch.sigmoid(t) + 1e-3 * torch.randn(t.shape, generator=g)
+                                  for n, t in target.items()}
+        per_round = max(1, round(config.participation * config.clients))
+        horizon = config.rounds / per_round   # xi = R / (K eps)
+        self.agents, self.proposed = {}, {}
+        for k, d in enumerate(devices):
+            if o["ratio_rule"] == "pucbv":
+                self.agents[k] = PUCBV(*o["arm_range"], n_intervals=int(o["intervals"]), horizon=horizon,
+                                       rho=o["rho"], delta=o["delta"], explore=o["explore"], seed=[config.seed, 43, k])
+                self.proposed[k] = self.agents[k].first_ratio()
+            else:
+                self.proposed[k] = float(o["ratio"]) if o["ratio_rule"] == "fixed" else self.capability(d)
+        # a_k^{-1}: the initial global model's accuracy on each client's data (Alg. 2)
+        self.previous_accuracy = {c.client_id: evaluate(self.model, c.x_train, c.y_train)[0] / max(c.n_train, 1)
+                                  for c in data.clients}
+        self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
+                       else self.proposed[k] for k, d in enumerate(devices)}
+        self.personal: dict[int, dict] = {}
+        self.round_devices: dict[int, object] = {}
+
+    def capability(self, device) -> float:
+        """z_k: the device's FLOP/s relative to the fastest device."""
+        return device.flops_per_s / self.fastest
+
+    # -- server ------------------------------------------------------------------------------
+    def configure_round(self, round_idx, client_ids):
+        """Alg. 1 lines 3-4 and the client's cap s = min(s, z) (Sec. III-B)."""
+        plans = {}
+        for k in client_ids:
+            device = self.devices[k]
+            if self.options["capability"] == "dynamic":   # resources change between rounds
+                rng = np.random.default_rng([self.config.seed, 47, round_idx, k])
+                device = self.tiers[int(rng.integers(len(self.tiers)))]
+            self.round_devices[k] = device
+            z, rule = self.capability(device), self.options["ratio_rule"]
+            proposed = z if rule == "capability" else self.proposed[k]
+            ratio = {"pucbv": min(proposed, z), "capability": z, "fixed": proposed}[rule]
+            self.ratios[k] = ratio
+            plans[k] = ClientPlan(self.local_steps(self.data.clients[k]), ratio=ratio,
+                                  extra={"proposed": proposed, "capability": z})
+        return plans
+
+    def aggregate(self, round_idx, reports):
+        """Eq. (13), then Alg. 1 lines 9-15: each participant's P-UCBV agent proposes s_k^{r+1}."""
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                step = sum(r.n_samples * r.update[0][name] for r in reports)
+                if self.options["aggregation"] == "holders":
+                    weight = sum(r.n_samples * r.update[1][name] for r in reports)
+                    p.sub_(torch.where(weight > 0, step / weight.clamp_min(1e-12), torch.zeros_like(p)))
+                else:
+                    p.sub_(step / sum(r.n_samples for r in reports))
+        for r in reports:
+            k, acc = r.client_id, r.extra["train_acc"]
+            if k in self.agents:
+                reward = pucbv_reward(acc, self.previous_accuracy[k], r.extra["cost_s"])
+                self.proposed[k] = self.agents[k].update(r.extra["proposed"], reward,
+                                                         acc - self.previous_accuracy[k])
+            self.previous_accuracy[k] = acc
+
+    # -- client ------------------------------------------------------------------------------
+    def round_scores(self, client_id: int, generator: torch.Generator) -> dict:
+        """The scores that rank units: learned Q, or a heuristic pattern's constant scores."""
+        pattern = self.options["pattern"]
+        if pattern == "learned":
+            return self.scores[client_id]
+        units = {n: k for n, _, k in structured_units(self.model)}
+        if pattern == "ordered":
+            return {n: -torch.arange(k, dtype=torch.float32) for n, k in units.items()}
+        if pattern == "random":
+            return {n: torch.rand(k, generator=generator) for n, k in units.items()}
+        return unit_magnitudes(self.model)   # magnitude: replaced by the live |w|_J in training
+
+    def support(self, keep: dict) -> dict[str, torch.Tensor]:
+        """The entries a client with unit pattern ``keep`` trains: kept rows (and biases) of
+        masked layers, restricted to columns that read kept units."""
+        held = {n: torch.ones_like(p) for n, p in self.model.named_parameters()}
+        held.update(unit_masks_to_parameters(self.model, keep))
+        readers = {consumer: layer for layer, consumer in self.consumers.items()}
+        for name, p in self.model.named_parameters():
+            layer = name.rsplit(".", 1)[0]
+            if layer in readers and p.dim() > 1:
+                cols = keep[readers[layer]].float()
+                cols = cols.repeat_interleave(p.shape[1] // cols.numel())
+                held[name] = held[name] * cols.view(1, -1, *([1] * (p.dim() - 2)))
+        return held
+
+    def client_update(self, client, plan: ClientPlan, generator):
+        """Alg. 1 lines 17-27: joint SGD on weights and scores (Eqs. 10-11), then Eqs. (12), (14)."""
+        o, k = self.options, client.client_id
+        mode = {"learned": "learned", "magnitude": "magnitude"}.get(o["pattern"], "fixed")
+        scored = ScoredNetwork(clone_model(self.model), self.round_scores(k, generator), plan.ratio,
+                               self.consumers, mode=mode, q_grad=o["q_grad"])
+        seen = {"correct": 0, "total": 0}
+
+        def loss_fn(model, xb, yb):   # Eq. (9) without L_pr, which local_sgd adds
+            out = model(xb)
+            seen["correct"] += int((out.argmax(1) == yb).sum())
+            seen["total"] += len(yb)
+            loss = F.cross_entropy(out, yb)
+            return loss + o["lam"] * model.importance_loss() if mode == "learned" else loss
+
+        center = {f"net.{n}": p.detach().clone() for n, p in self.model.named_parameters()}
+        names = [n for n, p in scored.named_parameters() if p.requires_grad]
+        result = local_sgd(scored, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
+                           self.config.lr, generator, momentum=self.config.momentum,
+                           weight_decay=self.config.weight_decay, prox_center=center, prox_mu=o["mu"],
+                           params=names, loss_fn=loss_fn)
+        keep = scored.pattern()
+        if mode == "learned":
+            self.scores[k] = {n: q.detach().clone() for n, q in scored.score_values().items()}
+        local = dict(scored.net.named_parameters())
+        held = self.support(keep)
+        unit_mask = unit_masks_to_parameters(self.model, keep)
+        with torch.no_grad():
+            residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
+            self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
+        n_params = sum(p.numel() for p in self.model.parameters())
+        flops = training_flops(self.costs, result.samples, keep=unit_keep_fractions(keep))
+        up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
+        down = dense_bits(n_params)
+        device = self.round_devices.get(k, self.devices[k])
+        cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)   # Eq. (14)
+        acc = seen["correct"] / max(seen["total"], 1)
+        return ClientReport(k, client.n_train, (residual, held), result.loss, flops=flops, uplink_bits=up,
+                            downlink_bits=down, local_steps=plan.local_steps, ratio=plan.ratio,
+                            extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
+                                   "train_acc": acc, "cost_s": cost, "units": pattern_string(keep),
+                                   "magnitude_units": pattern_string(top_units(unit_magnitudes(scored.net),
+                                                                               plan.ratio))},
+                            time_s=client_time(device, flops, up, down))
+
+    # -- models --------------------------------------------------------------------------------
+    def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
+        """The client's current pattern (its last mask, or the one its scores give now)."""
+        ratio = self.ratios[client_id]
+        if self.options["pattern"] == "learned":
+            return top_units(self.scores[client_id], ratio)
+        if self.options["pattern"] == "magnitude":
+            return top_units(unit_magnitudes(self.model), ratio)
+        return top_units(self.round_scores(client_id, seeded_generator(self.config.seed, 0, client_id)), ratio)
+
+    def personal_model(self, client_id):
+        """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""
+        model = clone_model(self.model)
+        with torch.no_grad():
+            params = dict(model.named_parameters())
+            if client_id in self.personal:
+                for n, value in self.personal[client_id].items():
+                    params[n].copy_(value)
+            else:
+                for n, m in unit_masks_to_parameters(self.model, self.unit_pattern(client_id)).items():
+                    params[n].mul_(m)
+        return model
