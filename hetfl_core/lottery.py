@@ -198,16 +198,20 @@ def ratio_summary(result: dict, last: int = 5) -> dict:
     """The paper's two readings of a run, plus a steadier one (spec Sec. 8.17).
 
     ``max``: a_r at the max-average round (over rounds where every ratio exists);
-    ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` rounds.
+    ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` final
+    rounds in which every ratio exists.
     Each has ``acc`` (per ratio), ``mean`` and ``var`` (population variance across ratios),
     in percent as the paper's tables.
     """
+    import numpy as np
+
     curves, rounds = ratio_curves(result)
     curves = 100 * curves
     per_round = [[None if a != a else float(a) for a in row] for row in curves]
     t_max = max_average_round(per_round)
     out = {}
-    for key, accs in (("max", curves[t_max]), ("final", curves[-1]), ("last", curves[-last:].mean(0))):
+    complete = curves[~np.isnan(curves).any(axis=1)]
+    for key, accs in (("max", curves[t_max]), ("final", curves[-1]), ("last", complete[-last:].mean(0))):
         mean, var = spread(accs)
         out[key] = {"acc": [float(a) for a in accs], "mean": mean, "var": var}
     out["max"]["round"] = int(rounds[t_max])

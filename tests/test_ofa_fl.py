@@ -263,3 +263,40 @@ def test_cli_runs_ofafl(tmp_path):
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "global accuracy" in out.stderr
+
+
+# -- the paper's claims at a small fixed scale (MLP on MNIST-5k, stress ratios, seeds 0-2) ---------
+
+@pytest.fixture(scope="module")
+def stress_runs():
+    """OFA-FL, LTP and one-shot, global pruning: W=6, P=3, a 6-round tail, 5 local steps of batch 20."""
+    from hetfl_core.engine import run
+    from hetfl_core.lottery import ratio_summary
+
+    base = RunConfig(dataset="mnist-5k", model="mlp", partition="iid", clients=10, rounds=6 + 4 * 3 + 6,
+                     batch_size=20, local_steps=5, lr=0.05, momentum=0.9, weight_decay=5e-4, test_fraction=0.0,
+                     options={"ratios": STRESS_R, "warmup": 6, "every": 3})
+    return {m: [ratio_summary(run(base.replace(method=m, seed=s)))["final"] for s in range(3)]
+            for m in ("ofafl", "ltp", "ofa-oneshot")}
+
+
+def mean_over_seeds(summaries, key):
+    return float(np.mean([s[key] if key != "amin" else s["acc"][-1] for s in summaries]))
+
+
+def test_claim_ofa_has_lower_variance_across_ratios_than_ltp(stress_runs):
+    """Figs. 2-3, Tables 1-2: OFA-FL's accuracy varies less across ratios (population variance)."""
+    ofa, ltp = (mean_over_seeds(stress_runs[m], "var") for m in ("ofafl", "ltp"))
+    assert ofa < 0.85 * ltp, (ofa, ltp)
+
+
+def test_claim_ofa_beats_ltp_at_the_smallest_ratio(stress_runs):
+    """The joint loss trains the r=0.05 sub-network at every step of every larger client: >= 5 points."""
+    ofa, ltp = (mean_over_seeds(stress_runs[m], "amin") for m in ("ofafl", "ltp"))
+    assert ofa >= ltp + 5, (ofa, ltp)
+
+
+def test_claim_oneshot_has_the_highest_mean_accuracy(stress_runs):
+    """Table 1: one-shot pruning's mean over ratios is the highest (the paper's CIFAR finding), >= 3 points."""
+    means = {m: mean_over_seeds(s, "mean") for m, s in stress_runs.items()}
+    assert means["ofa-oneshot"] >= max(means["ofafl"], means["ltp"]) + 3, means
