@@ -118,7 +118,10 @@ class Method:
 
     # -- hooks ----------------------------------------------------------------
     def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
-        """Server: decide each sampled client's plan (default: full model, E local epochs)."""
+        """Server: decide each sampled client's plan (default: full model, E local epochs).
+
+        A sampled client left out of the returned plans sits the round out.
+        """
         return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
 
     def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
@@ -136,6 +139,10 @@ class Method:
     def personal_model(self, client_id: int) -> nn.Module:
         """The model client ``client_id`` would use on its own data."""
         return self.model
+
+    def extra_metrics(self) -> dict:
+        """Method-specific scores added to each evaluated history row (default: none)."""
+        return {}
 
 
 @dataclass
@@ -187,7 +194,7 @@ def evaluate_method(sim: Simulation) -> dict:
         acc_global, loss_global, _ = _score([(model, data.dataset.x_test, data.dataset.y_test)])
     acc, loss, per_client = _score((method.personal_model(c.client_id), c.x_test, c.y_test) for c in data.clients)
     return {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
-            "acc_clients": per_client}
+            "acc_clients": per_client, **method.extra_metrics()}
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
@@ -215,7 +222,7 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
         sampled = sorted(int(k) for k in sampler.choice(config.clients, per_round, replace=False))
         plans = method.configure_round(t, sampled)
         reports, clients = [], []
-        for k in sampled:
+        for k in (k for k in sampled if k in plans):
             report = method.client_update(data.clients[k], plans[k], seeded_generator(config.seed, t, k))
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "

@@ -40,18 +40,19 @@ class FedAvg(Method):
             raise ConfigError(f"mu must be >= 0, got {options['mu']}")
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
-                    params=None, masks: dict | None = None) -> LocalResult:
+                    params=None, masks: dict | None = None, loss_fn=None) -> LocalResult:
         """``steps`` SGD steps on the client's data with the run's optimiser settings.
 
         ``params`` limits training to some parameter names; ``masks`` keeps masked weights
-        at zero; FedProx's term pulls the weights towards the broadcast model when ``mu`` > 0.
+        at zero; ``loss_fn(model, xb, yb)`` replaces cross-entropy; FedProx's term pulls the
+        weights towards the broadcast model when ``mu`` > 0.
         """
         mu = self.options.get("mu", 0.0)
         center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
         return local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
                          self.config.lr, generator, momentum=self.config.momentum,
                          weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params,
-                         masks=masks)
+                         masks=masks, loss_fn=loss_fn)
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""

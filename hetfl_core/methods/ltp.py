@@ -1,0 +1,22 @@
+"""LTP: progressive lottery-ticket pruning without the joint loss (OFA-FL's ablation).
+
+The "LTH pruning" baseline of Varma et al. (2023), defined precisely in the spec
+(Sec. 3.8): everything as OFA-FL (nested masks by progressive magnitude pruning, partial
+rewinding, clients joining once their ratio exists, per-coordinate averaging), except
+that a client's loss is only its own sub-network's, L = [l(d; own * theta)]. Each
+ratio's ticket is thus trained only by the clients of that ratio and larger ones through
+their own losses; comparing with ``ofafl`` isolates Alg. 4's averaged loss.
+"""
+from __future__ import annotations
+
+from . import register
+from .ofafl import OFAFL
+
+
+@register
+class LTP(OFAFL):
+    """OFA-FL's pruning and aggregation, each client training only its own sub-network."""
+
+    name = "ltp"
+    summary = "Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)"
+    joint = False

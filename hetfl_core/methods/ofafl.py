@@ -1,0 +1,241 @@
+"""OFA-FL (Varma et al., 2023): once-for-all federated learning with nested lottery tickets.
+
+One global network theta_g and a chain of nested masks m[r], one per density ratio r of
+``ratios`` (R, descending from 1.0). Each client i has a fixed capacity C[i] in R.
+
+Server, each round t (Alg. 1, corrected; see ``hetfl_core.lottery``):
+
+    if n < s-1 and prune_trigger(t):                       # Sec. 3.7: fixed W, P or convergence
+        n += 1; m[R[n]] <- Prune(theta_g, m[R[n-1]], R[n]/R[n-1])    # Alg. 2
+        theta_g <- Reinitialize(theta_init, theta_g, m[R[n]])        # Alg. 3, partial rewinding
+    S <- clients with C[i] among the pruned ratios          # the others sit out
+    theta_i <- LocalUpdate(D_i, theta_g, m[C[i]], smaller pruned masks)   # Alg. 4
+    theta_g <- per-coordinate, sample-size-weighted mean over the clients holding it
+
+Client (Alg. 4): on each batch, the loss is the plain mean of the losses of its own
+sub-network m[C[i]] * theta and of every smaller pruned one, m * theta, on the same batch.
+The forward pass uses own * theta, so a client never grows weights outside its budget.
+
+Resolutions of the paper's gaps (spec Sec. 8): r_relative = R[n]/R[n-1]; magnitudes over
+the parent's support with exact top-k; only weights are pruned, biases rewound whole
+(``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean; fixed
+schedule by default. Defaults are the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2],
+W = 200, P = 50); the MNIST schedule is not given.
+
+Variants in the same file: ``ltp`` (``methods/ltp.py``) drops the joint loss; ``ofa-oneshot``
+prunes every ratio at once.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from ..engine import ClientPlan, ClientReport
+from ..errors import ConfigError
+from ..lottery import ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within, rewind
+from ..masks import layer_densities, prunable
+from ..system import dense_bits, training_flops
+from ..training import clone_model, evaluate
+from . import register
+from .fedavg import FedAvg
+from .heterofl import average_over_holders, masked_upload
+
+
+def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
+    """Clients dealt to the ratios in equal blocks, largest first: 10 clients, 5 ratios -> 2 each."""
+    return [ratios[i * len(ratios) // n_clients] for i in range(n_clients)]
+
+
+def apply_mask(model, mask: dict) -> None:
+    """theta <- m * theta on the masked tensors, in place."""
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name, m in mask.items():
+            params[name].mul_(m)
+
+
+def joint_loss(model, masks: list[dict], xb, yb):
+    """Alg. 4: (1/J) sum_j CE(f(x; m_j * theta), y) over the own mask and the smaller ones.
+
+    The own sub-network is the model itself (its weights are already own * theta); each
+    smaller one is a functional call with the masked weights, so gradients reach theta
+    only where m_j = 1: grad = (1/J) sum_j m_j * g_j.
+    """
+    params = dict(model.named_parameters())
+    losses = [F.cross_entropy(model(xb), yb)]
+    for m in masks:
+        masked = {n: p * m[n] if n in m else p for n, p in params.items()}
+        losses.append(F.cross_entropy(functional_call(model, masked, (xb,)), yb))
+    return sum(losses) / len(losses)
+
+
+@register
+class OFAFL(FedAvg):
+    """Progressive lottery-ticket pruning into nested masks, joint loss over sub-networks."""
+
+    name = "ofafl"
+    summary = "OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"
+    defaults = {"ratios": [1.0, 0.8, 0.6, 0.4, 0.2], "capacities": None, "scope": "global",
+                "schedule": "fixed", "warmup": 200, "every": 50, "delta": 1e-3, "min_gap": 5,
+                "rewind_unmasked": True, "test_samples": None}
+    joint = True   # Alg. 4's averaged loss; LTP sets False
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        o = {**cls.defaults, **options}
+        ratios = check_ratios(o["ratios"])
+        if o["scope"] not in ("global", "layer"):
+            raise ConfigError(f"scope must be 'global' or 'layer', got {o['scope']!r}")
+        if o["schedule"] not in ("fixed", "convergence"):
+            raise ConfigError(f"schedule must be 'fixed' or 'convergence', got {o['schedule']!r}")
+        if int(o["warmup"]) < 0 or int(o["every"]) < 1 or int(o["min_gap"]) < 0:
+            raise ConfigError(f"need warmup >= 0, every >= 1, min_gap >= 0; got {o['warmup']}, {o['every']}, "
+                              f"{o['min_gap']}")
+        if o["test_samples"] is not None and int(o["test_samples"]) < 1:
+            raise ConfigError(f"test_samples must be >= 1 or None, got {o['test_samples']}")
+        if o["capacities"] is not None and not all(float(c) in ratios for c in o["capacities"]):
+            raise ConfigError(f"every capacity must be one of the ratios {ratios}, got {o['capacities']}")
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        caps = config.options.get("capacities")
+        if caps is not None and len(caps) != config.clients:
+            raise ConfigError(f"capacities lists {len(caps)} clients, the run has {config.clients}")
+        if caps is not None and 1.0 not in [float(c) for c in caps]:
+            raise ConfigError("at least one client must hold the full model (capacity 1.0): it trains the warm-up")
+        if config.options.get("schedule") == "convergence" and config.val_fraction <= 0:
+            raise ConfigError("schedule 'convergence' watches a validation loss: set val_fraction > 0")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        o = self.options
+        self.ratios = check_ratios(o["ratios"])
+        caps = o["capacities"] or default_capacities(self.ratios, config.clients)
+        self.capacity = {k: float(c) for k, c in enumerate(caps)}
+        self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.prunable = prunable(self.model)
+        weights = dict(self.model.named_parameters())
+        self.masks = {1.0: {n: torch.ones_like(weights[n]) for n in self.prunable}}  # m[r] for pruned r
+        self.trigger = FixedSchedule(o["warmup"], o["every"]) if o["schedule"] == "fixed" else \
+            ConvergenceTrigger(o["delta"], o["min_gap"])
+        self.mask_news = set()  # ratios whose mask changed this round (clients download it)
+        self.pruned_at: list[int] = []
+        x, y = data.dataset.x_test, data.dataset.y_test
+        if o["test_samples"] is not None and o["test_samples"] < len(y):
+            keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(config.seed))[:o["test_samples"]]
+            x, y = x[keep], y[keep]
+        self.test_set = (x, y)
+
+    # -- server ---------------------------------------------------------------
+    @property
+    def pruned(self) -> list[float]:
+        """R_pruned: the ratios that exist so far, descending."""
+        return [r for r in self.ratios if r in self.masks]
+
+    def prune_next(self) -> None:
+        """One pruning event (Alg. 1, l. 10-14): carve R[n] out of R[n-1], rewind its survivors."""
+        n = len(self.pruned)
+        parent = self.masks[self.ratios[n - 1]]
+        weights = {k: p.detach() for k, p in self.model.named_parameters() if k in parent}
+        child = prune_within(weights, parent, keep_fraction(self.ratios, n), self.options["scope"])
+        self.masks[self.ratios[n]] = child
+        rewind(dict(self.model.named_parameters()), self.initial, child, self.options["rewind_unmasked"])
+        self.mask_news = {r for r in self.pruned if r <= self.ratios[n - 1]}
+
+    def smallest_loss(self) -> float | None:
+        """Validation loss of the current smallest sub-network (the convergence trigger's signal)."""
+        xs = [c.x_val for c in self.data.clients if len(c.y_val)]
+        ys = [c.y_val for c in self.data.clients if len(c.y_val)]
+        if not ys:
+            return None
+        _, loss = evaluate(self.sub_network(self.pruned[-1]), torch.cat(xs), torch.cat(ys))
+        return loss / sum(len(y) for y in ys)
+
+    def configure_round(self, round_idx, client_ids):
+        """Prune if the trigger fires; plan only the clients whose ratio exists (the rest sit out)."""
+        self.mask_news = set()
+        if len(self.pruned) < len(self.ratios):
+            signal = self.smallest_loss() if isinstance(self.trigger, ConvergenceTrigger) else None
+            if self.trigger(round_idx, len(self.pruned) - 1, signal):
+                self.prune_next()
+                self.pruned_at.append(round_idx)
+        return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.capacity[k])
+                for k in client_ids if self.capacity[k] in self.masks}
+
+    # -- client ---------------------------------------------------------------
+    def smaller_masks(self, ratio: float) -> list[dict]:
+        """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
+        return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
+
+    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+        """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""
+        own = self.masks[plan.ratio]
+        smaller = self.smaller_masks(plan.ratio)
+        model = self.sub_network(plan.ratio)
+        loss_fn = (lambda m, xb, yb: joint_loss(m, smaller, xb, yb)) if smaller else None
+        result = self.local_train(model, client, plan.local_steps, generator, masks=own, loss_fn=loss_fn)
+        update, n_held = masked_upload(model, own)
+        n_params = sum(p.numel() for p in model.parameters())
+        flops = sum(training_flops(self.costs, result.samples, density=layer_densities(m)) for m in [own, *smaller])
+        news = [r for r in self.mask_news if r <= plan.ratio]
+        mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
+        return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
+                            uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
+                            local_steps=plan.local_steps, ratio=plan.ratio,
+                            extra={"losses_per_step": 1 + len(smaller)})
+
+    def aggregate(self, round_idx, reports):
+        """Sec. 3.6: theta_g[p] <- sum_{i holds p} n_i theta_i[p] / sum_{i holds p} n_i."""
+        average_over_holders(self.model, reports)
+
+    # -- evaluation -------------------------------------------------------------
+    def sub_network(self, ratio: float):
+        """The deployable model for ``ratio``: m[ratio] * theta_g (one stored model serves all)."""
+        model = clone_model(self.model)
+        apply_mask(model, self.masks[ratio])
+        return model
+
+    def personal_model(self, client_id):
+        """The client's own sub-network; before its ratio exists, the smallest one there is."""
+        cap = self.capacity[client_id]
+        return self.sub_network(cap if cap in self.masks else self.pruned[-1])
+
+    def global_model(self):
+        """None: the engine's global score is replaced by :meth:`extra_metrics`, which scores every ratio."""
+        return None
+
+    def extra_metrics(self) -> dict:
+        """a_r(t) on the global test set for every r in R (None while r is not pruned yet).
+
+        ``acc_global`` is a_1.0, the full network. With ``test_samples`` set, scores use a
+        fixed seeded subset of the test set (evaluating s sub-networks every round is the
+        dominant cost of a small run).
+        """
+        x, y = self.test_set
+        scores = [evaluate(self.sub_network(r), x, y) if r in self.masks else None for r in self.ratios]
+        accs = [None if s is None else s[0] / len(y) for s in scores]
+        return {"acc_ratios": accs, "ratios": self.ratios, "acc_global": accs[0], "loss_global": scores[0][1] / len(y)}
+
+
+@register
+class OFAOneShot(OFAFL):
+    """The one-shot baseline: every ratio pruned at once by one magnitude ranking, then OFA training."""
+
+    name = "ofa-oneshot"
+    summary = "One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"
+    defaults = {**OFAFL.defaults, "oneshot_rewind": True}
+
+    def prune_next(self) -> None:
+        """All of R[1:] from |theta_g| at once (nested); rewind the smallest mask's weights."""
+        from ..lottery import oneshot_masks
+
+        weights = {k: p.detach() for k, p in self.model.named_parameters() if k in self.prunable}
+        for r, m in zip(self.ratios[1:], oneshot_masks(weights, self.ratios[1:], self.options["scope"])):
+            self.masks[r] = m
+        if self.options["oneshot_rewind"]:
+            rewind(dict(self.model.named_parameters()), self.initial, self.masks[self.ratios[-1]],
+                   self.options["rewind_unmasked"])
+        self.mask_news = set(self.ratios)
