@@ -128,3 +128,45 @@ def test_more_bandwidth_keeps_more_of_the_gradient():
     assert kbar[0] + 0.05 <= kbar[2]
     assert kbar[0] <= kbar[1] + 0.01 <= kbar[2] + 0.02
     assert rbar[2] >= rbar[0] - 0.02
+
+
+def test_objective_does_not_worsen_with_more_band_or_time():
+    """A looser round (more bandwidth, a later deadline) never ends with a worse objective."""
+    for seed in (0, 1):
+        s = scenario(10, seed=seed).draw()
+        s = dataclasses.replace(s, deadline_s=1.2 * s.deadline_s)
+        f = dca.solve_dca(s, theta1=10.0, relax=False).objective
+        wider = dca.solve_dca(dataclasses.replace(s, bandwidth_hz=2 * s.bandwidth_hz), theta1=10.0, relax=False)
+        later = dca.solve_dca(dataclasses.replace(s, deadline_s=1.5 * s.deadline_s), theta1=10.0, relax=False)
+        assert wider.objective <= f + 1e-4 and later.objective <= f + 1e-4
+
+
+def test_lemma1_uniform_mask_monte_carlo():
+    """Eq. (23): a uniform m-of-d mask drops (1 - m/d) of ||x||^2 in expectation; top-k drops at most that."""
+    import torch
+
+    from hetfl_core.compression import top_k
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(100, generator=gen) * torch.linspace(0.1, 2, 100)
+    m, d = 30, 100
+    kept = torch.zeros(10_000, d).scatter_(1, torch.stack([torch.randperm(d, generator=gen)[:m]
+                                                           for _ in range(10_000)]), 1.0)
+    dropped = ((x * (1 - kept)) ** 2).sum(1).mean()
+    expected = (1 - m / d) * (x ** 2).sum()
+    assert abs(dropped - expected) / expected < 0.02
+    sent, _ = top_k(x, m / d)
+    assert ((x - sent) ** 2).sum() <= expected
+
+
+def test_paper_bound_counterexample_is_negative():
+    """Spec §4: F = L/2 ||w||^2, sigma = 0, k = r = 1, eta = 0.1/L: the right side of (30) is
+    L^2 ||w1||^2 (10/T - 1.8) < 0 for T >= 6, below a mean of squared norms."""
+    L, w1, eta = 1.0, 1.0, 0.1
+    G2 = L ** 2 * w1 ** 2
+    for T in (6, 20):
+        psi1 = (L * eta ** 2 - eta) / 2 * G2
+        psi2 = (L * eta ** 2 - 3 * eta) / 2 * G2 + eta * G2
+        rhs = 2 / (eta * T) * 0.5 * L * w1 ** 2 + 2 / eta * (psi1 + psi2)
+        assert rhs == pytest.approx(L ** 2 * w1 ** 2 * (10 / T - 1.8))
+        assert rhs < 0
