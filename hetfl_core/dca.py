@@ -1,0 +1,508 @@
+"""Per-round joint choice of sparsity k, pruning rate r and bandwidth share l (paper 004).
+
+The server of the lightweight personalised method (Tan et al., 2024; Alg. 1) solves, every
+round, problem (31) restricted to that round (spec §8.4):
+
+    min_{k, r, l}  sum_n gamma_n (theta1 sqrt(1 - r_n) - theta2 k_n)                  (31a)
+    s.t.  tau_comp_n(r_n) + S(k_n) / R_n(l_n) <= tau_max                              (31b)
+          zeta omega_n^3 tau_comp_n(r_n) + p_n S(k_n) / R_n(l_n) <= E_n   (optional)  (31c)
+          k_min <= k <= 1,  r_min <= r <= r_max,  sum_n l_n = 1                        (31d-g)
+
+with the wireless uplink rate R_n(l) = l W log2(1 + h_n p_n / (N0 l W)) (7), the upload
+size S(k) = k d_B (log2(1/k) + FPP + 1) (9) and the compute time
+tau_comp(r) = b C (d_B + r d_P) / (omega d) (12). Both the objective (concave in r) and
+(31b) (S(k)/R(l) couples k and l) are non-convex.
+
+:func:`solve_dca` is Alg. 2: slack variables z (comm latency), u = l z and u = v^2 turn
+(31) into the difference-of-convex program (38); each DCA iteration linearises the
+concave parts at the current point and solves the convex subproblem (39) with cvxpy's
+default conic solver (CLARABEL). Every linearisation is an inner approximation, so from a
+feasible start each iterate is feasible and the true objective never increases.
+
+:func:`uniform_allocation` (l = 1/N, each client's best (k, r) on a fine grid) and
+:func:`grid_search` (brute force over l as well, for N <= 3) are the references the tests
+compare against. Units inside the solver: Mbit, MHz, seconds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .errors import ConfigError, InfeasibleError
+from .system import FLOAT_BITS, channel_gain, dbm_to_watts, shannon_rate
+
+__all__ = ["NOISE_PSD", "RoundSystem", "WirelessScenario", "Allocation", "upload_bits", "objective",
+           "latency", "min_share", "min_deadline", "feasible_start", "solve_dca", "best_for_shares",
+           "uniform_allocation", "grid_search", "fixed_allocation"]
+
+#: AWGN power spectral density, -174 dBm/Hz (Table II), in W/Hz.
+NOISE_PSD = dbm_to_watts(-174.0)
+K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # spec §3.6: the gradients of (39) are singular at k=0, r=1
+
+
+def upload_bits(k, d_base: int, value_bits: int = FLOAT_BITS):
+    """Eq. (9): S(k) = k d_B (log2(1/k) + FPP + 1) bits for a top-k share k of the base gradient."""
+    k = np.asarray(k, float)
+    return k * d_base * (-np.log2(np.clip(k, 1e-300, None)) + value_bits + 1)
+
+
+def _upload_bits_slope(k, d_base: int, value_bits: int = FLOAT_BITS):
+    """dS/dk = d_B (log2(1/k) + FPP + 1 - 1/ln 2) = -grad phi_1 (spec §3.5)."""
+    return d_base * (-np.log2(k) + value_bits + 1 - 1 / math.log(2))
+
+
+@dataclass
+class RoundSystem:
+    """One round's system state: what the server knows when it allocates (spec §3.3).
+
+    Per client: data weight ``gamma`` (sums to 1), transmit power ``tx_power_w``, channel
+    power gain ``gain``, CPU frequency ``cpu_hz``; shared: band ``bandwidth_hz``, model split
+    ``d_base``/``d_private``, ``batch`` b, ``cycles_per_sample`` C, ``energy_coeff`` zeta,
+    the deadline ``deadline_s`` and optional per-round energy budgets ``energy_budget_j``.
+    """
+
+    gamma: np.ndarray
+    tx_power_w: np.ndarray
+    gain: np.ndarray
+    cpu_hz: np.ndarray
+    bandwidth_hz: float
+    d_base: int
+    d_private: int
+    batch: int
+    cycles_per_sample: float
+    deadline_s: float
+    energy_coeff: float = 1e-28
+    energy_budget_j: np.ndarray | None = None
+    noise_psd: float = NOISE_PSD
+    value_bits: int = FLOAT_BITS
+
+    @property
+    def n(self) -> int:
+        return len(self.gamma)
+
+    @property
+    def snr(self) -> np.ndarray:
+        """a_n = h_n p_n / (N0 W): the SNR a client would have on the whole band."""
+        return self.gain * self.tx_power_w / (self.noise_psd * self.bandwidth_hz)
+
+    def compute_time(self, r) -> np.ndarray:
+        """Eq. (12): tau_comp = b C (d_B + r d_P) / (omega d)."""
+        d = self.d_base + self.d_private
+        return self.batch * self.cycles_per_sample * (self.d_base + np.asarray(r, float) * self.d_private) \
+            / (self.cpu_hz * d)
+
+    def compute_energy(self, r) -> np.ndarray:
+        """Eq. (13): E_comp = zeta omega^3 tau_comp."""
+        return self.energy_coeff * self.cpu_hz ** 3 * self.compute_time(r)
+
+    def rate(self, share) -> np.ndarray:
+        """Eq. (7) for every client at its bandwidth share (``system.shannon_rate``)."""
+        share = np.broadcast_to(np.asarray(share, float), (self.n,))
+        return np.array([shannon_rate(s * self.bandwidth_hz, p, h, self.noise_psd)
+                         for s, p, h in zip(share, self.tx_power_w, self.gain)])
+
+
+def _rate(system: RoundSystem, share):
+    """Eq. (7) vectorised (the bisections call it many times); equals :meth:`RoundSystem.rate`."""
+    share = np.asarray(share, float)
+    a = system.snr.reshape((-1,) + (1,) * (share.ndim - 1)) if share.ndim else system.snr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = share * system.bandwidth_hz * np.log2(1 + a / share)
+    return np.where(share > 0, out, 0.0)
+
+
+def objective(k, r, system: RoundSystem, theta1: float, theta2: float = 1.0) -> float:
+    """Eq. (31a) for one round: sum_n gamma_n (theta1 sqrt(1 - r_n) - theta2 k_n)."""
+    return float(np.sum(system.gamma * (theta1 * np.sqrt(np.clip(1 - np.asarray(r), 0, None))
+                                        - theta2 * np.asarray(k))))
+
+
+def latency(k, r, share, system: RoundSystem) -> np.ndarray:
+    """Eqs. (10), (12), (14): tau_all = tau_comp(r) + S(k) / R(l), per client."""
+    return system.compute_time(r) + upload_bits(k, system.d_base, system.value_bits) / _rate(system, share)
+
+
+def energy(k, r, share, system: RoundSystem) -> np.ndarray:
+    """Eqs. (11), (13): E = zeta omega^3 tau_comp + p tau_comm, per client and round."""
+    comm = upload_bits(k, system.d_base, system.value_bits) / _rate(system, share)
+    return system.compute_energy(r) + system.tx_power_w * comm
+
+
+def min_share(system: RoundSystem, bits, seconds) -> np.ndarray:
+    """The smallest l_n with R_n(l_n) >= bits_n / seconds_n, in closed form.
+
+    l W log2(1 + a / l) = c has, with y = 1 + a / l and q = c ln 2 / (a W), ln y = q (y - 1),
+    whose root y > 1 is y = -W_{-1}(-q e^{-q}) / q (Lambert W, lower branch), so l = a / (y - 1).
+    Clients that cannot make it even with the whole band get ``inf``.
+    """
+    from scipy.special import lambertw
+
+    seconds = np.broadcast_to(np.asarray(seconds, float), (system.n,))
+    bits = np.broadcast_to(np.asarray(bits, float), (system.n,))
+    a = system.snr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = bits / np.where(seconds > 0, seconds, np.nan) * math.log(2) / (a * system.bandwidth_hz)
+        y = -np.real(lambertw(-q * np.exp(-q), -1)) / q
+        share = a / (y - 1)
+    ok = (seconds > 0) & (_rate(system, np.ones(system.n)) * seconds >= bits * (1 - 1e-12))
+    return np.where(ok, np.minimum(share, 1.0), np.inf)
+
+
+def min_deadline(system: RoundSystem, k, r, iters: int = 60) -> float:
+    """The smallest deadline under which (k, r) fits with the best bandwidth split (bisection)."""
+    bits = upload_bits(k, system.d_base, system.value_bits) * np.ones(system.n)
+    comp = system.compute_time(r) * np.ones(system.n)
+    lo = float(comp.max())
+    hi = lo + 1.0
+    while np.sum(min_share(system, bits, hi - comp)) > 1:
+        hi = lo + 2 * (hi - lo)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if np.sum(min_share(system, bits, mid - comp)) > 1:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass
+class Allocation:
+    """One round's decision and how it was reached.
+
+    ``history`` holds the true objective (31a) at the start point and after every DCA
+    iteration; ``relaxed`` says the round's deadline was infeasible and was relaxed to
+    ``deadline_s`` = 1.05 x the smallest feasible one (spec §8.5).
+    """
+
+    k: np.ndarray
+    r: np.ndarray
+    share: np.ndarray
+    objective: float
+    deadline_s: float
+    history: list = field(default_factory=list)
+    iterations: int = 0
+    relaxed: bool = False
+    status: str = "optimal"
+
+
+def feasible_start(system: RoundSystem, k_min: float = K_MIN, r_min: float = R_MIN):
+    """Spec §3.6: (k, r) = (k_min, r_min) and the least shares that meet the deadline, scaled to sum 1.
+
+    Returns (k, r, share) or raises :class:`InfeasibleError` when even that point misses
+    the deadline.
+    """
+    k, r = np.full(system.n, k_min), np.full(system.n, r_min)
+    slack = system.deadline_s - system.compute_time(r)
+    share = min_share(system, upload_bits(k, system.d_base, system.value_bits), slack)
+    total = share.sum()
+    if not np.isfinite(total) or total > 1:
+        raise InfeasibleError(f"deadline {system.deadline_s:.4g} s is infeasible even at k={k_min}, r={r_min} "
+                              f"(needs {total:.3g} of the band)")
+    return k, r, share / total
+
+
+class _Subproblem:
+    """The convex subproblem (39), built once per (N, energy) and re-solved with new parameters (DPP)."""
+
+    def __init__(self, n: int, with_energy: bool, k_min: float, r_min: float, r_max: float):
+        import cvxpy as cp
+
+        self.cp = cp
+        k, r, z, u, v, s = (cp.Variable(n, name=name) for name in "krzuvs")
+        P = lambda name, **kw: cp.Parameter(n, name=name, **kw)  # noqa: E731
+        self.c, self.g = P("c"), P("g")                          # linearised -S(k) / W  [Mbit/MHz]
+        self.vi, self.vi2 = P("vi", nonneg=True), P("vi2", nonneg=True)
+        self.sr = P("sr", nonneg=True)                           # theta1 gamma / (2 sqrt(1 - r_i))
+        self.wk = P("wk", nonneg=True)                           # theta2 gamma
+        self.ainv, self.lna = P("ainv", nonneg=True), P("lna")   # 1 / a and ln a, a = full-band SNR
+        self.A, self.B = P("A", nonneg=True), P("B", nonneg=True)  # tau_comp = A + B r  (12)
+        self.tau = cp.Parameter(nonneg=True, name="tau")
+        tc = self.A + cp.multiply(self.B, r)
+        # (39b) / W in the stable form: lambda_1 / W = (rel_entr(u, z + u / a) - u ln a) / ln 2; the
+        # equal rel_entr(u, u + a z) / ln 2 mixes u ~ 1e-2 with a z ~ 1e6 and stalls the solver
+        cons = [k >= k_min, k <= 1, r >= r_min, r <= r_max,                       # (31d), (31e)
+                tc + z <= self.tau,                                              # (32a)
+                u >= 0, u <= z, v >= 0,                                          # (35a), (35b)
+                cp.SOC(s + z, cp.vstack([2 * v, s - z]), axis=0), cp.sum(s) <= 1,  # (36a): s >= v^2 / z
+                (cp.rel_entr(u, z + cp.multiply(self.ainv, u)) - cp.multiply(self.lna, u)) / math.log(2)
+                <= self.c + cp.multiply(self.g, k),
+                u <= 2 * cp.multiply(self.vi, v) - self.vi2]                     # (39c)
+        if with_energy:
+            self.eA, self.eB = P("eA", nonneg=True), P("eB", nonneg=True)
+            self.p, self.E = P("p", nonneg=True), P("E", nonneg=True)
+            cons.append(self.eA + cp.multiply(self.eB, r) + cp.multiply(self.p, z) <= self.E)  # (32b)
+        self.vars = (k, r, z, u, v)
+        self.problem = cp.Problem(cp.Minimize(-self.wk @ k - self.sr @ r), cons)
+
+    def solve(self):
+        import warnings
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")          # "optimal_inaccurate" is checked by the caller
+                self.problem.solve(solver=self.cp.CLARABEL)
+        except self.cp.SolverError:
+            return None
+        if self.problem.status not in ("optimal", "optimal_inaccurate"):
+            return None
+        return tuple(np.asarray(x.value, float) for x in self.vars)
+
+
+_SUBPROBLEMS: dict = {}
+
+
+def _subproblem(n, with_energy, k_min, r_min, r_max) -> _Subproblem:
+    key = (n, with_energy, k_min, r_min, r_max)
+    if key not in _SUBPROBLEMS:
+        _SUBPROBLEMS[key] = _Subproblem(*key)
+    return _SUBPROBLEMS[key]
+
+
+def _repair(system: RoundSystem, k, r, share, k_min):
+    """Lower k where solver tolerance left tau_all a hair above the deadline (S increases in k)."""
+    budget = _rate(system, share) * (system.deadline_s - system.compute_time(r))
+    lo, hi = np.full(system.n, k_min), np.asarray(k, float).copy()
+    bad = upload_bits(hi, system.d_base, system.value_bits) > budget
+    if not bad.any():
+        return k
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        fits = upload_bits(mid, system.d_base, system.value_bits) <= budget
+        lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+    return np.where(bad, lo, k)
+
+
+def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_iter: int = 30,
+              tol: float = 1e-4, k_min: float = K_MIN, r_min: float = R_MIN, r_max: float = R_MAX,
+              relax: bool = True) -> Allocation:
+    """Alg. 2: DCA on (38) from the feasible start of spec §3.6, one convex program (39) per iteration.
+
+    Stops when max |k^{i+1} - k^i|, |r^{i+1} - r^i| <= ``tol`` or after ``max_iter``
+    iterations and returns the last iterate x^{i+1} (the paper returns x^i). If the
+    deadline is infeasible, raises :class:`InfeasibleError` (``relax=False``) or relaxes it to
+    1.05 x the smallest feasible deadline (spec §8.5) and says so in ``Allocation.relaxed``.
+    Shares are l = u / z rescaled to sum 1 (R increases in l, so this only helps).
+    """
+    relaxed = False
+    try:
+        k, r, share = feasible_start(system, k_min, r_min)
+    except InfeasibleError:
+        if not relax:
+            raise
+        system = replace(system, deadline_s=1.05 * min_deadline(system, k_min, r_min))
+        relaxed = True
+        k, r, share = feasible_start(system, k_min, r_min)
+    bits0 = upload_bits(k, system.d_base, system.value_bits) / 1e6
+    z = bits0 / (_rate(system, share) / 1e6)
+    v = np.sqrt(share * z)
+    history = [objective(k, r, system, theta1, theta2)]
+    sub = _subproblem(system.n, system.energy_budget_j is not None, k_min, r_min, r_max)
+    W = system.bandwidth_hz / 1e6
+    d = system.d_base + system.d_private
+    sub.ainv.value, sub.lna.value = 1 / system.snr, np.log(system.snr)
+    sub.A.value = system.batch * system.cycles_per_sample * system.d_base / (system.cpu_hz * d)
+    sub.B.value = system.batch * system.cycles_per_sample * system.d_private / (system.cpu_hz * d)
+    sub.tau.value = system.deadline_s
+    sub.wk.value = theta2 * system.gamma
+    if system.energy_budget_j is not None:
+        zw3 = system.energy_coeff * system.cpu_hz ** 3
+        sub.eA.value, sub.eB.value = zw3 * sub.A.value, zw3 * sub.B.value
+        sub.p.value, sub.E.value = system.tx_power_w, np.asarray(system.energy_budget_j, float)
+    share_best, status, it = share, "optimal", 0
+    for it in range(1, max_iter + 1):
+        slope = _upload_bits_slope(k, system.d_base, system.value_bits) / 1e6
+        phi1 = -upload_bits(k, system.d_base, system.value_bits) / 1e6
+        # (39b) / W:  lambda_1 / W <= phi_1(k_i) + grad phi_1(k_i) (k - k_i),  grad phi_1 = -S'
+        sub.g.value = -slope / W
+        sub.c.value = (phi1 + slope * k) / W
+        sub.vi.value, sub.vi2.value = v, v ** 2
+        sub.sr.value = theta1 * system.gamma / (2 * np.sqrt(1 - r))
+        sol = sub.solve()
+        if sol is None:
+            status = "solver failed; kept the last iterate"
+            break
+        k_new, r_new, z_new, u_new, v_new = sol
+        k_new, r_new = np.clip(k_new, k_min, 1.0), np.clip(r_new, r_min, r_max)
+        f = objective(k_new, r_new, system, theta1, theta2)
+        if f > history[-1] + 1e-6 * (1 + abs(history[-1])):
+            # exact solves never raise (31a); an inaccurate one can: keep the last iterate
+            status = f"stopped: an inaccurate solve raised the objective by {f - history[-1]:.2g}"
+            break
+        step = max(np.abs(k_new - k).max(), np.abs(r_new - r).max())
+        k, r, v = k_new, r_new, np.clip(v_new, 1e-12, None)
+        share_best = np.clip(u_new, 0, None) / np.clip(z_new, 1e-12, None)
+        share_best = share_best / share_best.sum()
+        history.append(f)
+        if step <= tol:
+            break
+    share = share_best
+    k = _repair(system, k, r, share, k_min)
+    return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s, history, it,
+                      relaxed, status)
+
+
+def best_for_shares(system: RoundSystem, share, theta1: float, theta2: float = 1.0, *,
+                    k_min: float = K_MIN, r_min: float = R_MIN, r_max: float = R_MAX, grid: int = 401):
+    """Each client's best (k, r) for fixed shares: the per-client problem is 1-D in r.
+
+    For a given r the best k is the largest that still meets the deadline (S increases in
+    k); r is searched on a grid in sqrt(1 - r) (where the objective is linear) and refined
+    once around the best point. Returns (k, r, per-client objective), ``inf`` where no (k, r)
+    fits.
+    """
+    share = np.broadcast_to(np.asarray(share, float), (system.n,))
+    rate = _rate(system, share)[:, None]
+    s_lo, s_hi = math.sqrt(1 - r_max), math.sqrt(1 - r_min)
+
+    def evaluate(s):                                     # s: (N, G) values of sqrt(1 - r)
+        r = 1 - s ** 2
+        budget = rate * (system.deadline_s - system.compute_time(r.T).T)
+        lo, hi = np.full(s.shape, k_min), np.ones(s.shape)
+        full = upload_bits(hi, system.d_base, system.value_bits) <= budget
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            fits = upload_bits(mid, system.d_base, system.value_bits) <= budget
+            lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
+        k = np.where(full, 1.0, lo)
+        ok = upload_bits(np.full(s.shape, k_min), system.d_base, system.value_bits) <= budget
+        f = np.where(ok, theta1 * s - theta2 * k, np.inf)
+        return k, r, f
+
+    s = np.tile(np.linspace(s_lo, s_hi, grid), (system.n, 1))
+    k, r, f = evaluate(s)
+    i = f.argmin(1)
+    step = (s_hi - s_lo) / (grid - 1)
+    centre = s[np.arange(system.n), i][:, None]
+    s2 = np.clip(centre + np.linspace(-step, step, grid)[None, :], s_lo, s_hi)
+    k2, r2, f2 = evaluate(s2)
+    j = f2.argmin(1)
+    rows = np.arange(system.n)
+    return k2[rows, j], r2[rows, j], f2[rows, j]
+
+
+def uniform_allocation(system: RoundSystem, theta1: float, theta2: float = 1.0, relax: bool = True,
+                       **bounds) -> Allocation:
+    """l_n = 1/N and each client's best (k, r) for it: the best uniform-bandwidth allocation.
+
+    An infeasible deadline raises :class:`InfeasibleError` or (``relax=True``) is relaxed to
+    1.05 x the smallest one equal shares allow at (k_min, r_min), as in :func:`solve_dca`.
+    """
+    share = np.full(system.n, 1 / system.n)
+    k, r, f = best_for_shares(system, share, theta1, theta2, **bounds)
+    relaxed = False
+    if not np.all(np.isfinite(f)):
+        if not relax:
+            raise InfeasibleError(f"deadline {system.deadline_s:.4g} s is infeasible with equal bandwidth shares")
+        k_min, r_min = bounds.get("k_min", K_MIN), bounds.get("r_min", R_MIN)
+        floor = latency(k_min, r_min, share, system).max()
+        system = replace(system, deadline_s=1.05 * float(floor))
+        k, r, f = best_for_shares(system, share, theta1, theta2, **bounds)
+        relaxed = True
+    return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s, relaxed=relaxed)
+
+
+def fixed_allocation(system: RoundSystem, k: float, r: float, share=None) -> Allocation:
+    """The same (k, r) for everyone and equal shares (the fixed-rate ablations, FedPer, FedAvg)."""
+    share = np.full(system.n, 1 / system.n) if share is None else np.asarray(share, float)
+    kk, rr = np.full(system.n, float(k)), np.full(system.n, float(r))
+    return Allocation(kk, rr, share, float("nan"), system.deadline_s)
+
+
+def grid_search(system: RoundSystem, theta1: float, theta2: float = 1.0, points: int = 101, **bounds) -> Allocation:
+    """Brute force for N = 2 (or 3): a grid over the shares on the simplex, each client's best (k, r).
+
+    The share grid is refined twice around the best point. Slow; for checking DCA only.
+    """
+    if system.n not in (2, 3):
+        raise ConfigError(f"grid_search handles 2 or 3 clients, got {system.n}")
+
+    def search(centre, width):
+        axes = [np.clip(c + np.linspace(-width, width, points), 1e-6, 1) for c in centre[:-1]]
+        best = (np.inf, None)
+        for combo in np.stack(np.meshgrid(*axes), -1).reshape(-1, system.n - 1):
+            last = 1 - combo.sum()
+            if last <= 1e-6:
+                continue
+            share = np.append(combo, last)
+            k, r, f = best_for_shares(system, share, theta1, theta2, grid=101, **bounds)
+            value = float(np.sum(system.gamma * f))
+            if value < best[0]:
+                best = (value, (k, r, share))
+        return best
+
+    centre, width = np.full(system.n, 1 / system.n), 0.5
+    f, point = search(centre, width)
+    for _ in range(2):
+        if point is None:
+            break
+        width = 4 * width / (points - 1)
+        f2, point2 = search(point[2], width)
+        if f2 <= f:
+            f, point = f2, point2
+    if point is None:
+        raise InfeasibleError("no share on the grid meets the deadline")
+    k, r, share = point
+    return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s)
+
+
+class WirelessScenario:
+    """Table II's cell with the scaled constants of spec §7, drawing one :class:`RoundSystem` per round.
+
+    Clients sit uniformly in a disc of ``radius_m`` (at least ``min_distance_m`` from the
+    base station) for the whole run; every round redraws Rayleigh fading (Exp(1) power
+    gain), transmit power U[20, 28] dBm and CPU frequency U[0.5, 3] GHz. ``bandwidth_hz``
+    is a number or a ``(low, high)`` range drawn uniformly per round (dynamic bandwidth).
+    C is calibrated so that at k = r = 1 and l = 1/N the median compute time equals the
+    median upload time on the mean channel (spec §7). The deadline sits at
+    ``deadline_position`` between the smallest feasible deadlines at (k_min, r_min) and at
+    (1, 1) under the best shares; since CPU speeds are redrawn every round, the slowest
+    client of a round, not the mean one, sets those, so both are medians over
+    ``calibration_draws`` rounds (on the mean channel the deadline misses almost every
+    round).
+    """
+
+    def __init__(self, gamma, d_base: int, d_private: int, bandwidth_hz=2e6, *, batch: int = 32,
+                 seed: int = 0, deadline_s: float | None = None, deadline_position: float = 0.5,
+                 energy_budget_j: float | None = None, radius_m: float = 200.0, min_distance_m: float = 10.0,
+                 power_dbm=(20.0, 28.0), cpu_hz=(0.5e9, 3.0e9), energy_coeff: float = 1e-28,
+                 value_bits: int = FLOAT_BITS, calibration_draws: int = 30):
+        self.gamma = np.asarray(gamma, float) / np.sum(gamma)
+        n = len(self.gamma)
+        place = np.random.default_rng([seed, 404, 0])
+        distance = np.maximum(radius_m * np.sqrt(place.random(n)), min_distance_m)
+        self.path_gain = np.array([channel_gain(m / 1000) for m in distance])
+        self.bandwidth = bandwidth_hz
+        self.power_dbm, self.cpu_range = power_dbm, cpu_hz
+        self.energy_budget_j = energy_budget_j
+        mean = RoundSystem(self.gamma, np.full(n, dbm_to_watts(np.mean(power_dbm))), self.path_gain,
+                           np.full(n, np.mean(cpu_hz)), float(np.mean(bandwidth_hz)), d_base, d_private, batch,
+                           1.0, 1.0, energy_coeff, None, NOISE_PSD, value_bits)
+        comm = upload_bits(1.0, d_base, value_bits) / mean.rate(np.full(n, 1 / n))
+        comp_per_cycle = mean.compute_time(np.ones(n))           # at C = 1
+        self.cycles_per_sample = float(np.median(comm) / np.median(comp_per_cycle))
+        self.mean_system = replace(mean, cycles_per_sample=self.cycles_per_sample)
+        if deadline_s is None:
+            probe = np.random.default_rng([seed, 404, 1])
+            rounds = [self._draw(probe) for _ in range(calibration_draws)]
+            lo = np.median([min_deadline(s, K_MIN, R_MIN) for s in rounds])
+            hi = np.median([min_deadline(s, 1.0, 1.0) for s in rounds])
+            deadline_s = lo + deadline_position * (hi - lo)
+        self.deadline_s = float(deadline_s)
+        self.mean_system = replace(self.mean_system, deadline_s=self.deadline_s)
+        self.rng = np.random.default_rng([seed, 404, 2])
+
+    def _draw(self, rng) -> RoundSystem:
+        n = len(self.gamma)
+        band = rng.uniform(*self.bandwidth) if np.ndim(self.bandwidth) else self.bandwidth
+        fading = rng.exponential(1.0, n)
+        power = np.array([dbm_to_watts(x) for x in rng.uniform(*self.power_dbm, n)])
+        cpu = rng.uniform(*self.cpu_range, n)
+        budget = None if self.energy_budget_j is None else np.full(n, self.energy_budget_j)
+        return replace(self.mean_system, tx_power_w=power, gain=self.path_gain * fading, cpu_hz=cpu,
+                       bandwidth_hz=float(band), energy_budget_j=budget)
+
+    def draw(self) -> RoundSystem:
+        """The next round's channel, power, CPU and (if dynamic) band."""
+        return self._draw(self.rng)

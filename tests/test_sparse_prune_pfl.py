@@ -1,0 +1,135 @@
+"""The lightweight personalised method of paper 004 (hetfl_core/methods/sparse_prune_pfl.py)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hetfl_core import RunConfig, dca, system
+from hetfl_core.engine import build_simulation, run, seeded_generator
+from hetfl_core.errors import ConfigError
+from hetfl_core.methods.sparse_prune_pfl import split_layers
+from hetfl_core.models import build_model, count_parameters
+
+from test_cli import cli
+
+
+def lenet():
+    return build_model("lenet5", (1, 28, 28), 10)
+
+
+@pytest.mark.parametrize("split,layers,percent", [
+    ("first:1", ["conv1"], 0.25), ("first:2", ["conv1", "conv2"], 4.17),
+    ("first:3", ["conv1", "conv2", "conv3"], 82.15), ("conv", ["conv1", "conv2", "conv3"], 82.15),
+    ("first:4", ["conv1", "conv2", "conv3", "fc1"], 98.62)])
+def test_table_iii_parameter_counts(split, layers, percent):
+    model = lenet()
+    assert count_parameters(model) == 61_706
+    assert split_layers(model, split) == layers
+    base = sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[0] in layers)
+    assert 100 * base / 61_706 == pytest.approx(percent, abs=0.01)
+    if split == "conv":
+        assert base == 50_692
+
+
+def config(**options):
+    opts = {"allocation": "fixed", "k": 0.3, "r": 0.5, **options}
+    return RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", partition="dirichlet", alpha=0.5,
+                     clients=4, rounds=2, local_steps=1, lr=0.05, options=opts)
+
+
+def test_one_round_top_k_pruning_latency_and_eq6():
+    sim = build_simulation(config().validate())
+    m = sim.method
+    before = {n: p.detach().clone() for n, p in m.model.named_parameters()}
+    plans = m.configure_round(1, [0, 1, 2, 3])
+    reports = [m.client_update(sim.data.clients[c], plans[c], seeded_generator(0, 1, c)) for c in range(4)]
+    for rep in reports:
+        # top-k sends exactly ceil(k d_B) values
+        assert rep.extra["sent_values"] == math.ceil(0.3 * m.d_base)
+        assert int((rep.update != 0).sum()) <= rep.extra["sent_values"]
+        # the private part keeps at most ceil(r d_P) non-zeros after the step (decision (b))
+        private = torch.cat([t.flatten() for t in m.private._states[rep.client_id].values()])
+        assert private.numel() == m.d_private
+        assert int((private != 0).sum()) <= math.ceil(0.5 * m.d_private)
+        # latency and energy from system.py's formulas (Eqs. 7, 10-14)
+        dev = plans[rep.client_id].extra["device"]
+        assert rep.uplink_bits == pytest.approx(float(dca.upload_bits(0.3, m.d_base)))
+        assert rep.time_s == pytest.approx(rep.flops / dev.flops_per_s + rep.uplink_bits / dev.uplink_bps)
+        assert rep.extra["energy_j"] == pytest.approx(system.compute_energy(dev, rep.flops)
+                                                      + dev.tx_power_w * rep.uplink_bits / dev.uplink_bps)
+    m.aggregate(1, reports)
+    total = sum(r.n_samples for r in reports)
+    step = sum(r.update * r.n_samples / total for r in reports)
+    after = torch.cat([p.detach().flatten() for n, p in m.model.named_parameters() if n in m.shared_names])
+    start = torch.cat([before[n].flatten() for n in m.shared_names])
+    assert torch.allclose(after, start - 0.05 * step, atol=1e-6)          # Eq. (6)
+    for n in m.private_names:                                             # private part never leaves
+        assert torch.equal(dict(m.model.named_parameters())[n].detach(), before[n])
+
+
+def test_compute_time_follows_eq12():
+    sim = build_simulation(config(k=1.0, r=0.5).validate())
+    m = sim.method
+    plans = m.configure_round(1, [0, 1, 2, 3])
+    rep = m.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 1, 0))
+    d = m.d_base + m.d_private
+    cycles = 32 * m.scenario.cycles_per_sample * (m.d_base + 0.5 * m.d_private) / d
+    assert rep.flops == pytest.approx(2 * cycles)
+
+
+def test_dense_decoupling_equals_fedper():
+    """FLPDSP(1, 1) with one local step is FedPer (spec §8.13): w - eta sum gamma g = sum gamma (w - eta g)."""
+    ours = run(config(k=1.0, r=1.0).replace(rounds=3).validate())
+    fedper = run(RunConfig(method="fedper", dataset="digits", model="cnn", partition="dirichlet", alpha=0.5,
+                           clients=4, rounds=3, local_steps=1, lr=0.05, options={"head_layers": 2}).validate())
+    a = [h["acc_personal"] for h in ours["history"]]
+    b = [h["acc_personal"] for h in fedper["history"]]
+    assert np.allclose(a, b)
+
+
+def test_dca_rounds_meet_the_deadline():
+    result = run(config(allocation="dca").replace(rounds=3).validate())
+    for row in result["history"]:
+        shares = [c["share"] for c in row["clients"]]
+        assert sum(shares) == pytest.approx(1.0)
+        assert all(dca.K_MIN - 1e-9 <= c["k"] <= 1 and dca.R_MIN - 1e-9 <= c["r"] <= 1 for c in row["clients"])
+
+
+@pytest.mark.parametrize("options,needle", [
+    ({"split": "middle"}, "split"), ({"allocation": "greedy"}, "allocation"), ({"k": 0}, "k must"),
+    ({"r": 1.5}, "r must"), ({"prune_scope": "all", "allocation": "dca"}, "FedAvg-P"),
+    ({"bandwidth_high_mhz": 5.0}, "bandwidth_high_mhz"), ({"bits": "huffman"}, "bits")])
+def test_bad_options_fail_at_once(options, needle):
+    with pytest.raises(ConfigError, match=needle):
+        config(**options).validate()
+
+
+def test_cli_smoke(tmp_path):
+    out = cli("run", "sparse-prune-pfl", "--dataset", "digits", "--model", "cnn", "--clients", "4", "--rounds", "2",
+              "--local-steps", "1", "--quiet", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "sparse-prune-pfl: 2 rounds" in out.stdout + out.stderr
+
+
+def latency_to(result, target):
+    """Simulated seconds until the personalised accuracy first reaches ``target`` (inf if never)."""
+    return next((row["time_s"] for row in result["history"] if row["acc_personal"] >= target), math.inf)
+
+
+def test_claim_opt_reaches_target_sooner_than_fedper_and_fedavg():
+    """Table IV's direction on digits, Class-2, 6 clients, seeds 0-2: OPT needs <= 0.8x the latency
+    of FedPer and of FedAvg to reach 90% of FedPer's final personalised accuracy (mean over seeds)."""
+    variants = {"opt": {"allocation": "dca"}, "fedper": {"allocation": "fixed"},
+                "fedavg": {"allocation": "fixed", "split": "all"}}
+    latency = {m: [] for m in variants}
+    for seed in (0, 1, 2):
+        runs = {m: run(RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", partition="shards",
+                                 classes_per_client=2, clients=6, rounds=15, local_steps=2, lr=0.05, seed=seed,
+                                 options=o).validate()) for m, o in variants.items()}
+        target = 0.9 * runs["fedper"]["history"][-1]["acc_personal"]
+        for m, r in runs.items():
+            latency[m].append(latency_to(r, target))
+    opt = np.mean(latency["opt"])
+    assert opt <= 0.8 * np.mean(latency["fedper"])
+    assert opt <= 0.8 * np.mean(latency["fedavg"])
