@@ -42,7 +42,7 @@ from torch import nn
 from .errors import ConfigError
 
 __all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "ComposedNet", "ComposedCNN",
-           "ComposedResNet", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
+           "PooledComposedCNN", "ComposedResNet", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
            "subgrid_selection", "width_blocks", "flanc_block_count", "aggregate_blocks"]
 
 
@@ -81,6 +81,7 @@ class ComposedConv2d(nn.Module):
         self.base_in, self.base_out, self.kernel, self.stride = base_in, base_out, kernel, stride
         self.rank = rank or default_rank(base_in, base_out, kernel)
         fan_in = max_width * base_in * kernel * kernel  # of the full composed layer
+        # Var(W) = R Var(v) Var(u) = 2 / fan_in: He initialisation, as the dense twin ``pcnn``
         self.v = nn.Parameter(torch.randn(self.rank, base_in, kernel, kernel) / math.sqrt(self.rank))
         self.u = nn.Parameter(torch.randn(n_blocks, base_out, self.rank) * math.sqrt(2.0 / fan_in))
 
@@ -110,9 +111,8 @@ class GroupConv2d(nn.Module):
     def __init__(self, in_channels: int, base_out: int, kernel: int, max_width: int, stride: int = 1):
         super().__init__()
         self.kernel, self.stride = kernel, stride
-        fan_in = in_channels * kernel * kernel
-        self.weight = nn.Parameter(torch.randn(max_width, base_out, in_channels, kernel, kernel)
-                                   * math.sqrt(2.0 / fan_in))
+        std = math.sqrt(2.0 / (in_channels * kernel * kernel))   # He initialisation
+        self.weight = nn.Parameter(torch.randn(max_width, base_out, in_channels, kernel, kernel) * std)
 
     def forward(self, x, groups):
         w = self.weight[torch.as_tensor(groups, dtype=torch.long)]
@@ -124,8 +124,9 @@ class GroupLinear(nn.Module):
 
     def __init__(self, base_in: int, out_features: int, max_width: int):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(max_width, out_features, base_in) / math.sqrt(max_width * base_in))
-        self.bias = nn.Parameter(torch.zeros(out_features))
+        bound = 1.0 / math.sqrt(max_width * base_in)            # torch's default init
+        self.weight = nn.Parameter(torch.empty(max_width, out_features, base_in).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
 
     def forward(self, x, groups):
         w = self.weight[torch.as_tensor(groups, dtype=torch.long)]        # (p, C, D)
@@ -178,17 +179,20 @@ class ComposedNet(nn.Module):
 
 class ComposedCNN(ComposedNet):
     """Twin of ``models.WidthCNN``: 3x3 convs with ReLU and 2x2 max-pool, global average
-    pooling, linear classifier. ``channels`` are the full widths (P x base)."""
+    pooling, linear classifier. ``channels`` are the full widths (P x base). With
+    ``pooled=True`` the twin of ``models.PooledCNN`` (last map pooled to 2x2, flattened)."""
 
     twin = "wcnn"
 
-    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
+    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None,
+                 pooled=False):
         super().__init__(max_width, n_blocks or max_width ** 2)
         base = [c // max_width for c in channels]
+        self.pooled = pooled
         self.head = GroupConv2d(in_shape[0], base[0], 3, max_width)
         self.convs = nn.ModuleList(ComposedConv2d(a, b, 3, self.n_blocks, rank, max_width=max_width)
                                    for a, b in zip(base[:-1], base[1:]))
-        self.classifier = GroupLinear(base[-1], num_classes, max_width)
+        self.classifier = GroupLinear(base[-1] * (4 if pooled else 1), num_classes, max_width)
 
     def run(self, x, sel):
         x = F.relu(self.head(x, sel.head))
@@ -196,7 +200,17 @@ class ComposedCNN(ComposedNet):
             if min(x.shape[-2:]) >= 2:
                 x = F.max_pool2d(x, 2)
             x = F.relu(conv(x, sel))
-        return self.classifier(x.mean(dim=(-2, -1)), sel.cls)
+        x = F.adaptive_avg_pool2d(x, 2).flatten(1) if self.pooled else x.mean(dim=(-2, -1))
+        return self.classifier(x, sel.cls)
+
+
+class PooledComposedCNN(ComposedCNN):
+    """Twin of ``models.PooledCNN``."""
+
+    twin = "pcnn"
+
+    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
+        super().__init__(in_shape, num_classes, channels, max_width, n_blocks, rank, pooled=True)
 
 
 class _ComposedBlock(nn.Module):
@@ -238,7 +252,7 @@ class ComposedResNet(ComposedNet):
 
 
 #: dense model name (``hetfl_core.models``) -> its composed twin
-COMPOSED_MODELS = {"wcnn": ComposedCNN, "resnet": ComposedResNet}
+COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": PooledComposedCNN, "resnet": ComposedResNet}
 
 
 def build_composed(name: str, in_shape, num_classes: int, max_width: int = 4, n_blocks: int | None = None):
