@@ -42,7 +42,7 @@ from torch import nn
 from .errors import ConfigError
 
 __all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "ComposedNet", "ComposedCNN",
-           "PooledComposedCNN", "ComposedResNet", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
+           "PooledComposedCNN", "ComposedResNet", "ComposedLSTM", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
            "subgrid_selection", "width_blocks", "flanc_block_count", "aggregate_blocks"]
 
 
@@ -160,6 +160,12 @@ class ComposedNet(nn.Module):
         """Parameters indexed by group along dim 0, and which counter they follow."""
         return {"head.weight": "head", "classifier.weight": "cls"}
 
+    def shared_numel(self) -> int:
+        """Values every client holds whole (classifier bias, embedding)."""
+        groups = set(self.group_names()) | set(self.block_names())
+        basis = {f"{n}.v" for n, _ in self.composed_layers()}
+        return sum(p.numel() for n, p in self.named_parameters() if n not in groups and n not in basis)
+
     def upload_numel(self, sel: Selection) -> int:
         """Values a width-p client exchanges: |v| + p^2 |u^i| per layer, p head and classifier
         groups, and the shared classifier bias (Sec. III, Eq. 18's E(v) + E(u))."""
@@ -167,7 +173,7 @@ class ComposedNet(nn.Module):
         for _, layer in self.composed_layers():
             n += layer.v.numel() + len(sel.blocks) * layer.block_numel()
         n += len(sel.head) * self.head.weight[0].numel() + len(sel.cls) * self.classifier.weight[0].numel()
-        return n + self.classifier.bias.numel()
+        return n + self.shared_numel()
 
     def composition_macs(self, p: int) -> int:
         """Multiply-adds of composing every factorised weight at width p (once per step)."""
@@ -251,13 +257,48 @@ class ComposedResNet(ComposedNet):
         return self.classifier(x.mean(dim=(-2, -1)), sel.cls)
 
 
+class ComposedLSTM(ComposedNet):
+    """Twin of ``models.CharLSTM`` with one layer (``charlstm-s``): a shared embedding; the
+    input weight W_ih in P output groups (the ``head`` groups, each all four gates of H0
+    units); the recurrent weight W_hh composed from a basis and blocks (k = 1, each block
+    holding the four gates' rows of its output group, spec 3.1); a grouped classifier.
+    Runs ``nn.LSTM`` through ``torch.func.functional_call`` with the composed weights."""
+
+    twin = "charlstm-s"
+
+    def __init__(self, in_shape, num_classes=80, embed=16, hidden=64, max_width=4, n_blocks=None, rank=None):
+        super().__init__(max_width, n_blocks or max_width ** 2)
+        H0 = hidden // max_width
+        self.H0 = H0
+        self.embedding = nn.Embedding(num_classes, embed)
+        self.head = nn.Module()
+        self.head.weight = nn.Parameter(torch.randn(max_width, 4 * H0, embed) / math.sqrt(embed))
+        self.recurrent = ComposedConv2d(H0, 4 * H0, 1, self.n_blocks, rank or max(1, math.ceil(H0 / 2)),
+                                        max_width=max_width)
+        self.classifier = GroupLinear(H0, num_classes, max_width)
+        # the recurrence only, run with composed weights: kept out of the module's parameters
+        self.__dict__["lstm"] = nn.LSTM(embed, H0, batch_first=True, bias=False)
+
+    def run(self, x, sel):
+        p, H0 = sel.p, self.H0
+        gates = lambda w: w.reshape(p, 4, H0, *w.shape[1:]).transpose(0, 1).reshape(4 * p * H0, *w.shape[1:])  # noqa: E731
+        w_ih = gates(self.head.weight[torch.as_tensor(sel.head, dtype=torch.long)].flatten(0, 1))
+        w = self.recurrent.weight(sel.blocks, p)[..., 0, 0]                # (p 4H0, p H0), rows by group
+        w_hh = gates(w)
+        params = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh}
+        lstm = self.lstm
+        lstm.hidden_size = p * H0
+        out, _ = torch.func.functional_call(lstm, params, (self.embedding(x),))
+        return self.classifier(out[:, -1], sel.cls)
+
+
 #: dense model name (``hetfl_core.models``) -> its composed twin
-COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": PooledComposedCNN, "resnet": ComposedResNet}
+COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": PooledComposedCNN, "resnet": ComposedResNet,
+                   "charlstm-s": ComposedLSTM}
 
 
 def build_composed(name: str, in_shape, num_classes: int, max_width: int = 4, n_blocks: int | None = None):
-    """The composed twin of the dense model ``name`` (``wcnn`` or ``resnet``, and
-    ``charlstm`` once :mod:`hetfl_core.composition` registers it)."""
+    """The composed twin of the dense model ``name`` (a key of :data:`COMPOSED_MODELS`)."""
     if name not in COMPOSED_MODELS:
         raise ConfigError(f"neural composition supports models {', '.join(COMPOSED_MODELS)}, not {name!r}")
     return COMPOSED_MODELS[name](tuple(in_shape), num_classes, max_width=max_width, n_blocks=n_blocks)

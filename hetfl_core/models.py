@@ -201,6 +201,13 @@ class CharLSTM(nn.Module):
         return self.classifier(out[:, -1])
 
 
+class SmallCharLSTM(CharLSTM):
+    """A one-layer CharLSTM for CPU runs (embedding 16, hidden 64), Heroes' Fig. 9 model."""
+
+    def __init__(self, in_shape=(40,), num_classes=80, width=1.0):
+        super().__init__(in_shape, num_classes, embed=16, hidden=64, layers=1, width=width)
+
+
 MODELS = {
     "mlp": MLP,
     "lenet5": LeNet5,
@@ -209,6 +216,7 @@ MODELS = {
     "pcnn": PooledCNN,
     "resnet": ResNet,
     "charlstm": CharLSTM,
+    "charlstm-s": SmallCharLSTM,
 }
 
 

@@ -244,3 +244,30 @@ def test_cli_smoke_run(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(out.read_text())["history"]) == 2
+
+
+def test_composed_lstm_runs_at_every_width_and_counts_its_upload():
+    from hetfl_core.composition import ComposedLSTM
+
+    model = ComposedLSTM((40,), 76)
+    x = torch.randint(0, 76, (3, 40))
+    for p in (1, 2, 4):
+        model.selection = Selection(p, least_trained(np.arange(16)[::-1], p * p), tuple(range(p)), tuple(range(p)))
+        model(x).sum().backward()
+        assert model.recurrent.u.grad[list(model.selection.blocks)].abs().sum() > 0
+        model.zero_grad()
+    assert count_parameters(model) == model.upload_numel(Selection.full(4))
+
+
+def test_shakespeare_parser_and_missing_files(tmp_path):
+    from hetfl_core.errors import DatasetUnavailable
+    from hetfl_core.shakespeare import encode, load_shakespeare, parse_play
+
+    text = "ACT I.\n\nScene I. A heath.\n\n[Enter Kent.]\n\nKent.\nI thought the King\nhad more affected.\n\n" \
+           "GLOUCESTER.\nIt did always seem so.\n\nOsw. Ay, madam.\n\nKent.\nIs not this your son?\n"
+    roles = parse_play(text)
+    assert roles == {"Kent": "I thought the King had more affected. Is not this your son?",
+                     "GLOUCESTER": "It did always seem so.", "Osw": "Ay, madam."}
+    assert encode("ab")[0] != encode("ab")[1] and encode("\u00e9")[0] == encode("~")[0]
+    with pytest.raises(DatasetUnavailable, match="shakespeare.sh"):
+        load_shakespeare(tmp_path)

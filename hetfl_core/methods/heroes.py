@@ -102,7 +102,8 @@ class Heroes(FedAvg):
         self.block_counts = np.zeros(self.model.n_blocks)   # c_i, cumulative local iterations (Alg. 1)
         self.group_counts = {"head": np.zeros(P), "cls": np.zeros(P)}
         self.width_costs = {p: profile_model(build_model(config.model, data.input_shape, data.num_classes,
-                                                         width=p / P), data.input_shape) for p in range(1, P + 1)}
+                                                         width=p / P), data.input_shape,
+                                              dtype=data.dataset.x_train.dtype) for p in range(1, P + 1)}
         self.tau0 = int(self.options["tau0"] or config.local_steps or steps_for_epochs(
             int(np.median([c.n_train for c in data.clients])), config.batch_size, config.local_epochs))
         self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
