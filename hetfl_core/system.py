@@ -211,6 +211,8 @@ HETEROGENEITY = {
     "low": [("high", 1.0, 1.0), ("mid", 0.7, 0.7), ("low", 0.5, 0.5)],
     "medium": [("high", 1.0, 1.0), ("mid", 0.5, 0.5), ("low", 0.25, 0.25)],
     "high": [("high", 1.0, 1.0), ("mid", 0.25, 0.25), ("low", 0.0625, 0.0625)],
+    # Heroes' four edge devices (laptop, AGX Xavier, Xavier NX, TX2): iteration times 1, 1.6, 2.5, 4 x
+    "edge": [("laptop", 1.0, 1.0), ("agx", 0.625, 0.625), ("nx", 0.4, 0.4), ("tx2", 0.25, 0.25)],
 }
 
 

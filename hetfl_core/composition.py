@@ -1,0 +1,365 @@
+"""Neural composition: layer weights built from a shared basis and coefficient blocks.
+
+Heroes (Yan et al.), Eq. (4): a layer of width p (p input groups of ``I`` channels,
+p output groups of ``O`` channels, kernel k) has the weight
+
+    W_p  =  v . u_p,     v in R^{R x I x k x k} (the basis, shared by every client),
+                         u_p = p^2 coefficient blocks u^i in R^{O x R},
+
+where block ``i`` contributes ``W^(i) = u^i v`` (an ``O x I x k x k`` piece). A client with
+the sorted block list ``S = (s_0 < s_1 < ...)`` places block ``s_j`` at input group
+``a = j // p`` and output group ``b = j % p`` of its ``pO x pI`` weight (spec A1); the full
+model (p = P, S = 0..P^2-1) puts block ``i`` at ``(i // P, i % P)``.
+
+The first layer (fixed input channels) and the classifier (fixed outputs) are not
+factorised (spec A2): the first layer has ``P`` output groups and the classifier ``P``
+input groups, and a width-p client gets p of them. Factorised layers carry no bias and
+there is no normalisation; the classifier bias is shared.
+
+This module holds:
+
+* the layers (:class:`ComposedConv2d`, :class:`GroupConv2d`, :class:`GroupLinear`) and two
+  composed networks (:class:`ComposedCNN`, the twin of ``models.WidthCNN``;
+  :class:`ComposedResNet`, the twin of ``models.ResNet`` without batch norm);
+* :class:`Selection` and the block choices: :func:`least_trained` (enhanced composition,
+  Sec. II-B), :func:`subgrid_selection` (ablation: an exact sub-network),
+  :func:`width_blocks` (Flanc's fixed per-width coefficients);
+* the counts of Sec. III: :meth:`ComposedNet.upload_numel` and
+  :meth:`ComposedNet.composition_macs`;
+* :func:`aggregate_blocks`, the block-wise aggregation of Eq. (5).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import ConfigError
+
+__all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "ComposedNet", "ComposedCNN",
+           "PooledComposedCNN", "ComposedResNet", "ComposedLSTM", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
+           "subgrid_selection", "width_blocks", "flanc_block_count", "aggregate_blocks"]
+
+
+def default_rank(base_in: int, base_out: int, kernel: int) -> int:
+    """Spec A3: R = O for k x k kernels (k > 1), R = ceil(I / 2) for 1 x 1 (else no compression)."""
+    return base_out if kernel > 1 else max(1, math.ceil(base_in / 2))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a width-``p`` client trains: ``p^2`` coefficient blocks and ``p`` groups of the
+    first layer (``head``) and of the classifier (``cls``), each a sorted index tuple."""
+
+    p: int
+    blocks: tuple
+    head: tuple
+    cls: tuple
+
+    @classmethod
+    def full(cls, P: int) -> "Selection":
+        """The full model: every block at its own grid position."""
+        return cls(P, tuple(range(P * P)), tuple(range(P)), tuple(range(P)))
+
+
+# --------------------------------------------------------------------------- layers
+
+class ComposedConv2d(nn.Module):
+    """A conv (or, with k = 1 on 1x1 maps, a linear) layer whose weight is v . u (Eq. 4).
+
+    ``v``: ``(R, I, k, k)``; ``u``: ``(n_blocks, O, R)``, block ``i`` being ``u[i]``.
+    """
+
+    def __init__(self, base_in: int, base_out: int, kernel: int, n_blocks: int, rank: int | None = None,
+                 stride: int = 1, max_width: int = 4):
+        super().__init__()
+        self.base_in, self.base_out, self.kernel, self.stride = base_in, base_out, kernel, stride
+        self.rank = rank or default_rank(base_in, base_out, kernel)
+        fan_in = max_width * base_in * kernel * kernel  # of the full composed layer
+        # Var(W) = R Var(v) Var(u) = 2 / fan_in: He initialisation, as the dense twin ``pcnn``
+        self.v = nn.Parameter(torch.randn(self.rank, base_in, kernel, kernel) / math.sqrt(self.rank))
+        self.u = nn.Parameter(torch.randn(n_blocks, base_out, self.rank) * math.sqrt(2.0 / fan_in))
+
+    def weight(self, blocks, p: int) -> torch.Tensor:
+        """W_p of shape ``(pO, pI, k, k)``: block ``blocks[j]`` at input group j // p, output group j % p."""
+        idx = torch.as_tensor(blocks, dtype=torch.long)
+        pieces = torch.einsum("mor,rikl->moikl", self.u[idx], self.v)     # one u^i v per block
+        O, I, k = self.base_out, self.base_in, self.kernel
+        grid = pieces.reshape(p, p, O, I, k, k)                            # (a: input, b: output, ...)
+        return grid.permute(1, 2, 0, 3, 4, 5).reshape(p * O, p * I, k, k)
+
+    def forward(self, x, sel: Selection):
+        return F.conv2d(x, self.weight(sel.blocks, sel.p), stride=self.stride, padding=self.kernel // 2)
+
+    def block_numel(self) -> int:
+        """|u^i| = O R."""
+        return self.base_out * self.rank
+
+    def composition_macs(self, p: int) -> int:
+        """Multiply-adds of composing W_p: p^2 products (O x R)(R x I k^2)."""
+        return p * p * self.base_out * self.rank * self.base_in * self.kernel ** 2
+
+
+class GroupConv2d(nn.Module):
+    """The first layer: ``P`` output groups ``weight[j]`` of shape ``(O, C_in, k, k)``."""
+
+    def __init__(self, in_channels: int, base_out: int, kernel: int, max_width: int, stride: int = 1):
+        super().__init__()
+        self.kernel, self.stride = kernel, stride
+        std = math.sqrt(2.0 / (in_channels * kernel * kernel))   # He initialisation
+        self.weight = nn.Parameter(torch.randn(max_width, base_out, in_channels, kernel, kernel) * std)
+
+    def forward(self, x, groups):
+        w = self.weight[torch.as_tensor(groups, dtype=torch.long)]
+        return F.conv2d(x, w.flatten(0, 1), stride=self.stride, padding=self.kernel // 2)
+
+
+class GroupLinear(nn.Module):
+    """The classifier: ``P`` input groups ``weight[j]`` of shape ``(C, D)``, a shared bias."""
+
+    def __init__(self, base_in: int, out_features: int, max_width: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(max_width * base_in)            # torch's default init
+        self.weight = nn.Parameter(torch.empty(max_width, out_features, base_in).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+
+    def forward(self, x, groups):
+        w = self.weight[torch.as_tensor(groups, dtype=torch.long)]        # (p, C, D)
+        return F.linear(x, w.permute(1, 0, 2).flatten(1), self.bias)
+
+
+# --------------------------------------------------------------------------- networks
+
+class ComposedNet(nn.Module):
+    """A network of composed layers; ``selection`` says which blocks and groups it runs with.
+
+    ``twin`` names the dense model of ``hetfl_core.models`` with the same layer shapes
+    (its width-p/P instance has exactly the composed width-p model's FLOPs).
+    """
+
+    twin = ""
+
+    def __init__(self, max_width: int, n_blocks: int):
+        super().__init__()
+        self.max_width, self.n_blocks = max_width, n_blocks
+        self.selection = Selection.full(max_width)
+
+    def composed_layers(self) -> list[tuple[str, ComposedConv2d]]:
+        return [(n, m) for n, m in self.named_modules() if isinstance(m, ComposedConv2d)]
+
+    def block_names(self) -> list[str]:
+        """Parameters indexed by block along dim 0 (the coefficients u)."""
+        return [f"{n}.u" for n, _ in self.composed_layers()]
+
+    def group_names(self) -> dict[str, str]:
+        """Parameters indexed by group along dim 0, and which counter they follow."""
+        return {"head.weight": "head", "classifier.weight": "cls"}
+
+    def shared_numel(self) -> int:
+        """Values every client holds whole (classifier bias, embedding)."""
+        groups = set(self.group_names()) | set(self.block_names())
+        basis = {f"{n}.v" for n, _ in self.composed_layers()}
+        return sum(p.numel() for n, p in self.named_parameters() if n not in groups and n not in basis)
+
+    def upload_numel(self, sel: Selection) -> int:
+        """Values a width-p client exchanges: |v| + p^2 |u^i| per layer, p head and classifier
+        groups, and the shared classifier bias (Sec. III, Eq. 18's E(v) + E(u))."""
+        n = 0
+        for _, layer in self.composed_layers():
+            n += layer.v.numel() + len(sel.blocks) * layer.block_numel()
+        n += len(sel.head) * self.head.weight[0].numel() + len(sel.cls) * self.classifier.weight[0].numel()
+        return n + self.shared_numel()
+
+    def composition_macs(self, p: int) -> int:
+        """Multiply-adds of composing every factorised weight at width p (once per step)."""
+        return sum(layer.composition_macs(p) for _, layer in self.composed_layers())
+
+    def forward(self, x):
+        return self.run(x, self.selection)
+
+
+class ComposedCNN(ComposedNet):
+    """Twin of ``models.WidthCNN``: 3x3 convs with ReLU and 2x2 max-pool, global average
+    pooling, linear classifier. ``channels`` are the full widths (P x base). With
+    ``pooled=True`` the twin of ``models.PooledCNN`` (last map pooled to 2x2, flattened)."""
+
+    twin = "wcnn"
+
+    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None,
+                 pooled=False):
+        super().__init__(max_width, n_blocks or max_width ** 2)
+        base = [c // max_width for c in channels]
+        self.pooled = pooled
+        self.head = GroupConv2d(in_shape[0], base[0], 3, max_width)
+        self.convs = nn.ModuleList(ComposedConv2d(a, b, 3, self.n_blocks, rank, max_width=max_width)
+                                   for a, b in zip(base[:-1], base[1:]))
+        self.classifier = GroupLinear(base[-1] * (4 if pooled else 1), num_classes, max_width)
+
+    def run(self, x, sel):
+        x = F.relu(self.head(x, sel.head))
+        for conv in self.convs:
+            if min(x.shape[-2:]) >= 2:
+                x = F.max_pool2d(x, 2)
+            x = F.relu(conv(x, sel))
+        x = F.adaptive_avg_pool2d(x, 2).flatten(1) if self.pooled else x.mean(dim=(-2, -1))
+        return self.classifier(x, sel.cls)
+
+
+class PooledComposedCNN(ComposedCNN):
+    """Twin of ``models.PooledCNN``."""
+
+    twin = "pcnn"
+
+    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
+        super().__init__(in_shape, num_classes, channels, max_width, n_blocks, rank, pooled=True)
+
+
+class _ComposedBlock(nn.Module):
+    def __init__(self, base_in, base_out, stride, n_blocks, rank, max_width):
+        super().__init__()
+        self.conv1 = ComposedConv2d(base_in, base_out, 3, n_blocks, rank, stride, max_width)
+        self.conv2 = ComposedConv2d(base_out, base_out, 3, n_blocks, rank, 1, max_width)
+        self.shortcut = None
+        if stride != 1 or base_in != base_out:
+            self.shortcut = ComposedConv2d(base_in, base_out, 1, n_blocks, None, stride, max_width)
+
+    def forward(self, x, sel):
+        out = self.conv2(F.relu(self.conv1(x, sel)), sel)
+        return F.relu(out + (x if self.shortcut is None else self.shortcut(x, sel)))
+
+
+class ComposedResNet(ComposedNet):
+    """Twin of ``models.ResNet`` (one BasicBlock per stage) without batch norm: a grouped
+    stem, composed 3x3 convs and 1x1 shortcuts, global average pooling, grouped classifier."""
+
+    twin = "resnet"
+
+    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
+        super().__init__(max_width, n_blocks or max_width ** 2)
+        base = [c // max_width for c in channels]
+        self.head = GroupConv2d(in_shape[0], base[0], 3, max_width)
+        blocks, c = [], base[0]
+        for i, w in enumerate(base):
+            blocks.append(_ComposedBlock(c, w, 2 if i > 0 else 1, self.n_blocks, rank, max_width))
+            c = w
+        self.layers = nn.ModuleList(blocks)
+        self.classifier = GroupLinear(c, num_classes, max_width)
+
+    def run(self, x, sel):
+        x = F.relu(self.head(x, sel.head))
+        for block in self.layers:
+            x = block(x, sel)
+        return self.classifier(x.mean(dim=(-2, -1)), sel.cls)
+
+
+class ComposedLSTM(ComposedNet):
+    """Twin of ``models.CharLSTM`` with one layer (``charlstm-s``): a shared embedding; the
+    input weight W_ih in P output groups (the ``head`` groups, each all four gates of H0
+    units); the recurrent weight W_hh composed from a basis and blocks (k = 1, each block
+    holding the four gates' rows of its output group, spec 3.1); a grouped classifier.
+    Runs ``nn.LSTM`` through ``torch.func.functional_call`` with the composed weights."""
+
+    twin = "charlstm-s"
+
+    def __init__(self, in_shape, num_classes=80, embed=16, hidden=64, max_width=4, n_blocks=None, rank=None):
+        super().__init__(max_width, n_blocks or max_width ** 2)
+        H0 = hidden // max_width
+        self.H0 = H0
+        self.embedding = nn.Embedding(num_classes, embed)
+        self.head = nn.Module()
+        self.head.weight = nn.Parameter(torch.randn(max_width, 4 * H0, embed) / math.sqrt(embed))
+        self.recurrent = ComposedConv2d(H0, 4 * H0, 1, self.n_blocks, rank or max(1, math.ceil(H0 / 2)),
+                                        max_width=max_width)
+        self.classifier = GroupLinear(H0, num_classes, max_width)
+        # the recurrence only, run with composed weights: kept out of the module's parameters
+        self.__dict__["lstm"] = nn.LSTM(embed, H0, batch_first=True, bias=False)
+
+    def run(self, x, sel):
+        p, H0 = sel.p, self.H0
+        gates = lambda w: w.reshape(p, 4, H0, *w.shape[1:]).transpose(0, 1).reshape(4 * p * H0, *w.shape[1:])  # noqa: E731
+        w_ih = gates(self.head.weight[torch.as_tensor(sel.head, dtype=torch.long)].flatten(0, 1))
+        w = self.recurrent.weight(sel.blocks, p)[..., 0, 0]                # (p 4H0, p H0), rows by group
+        w_hh = gates(w)
+        params = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh}
+        lstm = self.lstm
+        lstm.hidden_size = p * H0
+        out, _ = torch.func.functional_call(lstm, params, (self.embedding(x),))
+        return self.classifier(out[:, -1], sel.cls)
+
+
+#: dense model name (``hetfl_core.models``) -> its composed twin
+COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": PooledComposedCNN, "resnet": ComposedResNet,
+                   "charlstm-s": ComposedLSTM}
+
+
+def build_composed(name: str, in_shape, num_classes: int, max_width: int = 4, n_blocks: int | None = None):
+    """The composed twin of the dense model ``name`` (a key of :data:`COMPOSED_MODELS`)."""
+    if name not in COMPOSED_MODELS:
+        raise ConfigError(f"neural composition supports models {', '.join(COMPOSED_MODELS)}, not {name!r}")
+    return COMPOSED_MODELS[name](tuple(in_shape), num_classes, max_width=max_width, n_blocks=n_blocks)
+
+
+# --------------------------------------------------------------------------- block choice
+
+def least_trained(counts, m: int) -> tuple:
+    """Enhanced composition (Sec. II-B, Fig. 1): the ``m`` entries with the fewest updates,
+    ties to the lower index, returned sorted by index."""
+    counts = np.asarray(counts)
+    order = np.lexsort((np.arange(len(counts)), counts))   # by count, then index
+    return tuple(sorted(int(i) for i in order[:m]))
+
+
+def subgrid_selection(counts, P: int, p: int) -> tuple:
+    """Ablation (spec 3.2): one group set A (|A| = p) minimising the summed counts of its
+    p^2 blocks a P + b, (a, b) in A^2, so the client model is an exact sub-network."""
+    counts = np.asarray(counts).reshape(P, P)
+    best = min(itertools.combinations(range(P), p), key=lambda A: (counts[np.ix_(A, A)].sum(), A))
+    return tuple(best)
+
+
+def flanc_block_count(P: int) -> int:
+    """Flanc keeps one coefficient per width p = 1..P: sum_p p^2 blocks."""
+    return sum(q * q for q in range(1, P + 1))
+
+
+def width_blocks(p: int) -> tuple:
+    """Flanc (original composition): width p always trains its own coefficient, the p^2
+    blocks after those of the narrower widths."""
+    offset = flanc_block_count(p - 1)
+    return tuple(range(offset, offset + p * p))
+
+
+# --------------------------------------------------------------------------- aggregation
+
+@torch.no_grad()
+def aggregate_blocks(model: ComposedNet, updates: list[tuple[Selection, dict]]) -> dict:
+    """Eq. (5): the basis (and every shared tensor) is the plain mean over all participants;
+    block i of every coefficient is the mean over the clients that trained it,
+    u^{h+1,i} = (1/|N_i|) sum_{n in N_i} u_n^i, and keeps its value if nobody did (spec A13).
+    Head and classifier groups are averaged the same way. Returns how many clients
+    trained each block (``{"blocks": ..., "head": ..., "cls": ...}``)."""
+    params = dict(model.named_parameters())
+    blocks, groups = set(model.block_names()), model.group_names()
+    trainers = {"blocks": torch.zeros(model.n_blocks), "head": torch.zeros(model.max_width),
+                "cls": torch.zeros(model.max_width)}
+    for sel, _ in updates:
+        trainers["blocks"][list(sel.blocks)] += 1
+        trainers["head"][list(sel.head)] += 1
+        trainers["cls"][list(sel.cls)] += 1
+    for name, p in params.items():
+        if name in blocks or name in groups:
+            key = "blocks" if name in blocks else groups[name]
+            total = torch.zeros_like(p)
+            for sel, state in updates:
+                idx = list(sel.blocks if key == "blocks" else getattr(sel, key))
+                total[idx] += state[name][idx]
+            count = trainers[key].view(-1, *([1] * (p.dim() - 1)))
+            p.copy_(torch.where(count > 0, total / count.clamp_min(1), p))
+        else:
+            p.copy_(sum(state[name] for _, state in updates) / len(updates))
+    return trainers

@@ -1,0 +1,46 @@
+"""Flanc (Mei et al., 2022): the original neural composition, as Heroes describes it.
+
+Every layer shares one basis v (averaged over all participants, Eq. 5), but each width
+p = 1..P has its *own* coefficient u^(p) of p^2 blocks, trained and averaged only by the
+clients of that width. The full-width model (basis times u^(P)) is the global model, so
+the wide coefficient learns from the fast clients alone. Widths follow the same time
+budget as Heroes; every client runs tau_0 local steps. The first layer and classifier
+groups are nested (width p trains groups 0..p-1); Flanc's orthogonality regulariser is
+off (spec A20).
+"""
+from __future__ import annotations
+
+from ..composition import Selection, flanc_block_count, width_blocks
+from . import register
+from .heroes import Heroes
+
+
+@register
+class Flanc(Heroes):
+    """Shared basis, one coefficient per width, fixed local frequency."""
+
+    name = "flanc"
+    summary = "Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)"
+    defaults = {**Heroes.defaults, "frequency": "fixed"}
+
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        if options.get("frequency", "fixed") != "fixed" or options.get("selection", "free") != "free":
+            from ..errors import ConfigError
+            raise ConfigError("flanc has fixed blocks per width and a fixed frequency: "
+                              "set neither frequency nor selection")
+
+    def n_blocks(self) -> int:
+        return flanc_block_count(self.P)
+
+    def full_selection(self) -> Selection:
+        return self.width_selection(self.P)
+
+    @staticmethod
+    def width_selection(p: int) -> Selection:
+        return Selection(p, width_blocks(p), tuple(range(p)), tuple(range(p)))
+
+    def select(self, p, round_idx, client_id):
+        """Width p always trains coefficient u^(p) and the first p groups."""
+        return self.width_selection(p)

@@ -1,0 +1,260 @@
+"""Heroes (Yan et al.): enhanced neural composition + adaptive local update frequency.
+
+One round of Alg. 1 (server) and Alg. 2 (client), with the resolutions of the spec (§3, §8):
+
+    for each sampled client n:  p_n = widest p with mu_n(p) <= mu_max      (l. 6-11, A5)
+    tau_l = tau*  for the client l finishing first at tau*                  (l. 12-14, Eq. 27)
+    for n in [l] + others by decreasing width:
+        S_n = the p_n^2 least-trained blocks                                (l. 20, Sec. II-B)
+        tau_n in Eq. (24)'s window, minimising the block-count variance     (l. 16-19, Eq. 21)
+        c_i += tau_n for i in S_n                                           (l. 21-22)
+    client n: compose W = v . u_{S_n} (Eq. 4), tau_n SGD steps on (v, u_{S_n}),
+              estimate F_n, L_n, sigma_n^2, G_n^2                           (Alg. 2)
+    server: v = mean over clients, u^i = mean over the clients that trained i (Eq. 5)
+
+The factors are trained directly (spec A4), so "decomposition" is exact. Time is the
+shared device model of :mod:`hetfl_core.system`: mu_n is the training FLOPs of one
+width-p step over the device's FLOP/s, nu_n the width-p model's download and upload
+over its link rates, so the controller's estimate of T_n (Eq. 19) is what the engine
+charges (the paper's device fluctuations are absent, spec §3.8).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..composition import (COMPOSED_MODELS, Selection, aggregate_blocks, build_composed, least_trained,
+                           subgrid_selection)
+from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..errors import ConfigError
+from ..frequency import block_variance, plan_frequencies, tau_calibrated, tau_eps, tau_raw, width_for_budget
+from ..models import build_model
+from ..system import dense_bits, profile_model, training_flops, transfer_time
+from ..training import clone_model, steps_for_epochs
+from . import register
+from .fedavg import FedAvg
+
+SELECTIONS = ("free", "subgrid", "random")
+FREQUENCIES = ("adaptive", "fixed")
+TAU_MODES = ("calibrated", "raw", "eps")
+
+
+@register
+class Heroes(FedAvg):
+    """Enhanced neural composition with least-trained blocks and adaptive local frequencies."""
+
+    name = "heroes"
+    summary = "Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)"
+    defaults = {"max_width": 4, "selection": "free", "frequency": "adaptive", "tau_mode": "calibrated",
+                "tau0": None, "tau_max": None, "width_budget": 1.2, "rho": 0.1, "eps": None, "beta2": 0.0,
+                "estimator_batches": 4}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        o = {**cls.defaults, **options}
+        checks = [
+            (int(o["max_width"]) >= 1, f"max_width must be >= 1, got {o['max_width']}"),
+            (o["selection"] in SELECTIONS, f"selection must be one of {', '.join(SELECTIONS)}, got {o['selection']!r}"),
+            (o["frequency"] in FREQUENCIES,
+             f"frequency must be one of {', '.join(FREQUENCIES)}, got {o['frequency']!r}"),
+            (o["tau_mode"] in TAU_MODES, f"tau_mode must be one of {', '.join(TAU_MODES)}, got {o['tau_mode']!r}"),
+            (o["tau0"] is None or int(o["tau0"]) >= 1, f"tau0 must be >= 1, got {o['tau0']}"),
+            (o["tau_max"] is None or int(o["tau_max"]) >= 1, f"tau_max must be >= 1, got {o['tau_max']}"),
+            (float(o["width_budget"]) > 0, f"width_budget must be > 0, got {o['width_budget']}"),
+            (0 <= float(o["rho"]) < 1, f"rho must be in [0, 1), got {o['rho']}"),
+            (o["tau_mode"] != "eps" or (o["eps"] is not None and float(o["eps"]) > 0),
+             "tau_mode='eps' needs a loss target eps > 0"),
+            (int(o["estimator_batches"]) >= 2, f"estimator_batches must be >= 2, got {o['estimator_batches']}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if config.model not in COMPOSED_MODELS:
+            raise ConfigError(f"{cls.name} composes models {', '.join(COMPOSED_MODELS)}, not {config.model!r}")
+        if config.weight_decay:
+            raise ConfigError(f"{cls.name} updates only the trained blocks: weight_decay must be 0")
+        P = int(config.options.get("max_width", cls.defaults["max_width"]))
+        channels = build_model(config.model, (1, 8, 8), 2)  # channel counts must split into P groups
+        if any(m.weight.shape[0] % P for m in channels.modules() if isinstance(m, torch.nn.Conv2d)):
+            raise ConfigError(f"max_width={P} must divide every channel count of {config.model}")
+
+    # -- model and costs ------------------------------------------------------
+    def n_blocks(self) -> int:
+        return self.P ** 2
+
+    def build_model(self, width: float = 1.0):
+        self.P = int(self.options["max_width"])
+        return build_composed(self.config.model, self.data.input_shape, self.data.num_classes, self.P,
+                              self.n_blocks())
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        P = self.P
+        self.model.selection = self.full_selection()
+        self.block_counts = np.zeros(self.model.n_blocks)   # c_i, cumulative local iterations (Alg. 1)
+        self.group_counts = {"head": np.zeros(P), "cls": np.zeros(P)}
+        self.width_costs = {p: profile_model(build_model(config.model, data.input_shape, data.num_classes,
+                                                         width=p / P), data.input_shape,
+                                              dtype=data.dataset.x_train.dtype) for p in range(1, P + 1)}
+        self.tau0 = int(self.options["tau0"] or config.local_steps or steps_for_epochs(
+            int(np.median([c.n_train for c in data.clients])), config.batch_size, config.local_epochs))
+        self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
+        fastest = max(d.flops_per_s for d in devices)
+        mu_max = float(self.options["width_budget"]) * self.step_flops(P) / fastest
+        self.widths = [width_for_budget(lambda p: self.step_flops(p) / d.flops_per_s, mu_max, P) for d in devices]
+        self.estimates: list[dict] = []   # per round: means of F, L, S = G^2 + 18 sigma^2
+        self.round_info: dict = {}
+
+    def full_selection(self) -> Selection:
+        return Selection.full(self.P)
+
+    def step_flops(self, p: int) -> float:
+        """G(v . u_p) of Eq. (17) for one step: the width-p model's training FLOPs on a batch
+        (exactly its dense twin's, from ``system.training_flops``) plus composing its
+        weights, forward and both backward products."""
+        return training_flops(self.width_costs[p], self.config.batch_size) + 6.0 * self.model.composition_macs(p)
+
+    def exchange_bits(self, p: int) -> tuple[float, float]:
+        """E(v) + E(u) of Eq. (18) at width p, as (uplink, downlink) bits (float32)."""
+        bits = dense_bits(self.model.upload_numel(Selection(p, tuple(range(p * p)), tuple(range(p)),
+                                                            tuple(range(p)))))
+        return bits, bits
+
+    def iteration_time(self, k: int) -> float:
+        """mu_n, Eq. (17)."""
+        return self.step_flops(self.widths[k]) / self.devices[k].flops_per_s
+
+    def transfer_time(self, k: int) -> float:
+        """nu_n, Eq. (18), with the download added (the engine charges it)."""
+        up, down = self.exchange_bits(self.widths[k])
+        return transfer_time(up, self.devices[k].uplink_bps) + transfer_time(down, self.devices[k].downlink_bps)
+
+    # -- server ---------------------------------------------------------------
+    def deadline_tau(self, round_idx: int) -> tuple[int, float | None]:
+        """tau for the deadline client l: tau_0 in round 1 (spec A11) or with fixed
+        frequency, else by ``tau_mode`` (Eq. 25 raw, calibrated, or eps), clipped to
+        [1, tau_max]. Also returns the raw formula's value (None before any estimate)."""
+        if not self.estimates:
+            return self.tau0, None
+        e, first = self.estimates[-1], self.estimates[0]
+        raw = tau_raw(e["F"], e["L"], e["S"], self.config.lr, self.config.rounds)
+        if self.options["frequency"] == "fixed":
+            return self.tau0, raw
+        mode = self.options["tau_mode"]
+        if mode == "raw":
+            tau = raw
+        elif mode == "calibrated":
+            tau = tau_calibrated(self.tau0, e["F"], e["L"], e["S"], first["F"], first["L"], first["S"])
+        else:
+            tau = tau_eps(float(self.options["eps"]), e["L"], e["S"], float(self.options["beta2"]), self.config.lr)
+        return int(min(max(round(tau), 1), self.tau_max)), raw
+
+    def select(self, p: int, round_idx: int, client_id: int) -> Selection:
+        """Sec. II-B: the p^2 least-trained blocks and the p least-trained head and
+        classifier groups (``free``); one least-trained group set A with blocks A x A
+        (``subgrid``); or p^2 random blocks (``random``)."""
+        mode = self.options["selection"]
+        if mode == "subgrid":
+            A = subgrid_selection(self.block_counts, self.P, p)
+            return Selection(p, tuple(a * self.P + b for a in A for b in A), A, A)
+        if mode == "random":
+            g = np.random.default_rng([self.config.seed, round_idx, client_id, 7])
+            pick = lambda n, m: tuple(sorted(int(i) for i in g.choice(n, m, replace=False)))  # noqa: E731
+            return Selection(p, pick(self.model.n_blocks, p * p), pick(self.P, p), pick(self.P, p))
+        return Selection(p, least_trained(self.block_counts, p * p), least_trained(self.group_counts["head"], p),
+                         least_trained(self.group_counts["cls"], p))
+
+    def commit(self, sel: Selection, tau: int) -> None:
+        """Alg. 1 l. 21-22: c_i += tau for the client's blocks (and groups), at once."""
+        self.block_counts[list(sel.blocks)] += tau
+        self.group_counts["head"][list(sel.head)] += tau
+        self.group_counts["cls"][list(sel.cls)] += tau
+
+    def configure_round(self, round_idx, client_ids):
+        """Alg. 1 l. 5-22: widths, the deadline client's tau, then blocks and taus of the others."""
+        tau_l, raw = self.deadline_tau(round_idx)
+        mu = [self.iteration_time(k) for k in client_ids]
+        nu = [self.transfer_time(k) for k in client_ids]
+        widths = [self.widths[k] for k in client_ids]
+        taus, sels, l = plan_frequencies(
+            mu, nu, widths, tau_l, float(self.options["rho"]), self.block_counts,
+            select=lambda n: self.select(widths[n], round_idx, client_ids[n]),
+            commit=lambda n, sel, tau: self.commit(sel, tau),
+            adaptive=self.options["frequency"] == "adaptive")
+        self.round_info = {"tau_l": tau_l, "tau_raw": raw, "deadline_client": client_ids[l],
+                           "block_var": block_variance(self.block_counts),
+                           "block_spread": float(self.block_counts.max() - self.block_counts.min())}
+        return {k: ClientPlan(taus[n], width=widths[n] / self.P, extra={"selection": sels[n]})
+                for n, k in enumerate(client_ids)}
+
+    # -- client ---------------------------------------------------------------
+    def gradient_statistics(self, model, x, y) -> tuple[float, torch.Tensor, float, float]:
+        """Alg. 2's estimates on M fixed batches: mean loss F_n, mean gradient g, sigma_n^2 =
+        mean ||g_j - g||^2 and G_n^2 = mean ||g_j||^2 (spec 3.6), in flattened parameter space."""
+        M = int(self.options["estimator_batches"])
+        grads, losses = [], []
+        for xb, yb in zip(torch.tensor_split(x, M), torch.tensor_split(y, M)):
+            if len(yb) == 0:
+                continue
+            model.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+            losses.append(loss.item())
+        g = torch.stack(grads)
+        mean = g.mean(0)
+        sigma2 = float(((g - mean) ** 2).sum(1).mean())
+        return float(np.mean(losses)), mean, sigma2, float((g ** 2).sum(1).mean())
+
+    def needs_estimates(self) -> bool:
+        return self.options["frequency"] == "adaptive"
+
+    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+        """Alg. 2: compose the client's model from (v, u_S), run tau SGD steps on the factors,
+        estimate F_n, L_n, sigma_n^2, G_n^2, send the factors back."""
+        sel: Selection = plan.extra["selection"]
+        model = clone_model(self.model)
+        model.selection = sel
+        extra = {"p": sel.p, "blocks": list(sel.blocks), **self.round_info}
+        if self.needs_estimates():
+            order = torch.randperm(client.n_train, generator=seeded_generator(self.config.seed, client.client_id))
+            xs = order[: int(self.options["estimator_batches"]) * self.config.batch_size]
+            x, y = client.x_train[xs], client.y_train[xs]
+            start = torch.cat([p.detach().flatten() for p in model.parameters()])
+            F0, g0, sigma2, G2 = self.gradient_statistics(model, x, y)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        if self.needs_estimates():
+            end = torch.cat([p.detach().flatten() for p in model.parameters()])
+            _, g1, _, _ = self.gradient_statistics(model, x, y)
+            step = float((end - start).norm())
+            L = float((g1 - g0).norm()) / step if step > 0 else float("nan")
+            extra.update(F=F0, L=L, sigma2=sigma2, G2=G2)
+        model.zero_grad(set_to_none=True)
+        bits_up, bits_down = self.exchange_bits(sel.p)
+        flops = training_flops(self.width_costs[sel.p], result.samples) + \
+            6.0 * self.model.composition_macs(sel.p) * plan.local_steps
+        return ClientReport(client.client_id, client.n_train, (sel, model.state_dict()), result.loss,
+                            flops=flops, uplink_bits=bits_up, downlink_bits=bits_down,
+                            local_steps=plan.local_steps, width=plan.width, extra=extra)
+
+    # -- aggregation ----------------------------------------------------------
+    def aggregate(self, round_idx, reports):
+        """Eq. (5) (basis over all participants, each block over its trainers), then the
+        PS's estimates of F, L and S = G^2 + 18 sigma^2 as client means (Alg. 1 l. 25)."""
+        aggregate_blocks(self.model, [r.update for r in reports])
+        stats = [r.extra for r in reports if "F" in r.extra and math.isfinite(r.extra["L"])]
+        if stats:
+            self.estimates.append({"F": float(np.mean([s["F"] for s in stats])),
+                                   "L": float(np.mean([s["L"] for s in stats])),
+                                   "S": float(np.mean([s["G2"] + 18 * s["sigma2"] for s in stats]))})
+
+    def personal_model(self, client_id):
+        return self.model
