@@ -1,0 +1,175 @@
+"""SRP-pFed (Hu et al., 2024): sparsified random partial model updates for personalised FL.
+
+Per round (Alg. 1 and 2, synchronous)::
+
+    server:  Pi <- h / sum h;  P_t <- K rates drawn from Pi         (Eq. 7, SAMPLEUPDATERATE)
+             broadcast (w_g, P_t)                                    (full model down)
+    client:  for p in P_t: m(p) <- shared mask of w_i at rate p      (Eqs. 2-3)
+                           w[p] <- m(p) * w_g + (1 - m(p)) * w_i     (Eq. 5)
+             keep the w[p] of lowest loss on local validation data  (Eq. 8, CLIENTCLUSTERING)
+             train all weights from it for E epochs                  (LOCALUPDATE)
+             upload m * w_i and m, and the loss                      (sparse uplink)
+    server:  w_g <- masked average of the shared parts               (Eq. 4)
+             h <- lambda h + b(t) on P_t, b = 1/(1 + e^{L_t})        (Eq. 6)
+
+The rate sampler is :class:`hetfl_core.reinforced_walk.ReinforcedRateWalk`; masks,
+fusion and aggregation are in :mod:`hetfl_core.partial_update`. Resolutions of the
+paper's gaps (spec section 8), each with the literal reading as an option: the update
+rate p is the *shared* fraction (A1); the largest-|w| entries are personal (A2); the
+whole model is ranked (A3, ``scope="layer"`` as an option); the aggregation is
+element-wise normalised (A4, ``agg="paper_eq4"``); K distinct rates (A5,
+``replacement=True``); L_t is the data-weighted mean loss (A6, ``loss_agg="sum"``,
+``credit="per_rate"``); lambda = 0.9 (A7); clustering on a validation split, not the
+test split (A8, ``cluster_eval``). A client's local model starts as the first global
+model it receives, so in its first round every fusion is the same model and it picks
+the lowest rate (Fig. 8's single cluster at round 0).
+
+``window`` (seconds of simulated time, ``None`` = synchronous) gives the
+semi-asynchronous variant of Sec. III-D inside the round loop: the server aggregates
+at the end of each window the uploads that arrived in it and drops late ones; a late
+client still keeps its trained local model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..engine import ClientPlan, ClientReport
+from ..errors import ConfigError
+from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
+from ..reinforced_walk import ReinforcedRateWalk, rate_grid
+from ..system import client_time, dense_bits, forward_flops, sparse_bits, training_flops
+from ..training import clone_model, evaluate
+from . import register
+from .fedavg import FedAvg
+
+_CHOICES = {"sampler": ("rm", "rd", "fixed"), "scope": ("global", "layer"), "personal": ("largest", "smallest"),
+            "agg": ("element", "paper_eq4"), "loss_agg": ("mean", "sum"), "credit": ("shared", "per_rate"),
+            "cluster_eval": ("val", "train", "test")}
+
+
+@register
+class SRPpFed(FedAvg):
+    """Magnitude-masked partial updates at rates from a reinforced-memory walk, with clustering."""
+
+    name = "srp-pfed"
+    summary = "SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"
+    defaults = {"candidates": 10, "k": 2, "decay": 0.9, "sampler": "rm", "fixed_rates": None,
+                "scope": "global", "personal": "largest", "agg": "element", "loss_agg": "mean",
+                "credit": "shared", "replacement": False, "cluster_eval": "val", "window": None}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        o = {**cls.defaults, **options}
+        for key, allowed in _CHOICES.items():
+            if o[key] not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {o[key]!r}")
+        if o["window"] is not None and not float(o["window"]) > 0:
+            raise ConfigError(f"window must be > 0 seconds or None, got {o['window']}")
+        cls.make_walk(o)  # range checks of candidates, k, decay, fixed_rates
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if {**cls.defaults, **config.options}["cluster_eval"] == "val" and config.val_fraction <= 0:
+            raise ConfigError("srp-pfed clusters on each client's validation split: set val_fraction > 0 "
+                              "(e.g. --val-fraction 0.1) or the option cluster_eval=train")
+
+    @staticmethod
+    def make_walk(o: dict) -> ReinforcedRateWalk:
+        return ReinforcedRateWalk(rate_grid(int(o["candidates"])), k=int(o["k"]), decay=float(o["decay"]),
+                                  mode=o["sampler"], replacement=bool(o["replacement"]), loss_agg=o["loss_agg"],
+                                  credit=o["credit"], fixed=o["fixed_rates"])
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.walk = self.make_walk(self.options)
+        self.local: dict[int, dict[str, torch.Tensor]] = {}  # w_i, every client's full model
+        self.sampled: list[int] = [len(self.walk.rates) - 1]  # before round 1 the personal model is w_g
+        self.d = sum(p.numel() for p in self.model.parameters())
+
+    # -- server ------------------------------------------------------------------
+    def configure_round(self, round_idx, client_ids):
+        """SAMPLEUPDATERATE (Alg. 2): P_t drawn from Pi = h / sum h (Eq. 7), sent with w_g."""
+        rng = np.random.default_rng([self.config.seed, 31, round_idx])
+        self.sampled = self.walk.sample(rng)
+        self.probs = self.walk.probs()
+        rates = [self.walk.rates[x] for x in self.sampled]
+        return {k: ClientPlan(self.local_steps(self.data.clients[k]), extra={"rates": rates}) for k in client_ids}
+
+    def aggregate(self, round_idx, reports):
+        """Eq. 4 over the uploads that arrived, then the memory update of Eq. 6."""
+        arrived = [r for r in reports if not r.extra["late"]]
+        if arrived:
+            new = masked_aggregate(self.global_weights(), [(r.n_samples, r.update[0], r.update[1]) for r in arrived],
+                                   self.options["agg"])
+            with torch.no_grad():
+                for name, p in self.model.named_parameters():
+                    p.copy_(new[name])
+        self.walk.update(self.sampled, [r.extra["val_loss"] for r in arrived], [r.n_samples for r in arrived],
+                         [self.walk.rates.index(r.extra["rate"]) for r in arrived])
+
+    # -- client ------------------------------------------------------------------
+    def global_weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.model.named_parameters()}
+
+    def local_weights(self, client_id: int) -> dict[str, torch.Tensor]:
+        """w_i: the client's model; a new client's is the global model it first receives."""
+        return self.local.get(client_id) or self.global_weights()
+
+    def cluster_data(self, client):
+        split = self.options["cluster_eval"]
+        if split == "val" and len(client.y_val):
+            return client.x_val, client.y_val
+        if split == "test":
+            return client.x_test, client.y_test
+        return client.x_train, client.y_train
+
+    def client_cluster(self, client, rates):
+        """CLIENTCLUSTERING (Eq. 8): the fusion of lowest local loss over the rates P_t.
+
+        Rates are tried in ascending order and a later one replaces the best only if its
+        loss is strictly lower. Returns (model, mask, rate, loss).
+        """
+        w_g, w_i = self.global_weights(), self.local_weights(client.client_id)
+        x, y = self.cluster_data(client)
+        model, best = clone_model(self.model), None
+        for p in sorted(rates):
+            mask = update_rate_mask(w_i, p, self.options["scope"], self.options["personal"])
+            fused = fuse(w_g, w_i, mask)
+            model.load_state_dict(fused, strict=False)
+            loss = evaluate(model, x, y)[1] / max(len(y), 1)
+            if best is None or loss < best[3]:
+                best = (fused, mask, p, loss)
+        model.load_state_dict(best[0], strict=False)
+        return model, best[1], best[2], best[3]
+
+    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
+        rates = plan.extra["rates"]
+        model, mask, rate, loss = self.client_cluster(client, rates)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.local[client.client_id] = trained
+        shared = {n: trained[n] * mask[n] for n in trained}
+        nnz = mask_size(mask)
+        n_eval = len(self.cluster_data(client)[1]) * len(rates)
+        flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
+        up, down = sparse_bits(nnz, self.d), dense_bits(self.d + len(rates))
+        seconds = client_time(self.devices[client.client_id], flops, up, down)
+        window = self.options["window"]
+        late = window is not None and seconds > float(window)
+        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss, flops=flops,
+                            uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps, ratio=nnz / self.d,
+                            extra={"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
+                                   "late": late, "probs": self.probs.tolist()},
+                            time_s=None if window is None else min(seconds, float(window)))
+
+    # -- evaluation ----------------------------------------------------------------
+    def personal_model(self, client_id):
+        """The client's clustering fusion of the current global model at the last P_t."""
+        if client_id not in self.local:
+            return self.model
+        client = self.data.clients[client_id]
+        return self.client_cluster(client, [self.walk.rates[x] for x in self.sampled])[0]
