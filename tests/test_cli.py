@@ -53,8 +53,12 @@ def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
-# Methods whose model needs more than the 8x8 digits get a dataset and model that fit.
-SMOKE_ARGS = {}
+# Methods that need a particular model or a validation split get them; the rest run the CNN on digits.
+SMOKE_ARGS = {
+    "flanc": ["--dataset", "digits", "--model", "wcnn"],
+    "heroes": ["--dataset", "digits", "--model", "wcnn"],
+    "srp-pfed": ["--dataset", "digits", "--model", "cnn", "--val-fraction", "0.1"],
+}
 
 
 @pytest.mark.parametrize("method", sorted(__import__("hetfl_core").METHODS))
