@@ -15,7 +15,7 @@ from hetfl_core.models import build_model
 from hetfl_core.system import dense_bits, training_flops
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = {"mlp": (1, 8, 8), "lenet5": (1, 28, 28), "cnn": (1, 28, 28), "wcnn": (1, 8, 8)}
+SHAPES = {"mlp": (1, 8, 8), "lenet5": (1, 28, 28), "cnn": (1, 28, 28), "wcnn": (1, 8, 8), "pcnn": (1, 8, 8)}
 
 
 @pytest.mark.parametrize("name", sm.SUPPORTED_MODELS)
