@@ -137,6 +137,13 @@ def one_round(sim, t):
     return plans, reports
 
 
+def train_rounds(sim, n_rounds):
+    """Rounds 1..n_rounds with aggregation (enough for every ratio of PAPER_R to be pruned)."""
+    for t in range(1, n_rounds + 1):
+        _, reports = one_round(sim, t)
+        sim.method.aggregate(t, reports)
+
+
 def test_clients_join_once_their_ratio_exists_and_count_their_losses():
     sim = simulation()
     m = sim.method
@@ -159,9 +166,7 @@ def test_clients_join_once_their_ratio_exists_and_count_their_losses():
 def test_client_trains_inside_its_mask_and_aggregation_leaves_the_rest():
     sim = simulation()
     m = sim.method
-    for t in range(1, 6):
-        _, reports = one_round(sim, t)
-        m.aggregate(t, reports)
+    train_rounds(sim, 5)
     own = m.masks[0.2]
     before = {n: p.detach().clone() for n, p in m.model.named_parameters()}
     _, reports = one_round(sim, 6)
@@ -206,9 +211,7 @@ def test_joint_loss_gradient_is_the_mask_weighted_mean():
 def test_one_stored_model_serves_every_ratio():
     sim = simulation()
     m = sim.method
-    for t in range(1, 6):
-        _, reports = one_round(sim, t)
-        m.aggregate(t, reports)
+    train_rounds(sim, 5)
     x = sim.data.dataset.x_test[:50]
     levels = mask_levels([m.masks[r] for r in PAPER_R])   # the stored form: theta_g and one level per weight
     params = dict(m.model.named_parameters())
