@@ -171,13 +171,17 @@ def build_simulation(config: RunConfig) -> Simulation:
     return Simulation(config, data, devices, method)
 
 
-def _score(triples) -> tuple:
-    """Pooled accuracy and loss of (model, x, y) triples, and each triple's accuracy."""
+def _score(triples, counts: dict | None = None) -> tuple:
+    """Pooled accuracy and loss of (model, x, y) triples, and each triple's accuracy.
+
+    With ``counts`` (a dict), binary tasks also add up true positives, false positives and
+    false negatives of class 1 into it, for the F1 score.
+    """
     correct = total = 0
     loss = 0.0
     per_part = []
     for model, x, y in triples:
-        c, l = evaluate(model, x, y)
+        c, l = evaluate(model, x, y, confusion=counts)
         correct, loss, total = correct + c, loss + l, total + len(y)
         per_part.append(c / len(y) if len(y) else None)
     if not total:
@@ -185,16 +189,29 @@ def _score(triples) -> tuple:
     return correct / total, loss / total, per_part
 
 
+def f1_score(counts: dict) -> float | None:
+    """F1 of class 1 from pooled ``tp``, ``fp``, ``fn`` (``None`` if nothing was predicted or present)."""
+    tp, fp, fn = counts.get("tp", 0), counts.get("fp", 0), counts.get("fn", 0)
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
+
+
 def evaluate_method(sim: Simulation) -> dict:
     """Global accuracy on the global test set; personalised accuracy pooled over client test sets."""
     method, data = sim.method, sim.data
+    binary = data.dataset.num_classes == 2
     model = method.global_model()
     acc_global = loss_global = None
+    global_counts, personal_counts = ({}, {}) if binary else (None, None)
     if model is not None:
-        acc_global, loss_global, _ = _score([(model, data.dataset.x_test, data.dataset.y_test)])
-    acc, loss, per_client = _score((method.personal_model(c.client_id), c.x_test, c.y_test) for c in data.clients)
-    return {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
-            "acc_clients": per_client, **method.extra_metrics()}
+        acc_global, loss_global, _ = _score([(model, data.dataset.x_test, data.dataset.y_test)], global_counts)
+    acc, loss, per_client = _score(((method.personal_model(c.client_id), c.x_test, c.y_test) for c in data.clients),
+                                   personal_counts)
+    row = {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
+           "acc_clients": per_client}
+    if binary:  # MRPC-style tasks report F1 of the positive class too
+        row["f1_global"] = f1_score(global_counts) if model is not None else None
+        row["f1_personal"] = f1_score(personal_counts)
+    return {**row, **method.extra_metrics()}
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:

@@ -217,7 +217,15 @@ MODELS = {
     "resnet": ResNet,
     "charlstm": CharLSTM,
     "charlstm-s": SmallCharLSTM,
+    "lora-transformer": lambda *args, **kwargs: _lora_transformer(*args, **kwargs),
 }
+
+
+def _lora_transformer(*args, **kwargs) -> nn.Module:
+    """:class:`hetfl_core.transformer.LoRATransformer` (imported on use: it loads a pre-trained encoder)."""
+    from .transformer import LoRATransformer
+
+    return LoRATransformer(*args, **kwargs)
 
 
 def build_model(name: str, in_shape, num_classes: int, width: float = 1.0, **kwargs) -> nn.Module:

@@ -29,6 +29,8 @@ Y_AXES = {
     "loss": ("training loss", 1.0),
     "loss_global": ("global test loss", 1.0),
     "loss_personal": ("personalised test loss", 1.0),
+    "f1_personal": ("personalised F1 (%)", 100.0),
+    "f1_global": ("global F1 (%)", 100.0),
 }
 
 

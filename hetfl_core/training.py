@@ -79,8 +79,12 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2000):
-    """Return (number correct, summed loss) of ``model`` on (x, y)."""
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2000,
+             confusion: dict | None = None):
+    """Return (number correct, summed loss) of ``model`` on (x, y).
+
+    ``confusion`` (a dict) accumulates ``tp``, ``fp``, ``fn`` of class 1 for binary F1.
+    """
     if len(y) == 0:
         return 0, 0.0
     model.eval()
@@ -88,6 +92,11 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     for i in range(0, len(y), batch_size):
         out = model(x[i:i + batch_size])
         yb = y[i:i + batch_size]
-        correct += int((out.argmax(1) == yb).sum())
+        pred = out.argmax(1)
+        correct += int((pred == yb).sum())
         loss += float(F.cross_entropy(out, yb, reduction="sum"))
+        if confusion is not None:
+            for key, hit in (("tp", (pred == 1) & (yb == 1)), ("fp", (pred == 1) & (yb != 1)),
+                             ("fn", (pred != 1) & (yb == 1))):
+                confusion[key] = confusion.get(key, 0) + int(hit.sum())
     return correct, loss

@@ -61,7 +61,9 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
 
     ``"conv"``: every conv layer (the paper's choice: conv1-3 of LeNet-5, 82.15% of the
     weights); ``"fc"``: every linear layer (LG-FedAvg); ``"all"``: every layer (FedAvg);
-    ``"first:N"``: the first N layers in forward order (Table III: 1, 2, 3, 4).
+    ``"first:N"``: the first N layers in forward order (Table III: 1, 2, 3, 4);
+    ``"last:N"``: the last N layers (LG-FedAvg's shared head on any model: ``last:1`` for
+    the LoRA transformer, whose first four "layers" are layer 0's adapters).
     """
     units = structured_units(model, include_output=True)
     if split == "conv":
@@ -70,12 +72,12 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
         return [n for n, m, _ in units if isinstance(m, nn.Linear)]
     if split == "all":
         return [n for n, _, _ in units]
-    if split.startswith("first:"):
+    if split.startswith(("first:", "last:")):
         count = int(split.split(":", 1)[1])
         if not 1 <= count <= len(units):
-            raise ConfigError(f"split first:N needs N in 1..{len(units)} for this model, got {count}")
-        return [n for n, _, _ in units[:count]]
-    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all or first:N")
+            raise ConfigError(f"split {split.split(':')[0]}:N needs N in 1..{len(units)} for this model, got {count}")
+        return [n for n, _, _ in (units[:count] if split.startswith("first:") else units[-count:])]
+    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N or last:N")
 
 
 @register
@@ -93,8 +95,9 @@ class SparsePrunePFL(FedPer):
         super(FedPer, cls).check_options(options)
         o = {**cls.defaults, **options}
         split = str(o["split"])
-        if split not in ("conv", "fc", "all") and not (split.startswith("first:") and split[6:].isdigit()):
-            raise ConfigError(f"split must be conv, fc, all or first:N, got {split!r}")
+        if split not in ("conv", "fc", "all") and not any(split.startswith(p) and split[len(p):].isdigit()
+                                                          for p in ("first:", "last:")):
+            raise ConfigError(f"split must be conv, fc, all, first:N or last:N, got {split!r}")
         if o["allocation"] not in ALLOCATIONS:
             raise ConfigError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {o['allocation']!r}")
         if not dca.K_MIN <= float(o["k"]) <= 1:
