@@ -296,10 +296,11 @@ def load_bible_pairs(root=None) -> ArrayDataset:
             os.replace(tmp, copy)
         except OSError:
             pass
-    order = {b: i for i, b in enumerate(sorted(set(books), key=lambda b: (-(books == b).sum(), b)))}
-    groups = np.array([order[b] for b in books])
     test = np.zeros(len(y), bool)
     test[np.random.default_rng(1).permutation(len(y))[:int(round(TEST_FRACTION * len(y)))]] = True
+    train_books = books[~test]
+    order = {b: i for i, b in enumerate(sorted(set(books), key=lambda b: (-(train_books == b).sum(), b)))}
+    groups = np.array([order[b] for b in books])
     t = torch.from_numpy
     return ArrayDataset("bible-pairs", t(x[~test]), t(y[~test]), t(x[test]), t(y[test]), num_classes=2,
                         groups=t(groups[~test]))
