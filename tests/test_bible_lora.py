@@ -63,7 +63,7 @@ def test_dataset_is_fixed_and_grouped_by_book():
     ds = bible.load_bible_pairs()
     again = bible._make_pairs(str(bible.check_installed()))
     assert ds.x_train.shape[1] == bible.SEQ_LEN and ds.num_classes == 2
-    assert len(ds.y_train) + len(ds.y_test) == len(again[1])               # the stored copy matches a rebuild
+    assert len(ds.y_train) + len(ds.y_test) == len(again["y"])               # the stored copy matches a rebuild
     assert int(ds.groups.max()) == 26                                      # 27 books
     sizes = np.bincount(ds.groups.numpy())
     assert (np.diff(sizes) <= 0).all()                                     # numbered by decreasing size
@@ -143,11 +143,11 @@ def text_config(method_options, seed, **kw):
 
 @pytest.fixture(scope="module")
 def text_runs():
-    """OPT, FedPer and FedAvg on the sentence-pair task, seeds 0-2 (the chapter's Figs. 6-8 at test scale)."""
+    """OPT and three baselines on the sentence-pair task, seeds 0-2 (the chapter's Figs. 6-8 at test scale)."""
     from hetfl_core.engine import run
 
     methods = {"OPT": {"allocation": "dca", "split": "first:4"}, "FedPer": {"split": "first:4"},
-               "FedAvg": {"split": "all"}}
+               "LG-FedAvg": {"split": "last:1"}, "FedAvg": {"split": "all"}}
     return {(m, s): run(text_config(o, s)) for m, o in methods.items() for s in range(3)}
 
 
@@ -165,8 +165,10 @@ def test_figs_6_8_opt_beats_fedavg_under_label_skew(text_runs):
         assert opt["f1_personal"] >= fedavg["f1_personal"] + 0.02
         assert opt["time_s"] <= 0.8 * fedavg["time_s"]                  # and the rounds are shorter
         fedper = text_runs[("FedPer", s)]["history"][-1]
-        assert opt["acc_personal"] >= fedper["acc_personal"] - 0.03     # no loss against decoupling alone
-        assert opt["time_s"] <= fedper["time_s"]
+        assert opt["time_s"] <= fedper["time_s"]                       # faster than decoupling alone
+        best = max(text_runs[(m, s)]["history"][-1]["acc_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
+        best_f1 = max(text_runs[(m, s)]["history"][-1]["f1_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
+        assert opt["acc_personal"] >= best - 0.03 and opt["f1_personal"] >= best_f1 - 0.03   # spec §7's pass rule
 
 
 def test_the_text_task_runs_from_the_command_line(tmp_path):
