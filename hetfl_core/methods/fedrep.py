@@ -30,7 +30,7 @@ class FedRep(FedPer):
             raise ConfigError(f"head_epochs must be > 0, got {options['head_epochs']}")
 
     def client_update(self, client, plan, generator):
-        model = self.client_model(client.client_id)
+        model = self.working_model(client.client_id)
         head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"])
         head = self.local_train(model, client, head_steps, generator, params=self.private_names)
         body = self.local_train(model, client, plan.local_steps, generator, params=self.shared_names)

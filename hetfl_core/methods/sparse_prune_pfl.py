@@ -49,7 +49,6 @@ from ..models import structured_units
 from ..personalization import layer_of
 from ..system import (DeviceProfile, FLOAT_BITS, client_time, compute_energy, index_bits,
                       transmit_energy)
-from ..training import clone_model
 from . import register
 from .fedper import FedPer
 
@@ -194,7 +193,7 @@ class SparsePrunePFL(FedPer):
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Prune (3), masked local step(s) at the pruned model (2, 4), top-k of the base gradient (5)."""
         k, r = plan.extra["k"], plan.extra["r"]
-        model = self.client_model(client.client_id)
+        model = self.working_model(client.client_id)
         params = dict(model.named_parameters())
         masks = magnitude_mask({n: params[n].detach() for n in self.prune_names}, r) \
             if r < 1 and self.prune_names else None
