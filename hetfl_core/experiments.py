@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -95,6 +96,20 @@ def _worker(config_dict: dict, directory: str | None) -> dict:
     return run_cached(RunConfig.from_dict(config_dict), Path(directory) if directory else None)
 
 
+_POOL: ProcessPoolExecutor | None = None
+
+
+def _worker_pool(processes: int) -> ProcessPoolExecutor:
+    """The worker processes, kept from one sweep to the next: a new worker spends seconds
+    importing torch and loading its dataset, and a chapter runs several sweeps."""
+    global _POOL
+    if _POOL is None or _POOL._max_workers != processes:
+        if _POOL is not None:
+            _POOL.shutdown(wait=False, cancel_futures=True)
+        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"), initializer=_worker_init)
+    return _POOL
+
+
 def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None = None,
           desc: str = "runs", progress: bool = True) -> list[dict]:
     """Results of every config, in order: cached ones at once, the rest in ``processes`` workers.
@@ -124,10 +139,11 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
             if bar:
                 bar.update()
     else:
-        with ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
-                                 initializer=_worker_init) as pool:
-            futures = {pool.submit(_worker, configs[i].to_dict(), str(directory) if directory else None): i
-                       for i in todo}
+        global _POOL
+        pool = _worker_pool(processes)
+        futures = {pool.submit(_worker, configs[i].to_dict(), str(directory) if directory else None): i
+                   for i in todo}
+        try:
             for fut in as_completed(futures):
                 i = futures[fut]
                 try:
@@ -136,6 +152,14 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
                     errors.append((i, exc))
                 if bar:
                     bar.update()
+        except BrokenProcessPool:
+            _POOL = None
+            raise HetflError("a worker process died (out of memory?); finished runs are cached, "
+                             "run the sweep again to finish the rest") from None
+        except BaseException:       # an interrupt: drop what has not started; running runs still cache
+            for fut in futures:
+                fut.cancel()
+            raise
     if bar:
         bar.close()
     if errors:

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from hetfl_core import data as hd
 from hetfl_core.errors import ConfigError, DatasetUnavailable
@@ -102,6 +103,14 @@ def test_offline_datasets_load(name, shape, n_total, n_test):
     assert len(ds.y_train) + len(ds.y_test) == n_total and len(ds.y_test) == n_test
     assert set(ds.y_test.unique().tolist()) == set(range(10))
     assert abs(float(ds.x_train.mean())) < 1e-3  # standardised
+
+
+@pytest.mark.parametrize("name,source", [("mnist-5k-14", "mnist-5k"), ("fashion-mnist-14", "fashion-mnist")])
+def test_half_resolution_sets_average_each_2x2_block(name, source):
+    small, full = hd.load_dataset(name), hd.load_dataset(source)
+    assert small.input_shape == (1, 14, 14) and torch.equal(small.y_test, full.y_test)
+    i = len(full.y_train) // 2
+    assert float(small.x_train[i, 0, 3, 5]) == pytest.approx(float(full.x_train[i, 0, 6:8, 10:12].mean()), abs=1e-6)
 
 
 def test_unknown_dataset_names_the_choices():

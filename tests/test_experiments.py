@@ -3,6 +3,7 @@ import json
 import pytest
 
 import hetfl_core.engine as engine
+import hetfl_core.experiments as experiments
 from hetfl_core import HetflError, run, run_cached, sweep
 from hetfl_core.experiments import cache_path, source_hash
 
@@ -42,3 +43,11 @@ def test_failed_run_in_sweep_keeps_finished_work(tiny_config, cache):
         sweep([good, bad], processes=1, progress=False)
     assert "1 of 2 runs failed" in str(err.value) and "\n" not in str(err.value)
     assert cache_path(good).exists() and not cache_path(bad).exists()
+
+
+def test_sweeps_share_their_worker_processes(tiny_config, cache):
+    sweep([tiny_config, tiny_config.replace(seed=1)], processes=2, progress=False)
+    pool = experiments._POOL
+    workers = set(pool._processes)
+    sweep([tiny_config.replace(seed=2), tiny_config.replace(seed=3)], processes=2, progress=False)
+    assert experiments._POOL is pool and set(pool._processes) == workers

@@ -32,6 +32,24 @@ def test_table_iii_parameter_counts(split, layers, percent):
         assert base == 50_692
 
 
+def test_resnet_split_keeps_the_last_block_and_classifier_private():
+    """The paper's ResNet split (§5) on the spec's ResNet-mini (16/32/64 channels, 1 input channel):
+    private = layers.2 (conv 32->64: 18,432; conv 64->64: 36,864; shortcut 2,048; three BNs 384)
+    + classifier (650) = 58,378 of 77,754; every batch-norm layer sits with its own block."""
+    model = build_model("resnet", (1, 14, 14), 10)
+    assert count_parameters(model) == 77_754
+    base = split_layers(model, "last-block")
+    assert "stem_bn" in base and "layers.1.shortcut.1" in base
+    assert not any(name.startswith(("layers.2", "classifier")) for name in base)
+    private = sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[0] not in base)
+    assert private == 58_378
+    everything = set(split_layers(model, "all"))      # FedAvg shares the batch-norm layers too
+    assert sum(p.numel() for n, p in model.named_parameters() if n.rsplit(".", 1)[0] in everything) == 77_754
+    assert split_layers(lenet(), "all") == split_layers(lenet(), "first:5")
+    with pytest.raises(ConfigError, match="residual blocks"):
+        split_layers(lenet(), "last-block")
+
+
 def config(**options):
     opts = {"allocation": "fixed", "k": 0.3, "r": 0.5, **options}
     return RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", partition="dirichlet", alpha=0.5,

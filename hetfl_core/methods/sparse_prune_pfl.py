@@ -27,7 +27,8 @@ Options turn the method into its ablations and into the spec's baselines under t
 latency model: ``allocation`` ("dca", "uniform": equal shares with each client's best
 (k, r), "fixed": the given ``k``, ``r`` with equal shares), ``split`` ("conv": the
 paper's base = conv layers; "fc": LG-FedAvg's shared FC; "all": FedAvg; "first:N": the
-first N layers, Table III), ``prune_scope="all"`` (FedAvg-P: prune the whole model).
+first N layers, Table III; "last-block": a ResNet's last block and classifier private,
+Figs. 4-5), ``prune_scope="all"`` (FedAvg-P: prune the whole model).
 ``bandwidth_mhz`` defaults to the paper's 10 MHz per 100 clients (spec §7);
 ``bandwidth_high_mhz`` makes it dynamic, U[low, high] per round; ``deadline_s`` fixes
 tau_max (else it is calibrated, see :class:`hetfl_core.dca.WirelessScenario`).
@@ -62,21 +63,30 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
     weights); ``"fc"``: every linear layer (LG-FedAvg); ``"all"``: every layer (FedAvg);
     ``"first:N"``: the first N layers in forward order (Table III: 1, 2, 3, 4);
     ``"last:N"``: the last N layers (LG-FedAvg's shared head on any model: ``last:1`` for
-    the LoRA transformer, whose first four "layers" are layer 0's adapters).
+    the LoRA transformer, whose first four "layers" are layer 0's adapters);
+    ``"last-block"``: everything but a ResNet's last residual block, pooling and classifier
+    (the paper's ResNet-18 split, §5): whole blocks, their batch-norm layers included.
     """
+    owners = [name for name, module in model.named_modules() if any(True for _ in module.parameters(recurse=False))]
+    if split == "all":          # every parameter, batch-norm layers included
+        return owners
+    if split == "last-block":
+        blocks = getattr(model, "layers", None)
+        if not isinstance(blocks, nn.Sequential) or len(blocks) < 2:
+            raise ConfigError("split last-block needs a model built of residual blocks (model resnet)")
+        private = (f"layers.{len(blocks) - 1}.", "classifier.")
+        return [name for name in owners if not (name + ".").startswith(private)]
     units = structured_units(model, include_output=True)
     if split == "conv":
         return [n for n, m, _ in units if isinstance(m, nn.Conv2d)]
     if split == "fc":
         return [n for n, m, _ in units if isinstance(m, nn.Linear)]
-    if split == "all":
-        return [n for n, _, _ in units]
     if split.startswith(("first:", "last:")):
         count = int(split.split(":", 1)[1])
         if not 1 <= count <= len(units):
             raise ConfigError(f"split {split.split(':')[0]}:N needs N in 1..{len(units)} for this model, got {count}")
         return [n for n, _, _ in (units[:count] if split.startswith("first:") else units[-count:])]
-    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N or last:N")
+    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N, last:N or last-block")
 
 
 @register
@@ -94,9 +104,9 @@ class SparsePrunePFL(FedPer):
         super(FedPer, cls).check_options(options)
         o = {**cls.defaults, **options}
         split = str(o["split"])
-        if split not in ("conv", "fc", "all") and not any(split.startswith(p) and split[len(p):].isdigit()
+        if split not in ("conv", "fc", "all", "last-block") and not any(split.startswith(p) and split[len(p):].isdigit()
                                                           for p in ("first:", "last:")):
-            raise ConfigError(f"split must be conv, fc, all, first:N or last:N, got {split!r}")
+            raise ConfigError(f"split must be conv, fc, all, first:N, last:N or last-block, got {split!r}")
         if o["allocation"] not in ALLOCATIONS:
             raise ConfigError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {o['allocation']!r}")
         if not dca.K_MIN <= float(o["k"]) <= 1:
