@@ -43,6 +43,10 @@ def _build_parser() -> argparse.ArgumentParser:
         if f.name in ("method", "options"):
             continue
         default = getattr(defaults, f.name)
+        if isinstance(default, bool):
+            run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action=argparse.BooleanOptionalAction,
+                             default=default, help=f"(default: {default})")
+            continue
         kind = {int: int, float: float, str: str}.get(type(default), None)
         if f.name in ("local_steps", "train_samples"):
             kind = int

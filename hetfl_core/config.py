@@ -47,6 +47,10 @@ class RunConfig:
     Local training: ``model``, SGD with ``lr``, ``momentum``, ``weight_decay`` and
     ``batch_size``, for ``local_epochs`` epochs or, if set, exactly ``local_steps`` steps.
 
+    Evaluation: every ``eval_every`` rounds and after the last; ``eval_global=False`` skips
+    scoring the global model on the dataset's whole test set (the costliest part of an
+    evaluation) where only personalised accuracy is read.
+
     ``options`` holds the method's own hyperparameters (e.g. ``{"mu": 0.01}`` for FedProx);
     each method lists its options and defaults.
     """
@@ -71,6 +75,7 @@ class RunConfig:
     val_fraction: float = 0.0
     heterogeneity: str = "none"
     eval_every: int = 1
+    eval_global: bool = True
     seed: int = 0
     options: dict = field(default_factory=dict)
 
@@ -108,6 +113,7 @@ class RunConfig:
             (0 <= self.val_fraction < 1 and self.test_fraction + self.val_fraction < 1,
              f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}"),
             (self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}"),
+            (isinstance(self.eval_global, bool), f"eval_global must be true or false, got {self.eval_global!r}"),
         ]
         for ok, message in checks:
             if not ok:

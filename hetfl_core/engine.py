@@ -196,10 +196,11 @@ def f1_score(counts: dict) -> float | None:
 
 
 def evaluate_method(sim: Simulation) -> dict:
-    """Global accuracy on the global test set; personalised accuracy pooled over client test sets."""
+    """Global accuracy on the global test set (unless ``eval_global`` is off); personalised accuracy
+    pooled over client test sets."""
     method, data = sim.method, sim.data
     binary = data.dataset.num_classes == 2
-    model = method.global_model()
+    model = method.global_model() if sim.config.eval_global else None
     acc_global = loss_global = None
     global_counts, personal_counts = ({}, {}) if binary else (None, None)
     if model is not None:

@@ -27,10 +27,12 @@ def test_list_names_methods_and_datasets():
 def test_run_writes_history(tmp_path):
     path = tmp_path / "run.json"
     out = cli("run", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "--alpha", "0.5",
-              "--clients", "5", "--rounds", "2", "--seed", "3", "--quiet", "--out", str(path), tmp_path=tmp_path)
+              "--clients", "5", "--rounds", "2", "--seed", "3", "--no-eval-global", "--quiet", "--out", str(path),
+              tmp_path=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(path.read_text())
     assert result["config"]["seed"] == 3 and result["config"]["clients"] == 5
+    assert result["config"]["eval_global"] is False and result["history"][-1]["acc_global"] is None
     assert len(result["history"]) == 2
     for key in ("round", "time_s", "acc_global", "acc_personal", "loss", "uplink_bits", "downlink_bits", "flops"):
         assert key in result["history"][0]

@@ -82,9 +82,17 @@ def test_partial_participation_samples_the_right_number(tiny_config):
     assert len({tuple(c["id"] for c in row["clients"]) for row in history}) > 1
 
 
+def test_eval_global_off_skips_only_the_global_score(tiny_config):
+    on, off = run(tiny_config), run(tiny_config.replace(eval_global=False))
+    assert all(row["acc_global"] is None for row in off["history"])
+    assert all(row["acc_global"] is not None for row in on["history"])
+    assert [r["acc_personal"] for r in off["history"]] == [r["acc_personal"] for r in on["history"]]
+
+
 def test_invalid_configs_fail_before_training():
     for bad in [dict(rounds=0), dict(alpha=0.0), dict(participation=1.5), dict(lr=-1), dict(method="nope"),
-                dict(dataset="nope"), dict(options={"foo": 1}), dict(heterogeneity="extreme")]:
+                dict(dataset="nope"), dict(options={"foo": 1}), dict(heterogeneity="extreme"),
+                dict(eval_global="no")]:
         with pytest.raises(ConfigError):
             RunConfig(**{"dataset": "digits", **bad}).validate()
 
