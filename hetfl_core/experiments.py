@@ -116,6 +116,10 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
 
     A failing run does not stop the others: every finished run is stored, then the first
     failure is raised as one line naming the config.
+
+    Workers are spawned processes that import the caller's main module, so a script calls
+    ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
+    for the next sweep with the same ``processes``.
     """
     for c in configs:
         c.validate()
@@ -154,8 +158,9 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
                     bar.update()
         except BrokenProcessPool:
             _POOL = None
-            raise HetflError("a worker process died (out of memory?); finished runs are cached, "
-                             "run the sweep again to finish the rest") from None
+            raise HetflError("a worker process died: a script must call sweep() under "
+                             "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
+                             "finished runs are cached") from None
         except BaseException:       # an interrupt: drop what has not started; running runs still cache
             for fut in futures:
                 fut.cancel()

@@ -1,4 +1,8 @@
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +55,14 @@ def test_sweeps_share_their_worker_processes(tiny_config, cache):
     workers = set(pool._processes)
     sweep([tiny_config.replace(seed=2), tiny_config.replace(seed=3)], processes=2, progress=False)
     assert experiments._POOL is pool and set(pool._processes) == workers
+
+
+def test_a_script_without_a_main_guard_gets_one_line_naming_it(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text("from hetfl_core import RunConfig, sweep\n"
+                      "sweep([RunConfig(dataset='digits', clients=2, rounds=1, seed=s) for s in (7, 8)],\n"
+                      f"      processes=2, progress=False, directory={str(tmp_path / 'runs')!r})\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode != 0
+    assert "if __name__ ==" in out.stderr.strip().splitlines()[-1]
