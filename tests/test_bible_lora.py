@@ -112,6 +112,21 @@ def test_padding_does_not_change_the_prediction():
     assert torch.allclose(model(short), a, atol=1e-5)
 
 
+def test_pretraining_leaves_chance_level():
+    """The frozen backbone must carry the pair task: its pre-training ends well above chance."""
+    log = transformer.pretrained_backbone()["log"]
+    assert len(log) == transformer.PRETRAIN["steps"] // 100
+    assert log[-1]["acc"] >= 0.8 and log[-1]["loss"] <= 0.5
+    assert max(r["acc"] for r in log[:20]) >= 0.6                          # it leaves chance within 2000 steps
+
+
+def test_matrices_start_at_fan_in_scale():
+    torch.manual_seed(0)
+    w = transformer.TinyEncoder(500, 12, dim=32, heads=2, layers=1, ffn=128).weights
+    assert abs(w["l0_q_w"].std().item() - 32 ** -0.5) < 0.02 and abs(w["l0_ff2_w"].std().item() - 128 ** -0.5) < 0.01
+    assert abs(w["tok"].std().item() - 0.02) < 0.002
+
+
 def test_lora_transformer_refuses_images():
     with pytest.raises(ConfigError, match="bible-pairs"):
         transformer.LoRATransformer((1, 28, 28), 10)
