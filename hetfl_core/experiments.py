@@ -86,14 +86,38 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
     return result
 
 
-def _worker_init():
+_RUNNING = False     # in a worker: a run is under way
+
+
+def _on_interrupt(signum, frame):
+    """A worker's SIGINT: abort the run under way; an idle worker leaves quietly. (A
+    Jupyter kernel's shutdown and its interrupt button signal the whole process group.)"""
+    if _RUNNING:
+        raise KeyboardInterrupt
+    os._exit(0)
+
+
+def _one_thread():
     import torch
 
     torch.set_num_threads(1)
 
 
+def _worker_init():
+    """A pool worker's start: one torch thread, and :func:`_on_interrupt` for SIGINT."""
+    import signal
+
+    _one_thread()
+    signal.signal(signal.SIGINT, _on_interrupt)
+
+
 def _worker(config_dict: dict, directory: str | None) -> dict:
-    return run_cached(RunConfig.from_dict(config_dict), Path(directory) if directory else None)
+    global _RUNNING
+    _RUNNING = True
+    try:
+        return run_cached(RunConfig.from_dict(config_dict), Path(directory) if directory else None)
+    finally:
+        _RUNNING = False
 
 
 _POOL: ProcessPoolExecutor | None = None
@@ -103,7 +127,8 @@ def _worker_pool(processes: int) -> ProcessPoolExecutor:
     """The worker processes, kept from one sweep to the next: a new worker spends seconds
     importing torch and loading its dataset, and a chapter runs several sweeps."""
     global _POOL
-    if _POOL is None or _POOL._max_workers != processes:
+    if _POOL is None or _POOL._max_workers != processes or _POOL._broken or \
+            any(p.exitcode is not None for p in (_POOL._processes or {}).values()):   # a worker has ended
         if _POOL is not None:
             _POOL.shutdown(wait=False, cancel_futures=True)
         _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"), initializer=_worker_init)
@@ -134,7 +159,7 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
     errors = []
     if processes <= 1 or len(todo) == 1:
-        _worker_init()
+        _one_thread()
         for i in todo:
             try:
                 results[i] = run_cached(configs[i], directory)

@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,20 @@ def test_sweeps_share_their_worker_processes(tiny_config, cache):
     workers = set(pool._processes)
     sweep([tiny_config.replace(seed=2), tiny_config.replace(seed=3)], processes=2, progress=False)
     assert experiments._POOL is pool and set(pool._processes) == workers
+
+
+def test_an_interrupt_ends_idle_workers_quietly_and_the_next_sweep_starts_new_ones(tiny_config, cache, capfd):
+    sweep([tiny_config, tiny_config.replace(seed=1)], processes=2, progress=False)
+    pool = experiments._POOL
+    workers = list(pool._processes.values())
+    for worker in workers:           # what a Jupyter kernel's shutdown or interrupt sends its process group
+        os.kill(worker.pid, signal.SIGINT)
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    assert "Traceback" not in capfd.readouterr().err
+    results = sweep([tiny_config.replace(seed=2), tiny_config.replace(seed=3)], processes=2, progress=False)
+    assert experiments._POOL is not pool and [r["config"]["seed"] for r in results] == [2, 3]
 
 
 def test_a_script_without_a_main_guard_gets_one_line_naming_it(tmp_path):
