@@ -242,7 +242,9 @@ class _Subproblem:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")          # "optimal_inaccurate" is checked by the caller
-                self.problem.solve(solver=self.cp.CLARABEL)
+                # a fresh solver every time: a warm-started Clarabel keeps the equilibration of
+                # the first data it saw, so a round's answer would depend on earlier rounds
+                self.problem.solve(solver=self.cp.CLARABEL, warm_start=False)
         except self.cp.SolverError:
             return None
         if self.problem.status not in ("optimal", "optimal_inaccurate"):
@@ -274,6 +276,28 @@ def _repair(system: RoundSystem, k, r, share, k_min):
     return np.where(bad, lo, k)
 
 
+def _feasible(system: RoundSystem, k, r, share, k_min, rtol: float = 1e-9):
+    """``(k, share)`` that meet the deadline (and any energy budget) at ``r``, or ``None``.
+
+    Tries the solver's shares with k lowered where tolerance left a client a hair over the
+    deadline (:func:`_repair`), then the least shares that fit (k, r) (:func:`min_share`)
+    scaled up to fill the band. An inaccurate solve can return neither.
+    """
+    candidates = [share]
+    need = min_share(system, upload_bits(k, system.d_base, system.value_bits),
+                     system.deadline_s - system.compute_time(r))
+    if np.all(np.isfinite(need)) and 0 < need.sum() <= 1:
+        candidates.append(need / need.sum())
+    for shares in candidates:
+        k_fit = _repair(system, k, r, shares, k_min)
+        ok = latency(k_fit, r, shares, system) <= system.deadline_s * (1 + rtol)
+        if system.energy_budget_j is not None:
+            ok &= energy(k_fit, r, shares, system) <= np.asarray(system.energy_budget_j) * (1 + 1e-6)
+        if ok.all():
+            return k_fit, shares
+    return None
+
+
 def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_iter: int = 30,
               tol: float = 1e-4, k_min: float = K_MIN, r_min: float = R_MIN, r_max: float = R_MAX,
               relax: bool = True) -> Allocation:
@@ -283,7 +307,10 @@ def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_it
     iterations and returns the last iterate x^{i+1} (the paper returns x^i). If the
     deadline is infeasible, raises :class:`InfeasibleError` (``relax=False``) or relaxes it to
     1.05 x the smallest feasible deadline (spec §8.5) and says so in ``Allocation.relaxed``.
-    Shares are l = u / z rescaled to sum 1 (R increases in l, so this only helps).
+    Shares are l = u / z rescaled to sum 1 (R increases in l, so this only helps). Every
+    iterate is checked against the deadline and the energy budgets before it is accepted:
+    an inaccurate solve that misses them ends the iterations at the last feasible point
+    (``Allocation.status`` says so), so the returned allocation is always feasible.
     """
     relaxed = False
     try:
@@ -330,10 +357,15 @@ def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_it
             # exact solves never raise (31a); an inaccurate one can: keep the last iterate
             status = f"stopped: an inaccurate solve raised the objective by {f - history[-1]:.2g}"
             break
+        share_new = np.clip(u_new, 0, None) / np.clip(z_new, 1e-12, None)
+        fit = _feasible(system, k_new, r_new, share_new / max(share_new.sum(), 1e-300), k_min) \
+            if np.isfinite(share_new).all() and share_new.sum() > 0 else None
+        if fit is None:
+            status = f"stopped: iteration {it}'s solve misses the deadline; kept the last iterate"
+            break
         step = max(np.abs(k_new - k).max(), np.abs(r_new - r).max())
         k, r, v = k_new, r_new, np.clip(v_new, 1e-12, None)
-        share_best = np.clip(u_new, 0, None) / np.clip(z_new, 1e-12, None)
-        share_best = share_best / share_best.sum()
+        share_best = fit[1]
         history.append(f)
         if step <= tol:
             break
