@@ -1,4 +1,5 @@
-"""Command line: ``python -m hetfl_core run METHOD ...`` and ``python -m hetfl_core list``.
+"""Command line: ``python -m hetfl_core run METHOD ...``, ``python -m hetfl_core list`` and
+``python -m hetfl_core list METHOD`` (a method's options, their defaults and its description).
 
 Bad input (an unknown method or dataset, a value out of range) exits with code 2 and
 one line, before any training starts.
@@ -35,7 +36,8 @@ def _parse_option(text: str):
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m hetfl_core", description="Heterogeneous federated learning simulator.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("list", help="list methods, datasets, models and partitions")
+    listing = sub.add_parser("list", help="list methods, datasets, models and partitions, or one method's options")
+    listing.add_argument("method", nargs="?", help="show this method's options (--option KEY=VALUE) and description")
     run = sub.add_parser("run", help="run one method and write its history as JSON")
     run.add_argument("method")
     defaults = RunConfig()
@@ -65,21 +67,48 @@ def _list() -> None:
     from .methods import METHODS
     from .models import MODELS
 
+    width = max(map(len, [*METHODS, *DATASETS]))
     print("methods:")
     for name in sorted(METHODS):
-        print(f"  {name:14s} {METHODS[name].summary}")
+        print(f"  {name:{width}s}  {METHODS[name].summary}")
     print("datasets:")
     for name, (_, text) in DATASETS.items():
-        print(f"  {name:14s} {text}")
+        print(f"  {name:{width}s}  {text}")
     print("models:     " + ", ".join(MODELS))
     print("partitions: " + ", ".join(PARTITIONS))
+
+
+def _describe(name: str) -> None:
+    """One method: its summary, its options with their defaults, and its module's description."""
+    import inspect
+
+    from .methods import METHODS
+
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
+    method = METHODS[name]
+    print(f"{name}: {method.summary}")
+    if method.defaults:
+        print("options (--option KEY=VALUE; default shown):")
+        for key, value in method.defaults.items():
+            print(f"  {key}={json.dumps(value)}")
+    else:
+        print("options: none")
+    doc = inspect.getdoc(inspect.getmodule(method))
+    if doc:
+        print()
+        print(doc)
 
 
 def main(argv=None) -> int:
     """Entry point; returns the exit code."""
     args = _build_parser().parse_args(argv)
     if args.command == "list":
-        _list()
+        try:
+            _describe(args.method) if args.method else _list()
+        except ConfigError as exc:
+            print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+            return 2
         return 0
     try:
         import torch

@@ -24,6 +24,15 @@ def test_list_names_methods_and_datasets():
         assert word in out.stdout
 
 
+def test_list_method_shows_its_options_and_description():
+    out = cli("list", "sparse-prune-pfl")
+    assert out.returncode == 0, out.stderr
+    assert 'allocation="dca"' in out.stdout and "theta_ratio=10.0" in out.stdout
+    assert "Algorithm 1" in out.stdout          # the module's description follows the options
+    bad = cli("list", "fedavgg")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "fedavg" in bad.stderr
+
+
 def test_run_writes_history(tmp_path):
     path = tmp_path / "run.json"
     out = cli("run", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "--alpha", "0.5",
