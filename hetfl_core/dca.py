@@ -1,6 +1,6 @@
 """Per-round joint choice of sparsity k, pruning rate r and bandwidth share l (paper 004).
 
-The server of the lightweight personalised method (Tan et al., 2024; Alg. 1) solves, every
+The server of the lightweight personalised method (Tan et al., 2025; Alg. 1) solves, every
 round, problem (31) restricted to that round (spec §8.4):
 
     min_{k, r, l}  sum_n gamma_n (theta1 sqrt(1 - r_n) - theta2 k_n)                  (31a)
@@ -487,7 +487,10 @@ class WirelessScenario:
     gain), transmit power U[20, 28] dBm and CPU frequency U[0.5, 3] GHz. ``bandwidth_hz``
     is a number or a ``(low, high)`` range drawn uniformly per round (dynamic bandwidth).
     C is calibrated so that at k = r = 1 and l = 1/N the median compute time equals the
-    median upload time on the mean channel (spec §7). The deadline sits at
+    median upload time on the mean channel (spec §7), for a base of ``calibration_d_base``
+    weights (default ``d_base``). C belongs to the model and the devices: methods that
+    split the same model differently should share one ``calibration_d_base`` (the paper's
+    split), or a method with a small shared part would also be given a faster CPU. The deadline sits at
     ``deadline_position`` between the smallest feasible deadlines at (k_min, r_min) and at
     (1, 1) under the best shares; since CPU speeds are redrawn every round, the slowest
     client of a round, not the mean one, sets those, so both are medians over
@@ -499,7 +502,8 @@ class WirelessScenario:
                  seed: int = 0, deadline_s: float | None = None, deadline_position: float = 0.5,
                  energy_budget_j: float | None = None, radius_m: float = 200.0, min_distance_m: float = 10.0,
                  power_dbm=(20.0, 28.0), cpu_hz=(0.5e9, 3.0e9), energy_coeff: float = 1e-28,
-                 value_bits: int = FLOAT_BITS, calibration_draws: int = 30):
+                 value_bits: int = FLOAT_BITS, calibration_draws: int = 30,
+                 calibration_d_base: int | None = None):
         self.gamma = np.asarray(gamma, float) / np.sum(gamma)
         n = len(self.gamma)
         place = np.random.default_rng([seed, 404, 0])
@@ -511,7 +515,10 @@ class WirelessScenario:
         mean = RoundSystem(self.gamma, np.full(n, dbm_to_watts(np.mean(power_dbm))), self.path_gain,
                            np.full(n, np.mean(cpu_hz)), float(np.mean(bandwidth_hz)), d_base, d_private, batch,
                            1.0, 1.0, energy_coeff, None, NOISE_PSD, value_bits)
-        comm = upload_bits(1.0, d_base, value_bits) / mean.rate(np.full(n, 1 / n))
+        reference = d_base if calibration_d_base is None else calibration_d_base
+        if reference <= 0:
+            raise ConfigError(f"the calibration base must hold at least one weight, got {reference}")
+        comm = upload_bits(1.0, reference, value_bits) / mean.rate(np.full(n, 1 / n))
         comp_per_cycle = mean.compute_time(np.ones(n))           # at C = 1
         self.cycles_per_sample = float(np.median(comm) / np.median(comp_per_cycle))
         self.mean_system = replace(mean, cycles_per_sample=self.cycles_per_sample)

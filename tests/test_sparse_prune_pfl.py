@@ -96,6 +96,28 @@ def test_compute_time_follows_eq12():
     assert rep.flops == pytest.approx(2 * cycles)
 
 
+def test_every_split_computes_on_the_same_devices():
+    """C of (12) is calibrated once per model, on the paper's split: LG-FedAvg's small shared head or
+    FedAvg's whole model must not buy a faster or slower CPU. The same work costs the same FLOPs."""
+    def first_round(**options):
+        sim = build_simulation(config(k=1.0, r=1.0, **options).replace(model="lenet5", dataset="mnist-5k",
+                                                                       clients=4).validate())
+        plans = sim.method.configure_round(0, [0, 1, 2, 3])
+        return sim.method, sim.method.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 0, 0))
+
+    fedper, fedper_report = first_round()
+    for split in ("fc", "all", "first:1"):
+        other, report = first_round(split=split)
+        assert other.d_base != fedper.d_base
+        assert other.scenario.cycles_per_sample == pytest.approx(fedper.scenario.cycles_per_sample)
+        assert report.flops == pytest.approx(fedper_report.flops)
+    own, _ = first_round(split="fc", calibration_split="fc")          # the old behaviour, on request
+    assert own.scenario.cycles_per_sample < 0.3 * fedper.scenario.cycles_per_sample
+    resnet = build_model("resnet", (1, 14, 14), 10)
+    from hetfl_core.methods.sparse_prune_pfl import paper_split
+    assert paper_split("resnet", resnet) == "last-block" and paper_split("lenet5", lenet()) == "conv"
+
+
 def test_dense_decoupling_equals_fedper():
     """FLPDSP(1, 1) with one local step is FedPer (spec §8.13): w - eta sum gamma g = sum gamma (w - eta g)."""
     ours = run(config(k=1.0, r=1.0).replace(rounds=3).validate())
@@ -117,7 +139,8 @@ def test_dca_rounds_meet_the_deadline():
 @pytest.mark.parametrize("options,needle", [
     ({"split": "middle"}, "split"), ({"allocation": "greedy"}, "allocation"), ({"k": 0}, "k must"),
     ({"r": 1.5}, "r must"), ({"prune_scope": "all", "allocation": "dca"}, "FedAvg-P"),
-    ({"bandwidth_high_mhz": 5.0}, "bandwidth_high_mhz"), ({"bits": "huffman"}, "bits")])
+    ({"bandwidth_high_mhz": 5.0}, "bandwidth_high_mhz"), ({"bits": "huffman"}, "bits"),
+    ({"calibration_split": "middle"}, "calibration_split")])
 def test_bad_options_fail_at_once(options, needle):
     with pytest.raises(ConfigError, match=needle):
         config(**options).validate()

@@ -1,4 +1,4 @@
-"""Lightweight personalised FL (Tan et al., 2024): a shared base with top-k sparsified
+"""Lightweight personalised FL (Tan et al., 2025): a shared base with top-k sparsified
 gradients, a private part pruned by magnitude, and per-round DCA resource allocation.
 
 Algorithm 1, one round t (full participation by default):
@@ -29,6 +29,9 @@ latency model: ``allocation`` ("dca", "uniform": equal shares with each client's
 paper's base = conv layers; "fc": LG-FedAvg's shared FC; "all": FedAvg; "first:N": the
 first N layers, Table III; "last-block": a ResNet's last block and classifier private,
 Figs. 4-5), ``prune_scope="all"`` (FedAvg-P: prune the whole model).
+``calibration_split`` names the split on which the CPU constant C of (12) is calibrated
+(default "paper": the paper's split for the model, :func:`paper_split`), so that every
+method on the same model computes on the same devices whatever it shares.
 ``bandwidth_mhz`` defaults to the paper's 10 MHz per 100 clients (spec §7);
 ``bandwidth_high_mhz`` makes it dynamic, U[low, high] per round; ``deadline_s`` fixes
 tau_max (else it is calibrated, see :class:`hetfl_core.dca.WirelessScenario`).
@@ -89,24 +92,42 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
     raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N, last:N or last-block")
 
 
+PAPER_SPLITS = {"resnet": "last-block", "lora-transformer": "first:4"}
+
+
+def paper_split(model_name: str, model: nn.Module) -> str:
+    """The paper's split for a model (§5): a ResNet's last block private, the LoRA encoder's
+    first-layer adapters shared, otherwise the conv layers shared (every layer for a model
+    without any)."""
+    if model_name in PAPER_SPLITS:
+        return PAPER_SPLITS[model_name]
+    return "conv" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "all"
+
+
+def _check_split(option: str, split: str) -> None:
+    if split not in ("conv", "fc", "all", "last-block") and not any(split.startswith(p) and split[len(p):].isdigit()
+                                                                   for p in ("first:", "last:")):
+        raise ConfigError(f"{option} must be conv, fc, all, first:N, last:N or last-block, got {split!r}")
+
+
 @register
 class SparsePrunePFL(FedPer):
     """Shared base with top-k gradients, pruned private part, DCA allocation (Alg. 1 + Alg. 2)."""
 
     name = "sparse-prune-pfl"
-    summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2024)"
+    summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)"
     defaults = {"split": "conv", "allocation": "dca", "k": 1.0, "r": 1.0, "prune_scope": "private",
                 "theta_ratio": 10.0, "bandwidth_mhz": None, "bandwidth_high_mhz": None,
-                "deadline_s": None, "deadline_position": 0.5, "energy_budget_j": None, "bits": "approx"}
+                "deadline_s": None, "deadline_position": 0.5, "energy_budget_j": None, "bits": "approx",
+                "calibration_split": "paper"}
 
     @classmethod
     def check_options(cls, options):
         super(FedPer, cls).check_options(options)
         o = {**cls.defaults, **options}
-        split = str(o["split"])
-        if split not in ("conv", "fc", "all", "last-block") and not any(split.startswith(p) and split[len(p):].isdigit()
-                                                          for p in ("first:", "last:")):
-            raise ConfigError(f"split must be conv, fc, all, first:N, last:N or last-block, got {split!r}")
+        _check_split("split", str(o["split"]))
+        if o["calibration_split"] != "paper":
+            _check_split("calibration_split", str(o["calibration_split"]))
         if o["allocation"] not in ALLOCATIONS:
             raise ConfigError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {o['allocation']!r}")
         if not dca.K_MIN <= float(o["k"]) <= 1:
@@ -144,10 +165,15 @@ class SparsePrunePFL(FedPer):
         if o["bandwidth_high_mhz"] is not None:
             band = (band, float(o["bandwidth_high_mhz"]) * 1e6)
         samples = self.samples_per_round()
+        reference = str(o["calibration_split"])
+        reference_layers = set(split_layers(self.model, paper_split(config.model, self.model)
+                                            if reference == "paper" else reference))
+        calibration_d_base = sum(p.numel() for n, p in params.items() if layer_of(n) in reference_layers)
         self.scenario = dca.WirelessScenario(self.gamma, self.d_base, self.d_private, band,
                                              batch=samples, seed=config.seed, deadline_s=o["deadline_s"],
                                              deadline_position=float(o["deadline_position"]),
-                                             energy_budget_j=o["energy_budget_j"])
+                                             energy_budget_j=o["energy_budget_j"],
+                                             calibration_d_base=calibration_d_base)
 
     def samples_per_round(self) -> int:
         """b in (12): samples a client processes per round (local steps x batch)."""
