@@ -157,6 +157,19 @@ def missing_figures(notebook: Path) -> str:
     return "the chapter draws figures but its executed copy holds none" if draws and not images else ""
 
 
+RAW_TABLE = re.compile(r"\|\s*(?:-{3}|\u2014|\u2013)\s*\|")   # a table's |---| row, after smart dashes
+
+
+def raw_tables(html_dir: Path) -> list[str]:
+    """Pages where a Markdown table (in the text or printed by a cell) came out as plain text."""
+    bad = []
+    for page in sorted(html_dir.rglob("*.html")):
+        text = re.sub(r"<pre.*?</pre>", "", page.read_text(errors="replace"), flags=re.S)   # code may hold pipes
+        if RAW_TABLE.search(text):
+            bad.append(str(page.relative_to(html_dir)))
+    return bad
+
+
 def render(staging: Path, build_dir: Path) -> int:
     out = build_dir
     cmd = [str(BIN / "jupyter-book"), "build", str(staging), "-W", "-n", "--keep-going",
@@ -170,6 +183,10 @@ def render(staging: Path, build_dir: Path) -> int:
             if final.exists():
                 shutil.rmtree(final)
             shutil.move(str(html), str(final))
+        bad = raw_tables(final)
+        if bad:
+            print(f"a Markdown table rendered as text in: {', '.join(bad)}", file=sys.stderr)
+            return 1
         print(f"book rendered: {final / 'index.html'}")
     return rc
 
