@@ -490,8 +490,8 @@ class WirelessScenario:
     median upload time on the mean channel (spec §7), for a base of ``calibration_d_base``
     weights (default ``d_base``). C belongs to the model and the devices: methods that
     split the same model differently should share one ``calibration_d_base`` (the paper's
-    split), or a method with a small shared part would also be given a faster CPU. The deadline sits at
-    ``deadline_position`` between the smallest feasible deadlines at (k_min, r_min) and at
+    split), or a method with a small shared part would also be given a faster CPU. The
+    deadline sits at ``deadline_position`` between the smallest feasible deadlines at (k_min, r_min) and at
     (1, 1) under the best shares; since CPU speeds are redrawn every round, the slowest
     client of a round, not the mean one, sets those, so both are medians over
     ``calibration_draws`` rounds (on the mean channel the deadline misses almost every

@@ -1,9 +1,9 @@
 import json
 import os
 import signal
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest

@@ -8,7 +8,7 @@ import torch
 from hetfl_core import RunConfig, dca, system
 from hetfl_core.engine import build_simulation, run, seeded_generator
 from hetfl_core.errors import ConfigError
-from hetfl_core.methods.sparse_prune_pfl import split_layers
+from hetfl_core.methods.sparse_prune_pfl import paper_split, split_layers
 from hetfl_core.models import build_model, count_parameters
 
 from test_cli import cli
@@ -114,7 +114,6 @@ def test_every_split_computes_on_the_same_devices():
     own, _ = first_round(split="fc", calibration_split="fc")          # the old behaviour, on request
     assert own.scenario.cycles_per_sample < 0.3 * fedper.scenario.cycles_per_sample
     resnet = build_model("resnet", (1, 14, 14), 10)
-    from hetfl_core.methods.sparse_prune_pfl import paper_split
     assert paper_split("resnet", resnet) == "last-block" and paper_split("lenet5", lenet()) == "conv"
 
 

@@ -166,9 +166,8 @@ class SparsePrunePFL(FedPer):
             band = (band, float(o["bandwidth_high_mhz"]) * 1e6)
         samples = self.samples_per_round()
         reference = str(o["calibration_split"])
-        reference_layers = set(split_layers(self.model, paper_split(config.model, self.model)
-                                            if reference == "paper" else reference))
-        calibration_d_base = sum(p.numel() for n, p in params.items() if layer_of(n) in reference_layers)
+        reference = paper_split(config.model, self.model) if reference == "paper" else reference
+        calibration_d_base = sum(params[n].numel() for n in self.split_parameters(reference))
         self.scenario = dca.WirelessScenario(self.gamma, self.d_base, self.d_private, band,
                                              batch=samples, seed=config.seed, deadline_s=o["deadline_s"],
                                              deadline_position=float(o["deadline_position"]),
@@ -180,10 +179,14 @@ class SparsePrunePFL(FedPer):
         steps = self.local_steps(max(self.data.clients, key=lambda c: c.n_train))
         return steps * self.config.batch_size
 
+    def split_parameters(self, split: str) -> list[str]:
+        """The parameter names in the shared base of a ``split`` (see :func:`split_layers`)."""
+        layers = set(split_layers(self.model, split))
+        return [n for n, _ in self.model.named_parameters() if layer_of(n) in layers]
+
     def choose_shared(self):
         """The base B (Table III's split): the parameters the server aggregates."""
-        layers = set(split_layers(self.model, str(self.options["split"])))
-        return [n for n, _ in self.model.named_parameters() if layer_of(n) in layers]
+        return self.split_parameters(str(self.options["split"]))
 
     # -- server: Alg. 2 -------------------------------------------------------
     def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
