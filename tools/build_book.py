@@ -22,6 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hetfl_core.report import load_ledgers, scorecard_markdown, verdict_box_markdown
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -99,8 +101,13 @@ def stage(staging: Path) -> None:
     (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+LEDGERS: Path | None = None   # where the chapters write their claim ledgers during this build
+
+
 def env() -> dict:
     e = dict(os.environ)
+    if LEDGERS is not None:
+        e["HETFL_LEDGER_DIR"] = str(LEDGERS)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "1")
@@ -121,23 +128,24 @@ def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Pat
 PROGRESS = re.compile(r"\d+%\|")
 
 
-def tidy_progress(notebook: Path) -> None:
-    """Keep only the final state of each progress bar in the executed chapter's stderr.
-
-    A bar redraws itself with carriage returns; rendered, every redraw becomes a line.
-    """
+def tidy_outputs(notebook: Path) -> None:
+    """Drop progress bars from the executed chapter's stderr (rendered, every redraw of a
+    bar becomes a line, and the finished bar says nothing the page needs), and hide the
+    cell papermill injects with the parameters."""
     import json
 
     nb = json.loads(notebook.read_text())
     for cell in nb["cells"]:
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")
         outputs = cell.get("outputs", [])
         errs = [o for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"]
         if not errs:
             continue
         text = "".join("".join(o["text"]) if isinstance(o["text"], list) else o["text"] for o in errs)
         lines = [l for l in re.split(r"[\r\n]+", text) if l.strip()]
-        bars = [l for l in lines if PROGRESS.search(l)]
-        kept = [l for l in lines if not PROGRESS.search(l)] + bars[-1:]
+        kept = [l for l in lines if not PROGRESS.search(l)]
         first = outputs.index(errs[0])
         rest = [o for o in outputs if o not in errs]
         merged = [{"output_type": "stream", "name": "stderr", "text": "\n".join(kept) + "\n"}] if kept else []
@@ -170,6 +178,42 @@ def raw_tables(html_dir: Path) -> list[str]:
     return bad
 
 
+VERDICT_TAG = "verdict-box"
+SCORECARD_MARK = "<!-- scorecard -->"
+
+
+def fill_verdicts(staging: Path, notebooks: list[Path], ledgers: dict) -> list[str]:
+    """Put each chapter's verdict box (from the ledger it wrote) into its cell tagged
+    ``verdict-box``; returns the chapters that have such a cell but wrote no ledger."""
+    import json
+
+    missing = []
+    for nb in notebooks:
+        path = staging / nb.relative_to(ROOT)
+        book = json.loads(path.read_text())
+        cells = [c for c in book["cells"] if VERDICT_TAG in c.get("metadata", {}).get("tags", [])]
+        if not cells:
+            continue
+        if nb.stem not in ledgers:
+            missing.append(nb.stem)
+            continue
+        for cell in cells:
+            cell["source"] = verdict_box_markdown(ledgers[nb.stem])
+        path.write_text(json.dumps(book, indent=1))
+    return missing
+
+
+def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool:
+    """Fill the staged ``book/scorecard.md`` below its marker with every chapter's claims,
+    in the order of the table of contents; ``False`` if there is no such page."""
+    page = staging / "book" / "scorecard.md"
+    if not page.exists():
+        return False
+    head = page.read_text().split(SCORECARD_MARK)[0]
+    page.write_text(head + scorecard_markdown(ledgers, [nb.stem for nb in notebooks]) + "\n")
+    return True
+
+
 def render(staging: Path, build_dir: Path) -> int:
     out = build_dir
     cmd = [str(BIN / "jupyter-book"), "build", str(staging), "-W", "-n", "--keep-going",
@@ -197,18 +241,23 @@ def main() -> int:
     parser.add_argument("--build-dir", type=Path, default=ROOT / "_build")
     parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once")
     args = parser.parse_args()
+    global LEDGERS
     build_dir = args.build_dir if args.build_dir.is_absolute() else ROOT / args.build_dir
     staging = build_dir / "src"
+    LEDGERS = build_dir / "ledgers"
+    if LEDGERS.exists():
+        shutil.rmtree(LEDGERS)
+    LEDGERS.mkdir(parents=True)
     stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = list(pool.map(lambda nb: papermill(nb, staging / nb.relative_to(ROOT), args.scale, prepare_only),
                              notebooks))
+    for nb, _, err in done:
+        if not err:
+            tidy_outputs(staging / nb.relative_to(ROOT))
     if not prepare_only:
-        for nb, _, err in done:
-            if not err:
-                tidy_progress(staging / nb.relative_to(ROOT))
         done = [(nb, seconds, err or missing_figures(staging / nb.relative_to(ROOT))) for nb, seconds, err in done]
     failed = [(nb, err) for nb, _, err in done if err]
     for nb, seconds, err in done:
@@ -227,6 +276,12 @@ def main() -> int:
         if rc != 0:
             print("a chapter failed at scale smoke", file=sys.stderr)
             return rc
+    ledgers = load_ledgers(LEDGERS)
+    missing = fill_verdicts(staging, notebooks, ledgers)
+    if missing:
+        print(f"no claim ledger was written by: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    write_scorecard(staging, notebooks, ledgers)
     return render(staging, build_dir)
 
 

@@ -1,0 +1,115 @@
+"""The chapters' machinery: one module per chapter (``hetfl_core.chapters.heroes``, ...)
+holds the experiment grids, tables and claims a chapter builds, so the chapter shows only
+the lines a reader should see; this module checks a chapter's papermill parameters.
+
+A chapter declares its parameters with types in its ``parameters`` cell::
+
+    scale: str = "book"
+    dataset: str = "fashion-mnist"
+    seed: int = 0
+
+(papermill's ``--help-notebook`` then shows each type) and its first code cell calls
+``check_parameters(globals())``, which fails at once, in one line naming the parameter,
+on a value of the wrong type or out of range, and on a parameter papermill injected that
+the chapter does not declare (papermill itself only warns about those).
+"""
+from __future__ import annotations
+
+import ast
+import typing
+from typing import Sequence
+
+from ..config import SCALES
+from ..errors import ConfigError
+
+__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters"]
+
+SEED_LIMIT = 2 ** 32
+
+
+def injected_parameters(history: Sequence[str]) -> set[str]:
+    """Names papermill assigned: the cell it injects starts with ``# Parameters``."""
+    names: set[str] = set()
+    for source in history:
+        if source.lstrip().startswith("# Parameters"):
+            for node in ast.parse(source).body:
+                if isinstance(node, ast.Assign):
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _kinds(annotation) -> tuple[type, ...]:
+    """The accepted types of an annotation (``int | None``, ``Optional[int]``, ``float``, ...)."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {"typing": typing})      # from __future__ annotations
+    args = typing.get_args(annotation)
+    if args:
+        if typing.get_origin(annotation) in (list, dict, tuple, set):
+            return (typing.get_origin(annotation),)
+        return tuple(k for a in args for k in _kinds(a))
+    return (type(None),) if annotation is None else (annotation,)
+
+
+def _type_ok(value, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, kinds)
+
+
+def _type_name(kinds: tuple[type, ...]) -> str:
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+
+
+def check_parameters(namespace: dict, history: Sequence[str] | None = None, **rules) -> None:
+    """Check a chapter's parameters (the annotated names of ``namespace``).
+
+    * each value has its declared type (an ``int`` passes for a ``float``);
+    * ``scale`` is one of :data:`~hetfl_core.config.SCALES`, ``seed`` an integer in
+      ``[0, 2**32)``, ``dataset`` a known dataset;
+    * ``rules`` adds a rule per name: a ``(low, high)`` pair of inclusive bounds (``None``
+      for no bound) or a list of allowed values, e.g. ``lr=(1e-6, 10)``;
+    * a name papermill injected (found in ``history``, default the kernel's ``In``) that
+      is not declared is an error.
+
+    Raises :class:`~hetfl_core.errors.ConfigError` with one line naming the parameter.
+    """
+    declared = dict(namespace.get("__annotations__", {}))
+    if not declared:
+        raise ConfigError("the parameters cell declares no parameters (write 'seed: int = 0')")
+    if history is None:
+        history = namespace.get("In", [])
+    unknown = sorted(injected_parameters(history) - set(declared))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; this chapter takes: "
+                          f"{', '.join(declared)}")
+    for name, annotation in declared.items():
+        if name not in namespace:
+            raise ConfigError(f"parameter {name} is declared but has no value")
+        value, kinds = namespace[name], _kinds(annotation)
+        if not _type_ok(value, kinds):
+            raise ConfigError(f"parameter {name} must be {_type_name(kinds)}, got {value!r}")
+    if "scale" in declared and namespace["scale"] not in SCALES:
+        raise ConfigError(f"parameter scale must be one of {', '.join(SCALES)}, got {namespace['scale']!r}")
+    if "seed" in declared and not 0 <= namespace["seed"] < SEED_LIMIT:
+        raise ConfigError(f"parameter seed must be in [0, 2**32), got {namespace['seed']!r}")
+    if "dataset" in declared:
+        from ..data import canonical_dataset_name
+
+        try:
+            canonical_dataset_name(namespace["dataset"])
+        except ConfigError as exc:
+            raise ConfigError(f"parameter dataset: {exc}") from None
+    for name, rule in rules.items():
+        if name not in declared:
+            raise ValueError(f"a rule for {name!r}, which is not a declared parameter")
+        value = namespace[name]
+        if isinstance(rule, tuple):
+            low, high = rule
+            if value is not None and ((low is not None and not value >= low) or
+                                      (high is not None and not value <= high)):
+                bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+                raise ConfigError(f"parameter {name} must be in {bounds}, got {value!r}")
+        elif value not in rule:
+            raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, got {value!r}")

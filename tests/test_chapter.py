@@ -1,0 +1,37 @@
+"""A chapter's parameter check (hetfl_core.chapter.check_parameters)."""
+import pytest
+
+from hetfl_core.chapters import check_parameters, injected_parameters
+from hetfl_core.errors import ConfigError
+
+
+def namespace(**values):
+    ns = {"__annotations__": {"scale": str, "dataset": str, "seed": int, "lr": float, "note": "int | None"},
+          "scale": "book", "dataset": "digits", "seed": 0, "lr": 0.05, "note": None}
+    ns.update(values)
+    return ns
+
+
+def test_good_parameters_pass():
+    check_parameters(namespace(), history=[], lr=(1e-6, 10))
+    check_parameters(namespace(lr=1, note=3), history=["# Parameters\nlr = 1\n"])   # an int is a float
+
+
+@pytest.mark.parametrize("values, rules, word", [
+    (dict(seed=-1), {}, "seed"), (dict(seed=2 ** 32), {}, "seed"), (dict(seed="abc"), {}, "seed"),
+    (dict(seed=1.5), {}, "seed"), (dict(seed=True), {}, "seed"), (dict(scale="huge"), {}, "scale"),
+    (dict(dataset="imagenet"), {}, "dataset"), (dict(lr="abc"), {}, "lr"), (dict(lr=50.0), {"lr": (1e-6, 10)}, "lr"),
+    (dict(note="x"), {}, "note"), (dict(scale="book"), {"scale": ["smoke"]}, "scale"),
+])
+def test_bad_parameters_fail_in_one_line_naming_them(values, rules, word):
+    with pytest.raises(ConfigError) as info:
+        check_parameters(namespace(**values), history=[], **rules)
+    message = str(info.value)
+    assert f"parameter {word}" in message and "\n" not in message
+
+
+def test_an_unknown_injected_parameter_fails():
+    history = ["import x", "# Parameters\nseed = 1\nsed = 2\n"]
+    assert injected_parameters(history) == {"seed", "sed"}
+    with pytest.raises(ConfigError, match="unknown parameter.*sed"):
+        check_parameters(namespace(), history=history)
