@@ -297,7 +297,7 @@ def pretraining_batches(root=None, batch_size: int = 32, seed: int = 0):
     """Endless pre-training batches ``(ids, labels)`` from the Old Testament: the paraphrase
     task with **far** negatives (a verse of another chapter).
 
-    This is the backbone's "disjoint pair task" (spec §7): other books (the Old Testament;
+    This is the backbone's "disjoint pair task" (the book's stand-in): other books (the Old Testament;
     the federated task uses the New) and easier negatives than the federated task's
     neighbouring verses.
     """

@@ -1,6 +1,6 @@
 """Datasets and federated partitions.
 
-Two ways to get real data (see ``../shared/DATA.md``):
+Two ways to get real data (see the README's Data section):
 
 * online, torchvision's dataset classes with ``download=True`` into the data root
   (``$HETFL_DATA``, default ``~/.cache/hetfl``);
@@ -183,12 +183,12 @@ def _half_resolution(name: str, ds: ArrayDataset) -> ArrayDataset:
 
 
 def _load_mnist_5k_14(root=None) -> ArrayDataset:
-    """mnist-5k at 14x14 (a cheaper stand-in, Heroes spec 7)."""
+    """mnist-5k at 14x14 (a cheaper stand-in for the Heroes chapter)."""
     return _half_resolution("mnist-5k-14", _load_mnist_5k(root))
 
 
 def _load_fashion_mnist_14(root=None) -> ArrayDataset:
-    """Fashion-MNIST at 14x14: where a paper trains a ResNet on CIFAR-10 (paper 004, Figs. 4-5),
+    """Fashion-MNIST at 14x14: where a paper trains a ResNet on CIFAR-10 (Tan et al. 2025, Figs. 4-5),
     a ResNet on 28x28 inputs costs seven times LeNet-5's step on the CPU, on 14x14 twice."""
     return _half_resolution("fashion-mnist-14", load_dataset("fashion-mnist", root))
 

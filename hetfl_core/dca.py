@@ -1,7 +1,7 @@
-"""Per-round joint choice of sparsity k, pruning rate r and bandwidth share l (paper 004).
+"""Per-round joint choice of sparsity k, pruning rate r and bandwidth share l (Tan et al. 2025).
 
 The server of the lightweight personalised method (Tan et al., 2025; Alg. 1) solves, every
-round, problem (31) restricted to that round (spec §8.4):
+round, problem (31) restricted to that round (the paper's (31) couples all rounds):
 
     min_{k, r, l}  sum_n gamma_n (theta1 sqrt(1 - r_n) - theta2 k_n)                  (31a)
     s.t.  tau_comp_n(r_n) + S(k_n) / R_n(l_n) <= tau_max                              (31b)
@@ -39,7 +39,7 @@ __all__ = ["NOISE_PSD", "RoundSystem", "WirelessScenario", "Allocation", "upload
 
 #: AWGN power spectral density, -174 dBm/Hz (Table II), in W/Hz.
 NOISE_PSD = dbm_to_watts(-174.0)
-K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # spec §3.6: the gradients of (39) are singular at k=0, r=1
+K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # the gradients of (39) are singular at k=0, r=1
 
 
 def upload_bits(k, d_base: int, value_bits: int = FLOAT_BITS):
@@ -49,13 +49,13 @@ def upload_bits(k, d_base: int, value_bits: int = FLOAT_BITS):
 
 
 def _upload_bits_slope(k, d_base: int, value_bits: int = FLOAT_BITS):
-    """dS/dk = d_B (log2(1/k) + FPP + 1 - 1/ln 2) = -grad phi_1 (spec §3.5)."""
+    """dS/dk = d_B (log2(1/k) + FPP + 1 - 1/ln 2) = -grad phi_1 (derived from Eq. 38)."""
     return d_base * (-np.log2(k) + value_bits + 1 - 1 / math.log(2))
 
 
 @dataclass
 class RoundSystem:
-    """One round's system state: what the server knows when it allocates (spec §3.3).
+    """One round's system state: what the server knows when it allocates (Sec. III).
 
     Per client: data weight ``gamma`` (sums to 1), transmit power ``tx_power_w``, channel
     power gain ``gain``, CPU frequency ``cpu_hz``; shared: band ``bandwidth_hz``, model split
@@ -173,7 +173,7 @@ class Allocation:
 
     ``history`` holds the true objective (31a) at the start point and after every DCA
     iteration; ``relaxed`` says the round's deadline was infeasible and was relaxed to
-    ``deadline_s`` = 1.05 x the smallest feasible one (spec §8.5).
+    ``deadline_s`` = 1.05 x the smallest feasible one (the paper gives no deadline).
     """
 
     k: np.ndarray
@@ -188,7 +188,7 @@ class Allocation:
 
 
 def feasible_start(system: RoundSystem, k_min: float = K_MIN, r_min: float = R_MIN):
-    """Spec §3.6: (k, r) = (k_min, r_min) and the least shares that meet the deadline, scaled to sum 1.
+    """A feasible start for Alg. 2: (k, r) = (k_min, r_min) and the least shares that meet the deadline, scaled to sum 1.
 
     Returns (k, r, share) or raises :class:`InfeasibleError` when even that point misses
     the deadline.
@@ -301,12 +301,12 @@ def _feasible(system: RoundSystem, k, r, share, k_min, rtol: float = 1e-9):
 def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_iter: int = 30,
               tol: float = 1e-4, k_min: float = K_MIN, r_min: float = R_MIN, r_max: float = R_MAX,
               relax: bool = True) -> Allocation:
-    """Alg. 2: DCA on (38) from the feasible start of spec §3.6, one convex program (39) per iteration.
+    """Alg. 2: DCA on (38) from the feasible start of :func:`feasible_start`, one convex program (39) per iteration.
 
     Stops when max |k^{i+1} - k^i|, |r^{i+1} - r^i| <= ``tol`` or after ``max_iter``
     iterations and returns the last iterate x^{i+1} (the paper returns x^i). If the
     deadline is infeasible, raises :class:`InfeasibleError` (``relax=False``) or relaxes it to
-    1.05 x the smallest feasible deadline (spec §8.5) and says so in ``Allocation.relaxed``.
+    1.05 x the smallest feasible deadline and says so in ``Allocation.relaxed``.
     Shares are l = u / z rescaled to sum 1 (R increases in l, so this only helps). Every
     iterate is checked against the deadline and the energy budgets before it is accepted:
     an inaccurate solve that misses them ends the iterations at the last feasible point
@@ -480,14 +480,14 @@ def grid_search(system: RoundSystem, theta1: float, theta2: float = 1.0, points:
 
 
 class WirelessScenario:
-    """Table II's cell with the scaled constants of spec §7, drawing one :class:`RoundSystem` per round.
+    """Table II's cell with the book's CPU-scaled constants, drawing one :class:`RoundSystem` per round.
 
     Clients sit uniformly in a disc of ``radius_m`` (at least ``min_distance_m`` from the
     base station) for the whole run; every round redraws Rayleigh fading (Exp(1) power
     gain), transmit power U[20, 28] dBm and CPU frequency U[0.5, 3] GHz. ``bandwidth_hz``
     is a number or a ``(low, high)`` range drawn uniformly per round (dynamic bandwidth).
     C is calibrated so that at k = r = 1 and l = 1/N the median compute time equals the
-    median upload time on the mean channel (spec §7), for a base of ``calibration_d_base``
+    median upload time on the mean channel, for a base of ``calibration_d_base``
     weights (default ``d_base``). C belongs to the model and the devices: methods that
     split the same model differently should share one ``calibration_d_base`` (the paper's
     split), or a method with a small shared part would also be given a faster CPU. The

@@ -96,7 +96,7 @@ class WidthCNN(nn.Module):
 class PooledCNN(WidthCNN):
     """WidthCNN with its last feature map average-pooled to 2x2 and flattened into the
     classifier instead of globally pooled, and He-initialised convolutions (Heroes' CNN,
-    spec 7): without normalisation layers it learns much faster than WidthCNN."""
+    the CPU plan): without normalisation layers it learns much faster than WidthCNN."""
 
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), width=1.0):
         super().__init__(in_shape, num_classes, channels, width)

@@ -153,7 +153,7 @@ def index_bits(nnz: int, total: int, coding: str = "min") -> float:
 
     ``"position"``: each index in ceil(log2 total) bits; ``"bitmap"``: one bit per
     position; ``"min"``: the cheaper of the two (what an encoder would pick);
-    ``"binomial"``: log2 C(total, nnz), the information-theoretic minimum (paper 004, Eq. 8).
+    ``"binomial"``: log2 C(total, nnz), the information-theoretic minimum (Tan et al. 2025, Eq. 8).
     """
     if nnz < 0 or nnz > total:
         raise ConfigError(f"cannot send {nnz} of {total} values")
@@ -185,7 +185,7 @@ class DeviceProfile:
 
     ``flops_per_s``: sustained training throughput; ``uplink_bps``/``downlink_bps``: link
     rates; ``energy_coeff``: effective switched capacitance zeta (J s^2), so that a cycle at
-    frequency f costs zeta f^2 J; ``flops_per_cycle``: 2 (paper 004, footnote 5);
+    frequency f costs zeta f^2 J; ``flops_per_cycle``: 2 (Tan et al. 2025, footnote 5);
     ``tx_power_w``: transmit power; ``tier``: the tier's name.
     """
 
@@ -257,7 +257,7 @@ def round_time(client_times) -> float:
 # --------------------------------------------------------------------------- wireless and energy
 
 def path_loss_db(distance_km: float) -> float:
-    """3GPP urban macro path loss, 128.1 + 37.6 log10(d) dB with d in km (paper 004, Table II)."""
+    """3GPP urban macro path loss, 128.1 + 37.6 log10(d) dB with d in km (Tan et al. 2025, Table II)."""
     return 128.1 + 37.6 * math.log10(distance_km)
 
 
@@ -272,18 +272,18 @@ def channel_gain(distance_km: float) -> float:
 
 
 def shannon_rate(bandwidth_hz: float, tx_power_w: float, gain: float, noise_psd_w_per_hz: float) -> float:
-    """Uplink rate R = B log2(1 + p h / (N0 B)) in bit/s (paper 004, Eq. 7 with B = l W)."""
+    """Uplink rate R = B log2(1 + p h / (N0 B)) in bit/s (Tan et al. 2025, Eq. 7 with B = l W)."""
     if bandwidth_hz <= 0:
         return 0.0
     return bandwidth_hz * math.log2(1 + tx_power_w * gain / (noise_psd_w_per_hz * bandwidth_hz))
 
 
 def compute_energy(device: DeviceProfile, flops: float) -> float:
-    """Joules to compute ``flops``: zeta f^2 per cycle (paper 004, Eq. 13: zeta f^3 tau)."""
+    """Joules to compute ``flops``: zeta f^2 per cycle (Tan et al. 2025, Eq. 13: zeta f^3 tau)."""
     cycles = flops / device.flops_per_cycle
     return device.energy_coeff * device.cpu_hz ** 2 * cycles
 
 
 def transmit_energy(device: DeviceProfile, seconds: float) -> float:
-    """Joules of transmitting for ``seconds`` at the device's power (paper 004, Eq. 11)."""
+    """Joules of transmitting for ``seconds`` at the device's power (Tan et al. 2025, Eq. 11)."""
     return device.tx_power_w * seconds

@@ -1,12 +1,12 @@
 """A tiny BERT-style encoder, its pre-training, and LoRA fine-tuning with a frozen backbone.
 
-Paper 004 fine-tunes BERT-Base with LoRA adapters on MRPC; the CPU stand-in (spec §7) is
+Tan et al. (2025) fine-tune BERT-Base with LoRA adapters on MRPC; the CPU stand-in is
 a 2-layer encoder (d = 32, 2 heads, feed-forward 128) pre-trained here, never downloaded:
 
 * :class:`TinyEncoder` is the trainable encoder with a sentence-pair classifier on a
   tanh pooler over ``[CLS]`` (where BERT has its next-sentence head). :func:`pretrain`
   trains it on :func:`hetfl_core.bible.pretraining_batches` (Old Testament pairs with
-  easy negatives: spec §7's "disjoint pair task") for a fixed number of AdamW steps; :func:`pretrained_backbone` caches the result on disk (keyed by every
+  easy negatives: a "disjoint pair task") for a fixed number of AdamW steps; :func:`pretrained_backbone` caches the result on disk (keyed by every
   setting) so that it is trained once per machine.
 * :class:`LoRATransformer` holds that backbone as **buffers** (frozen: no gradient, not a
   parameter, so never averaged, sparsified or pruned) and adds the trainable parts:
@@ -39,7 +39,7 @@ from .errors import ConfigError
 __all__ = ["ENCODER", "PRETRAIN", "TinyEncoder", "LoRA", "LoRATransformer", "encoder_forward", "pretrain",
            "pretrained_backbone"]
 
-#: the encoder's shape (spec §7: d = 32, 2 heads, 2 layers)
+#: the encoder's shape (a CPU-sized encoder: d = 32, 2 heads, 2 layers)
 ENCODER = {"dim": 32, "heads": 2, "layers": 2, "ffn": 128}
 #: the pre-training run: Adam steps, batch, peak learning rate (linear warm-up then decay), seed
 PRETRAIN = {"steps": 5000, "batch": 32, "lr": 5e-3, "warmup": 100, "seed": 0}

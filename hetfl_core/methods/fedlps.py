@@ -13,7 +13,7 @@ Algorithm 1 of the paper, as hooks:
   then each participant's P-UCBV agent (Alg. 2, :class:`hetfl_core.bandits.PUCBV`) turns
   (T, a) into the reward of Eq. (15) and proposes the next ratio.
 
-Choices where the paper is silent or wrong (spec Sec. 8):
+Choices where the paper is silent or wrong (this book's resolutions):
 
 * the step gamma(Q - tau) of Eq. (4) passes no gradient, so Q is trained through the
   straight-through mask P + sigma(Q) - stopgrad(sigma(Q)): the forward pass uses the

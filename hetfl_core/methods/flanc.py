@@ -6,7 +6,7 @@ clients of that width. The full-width model (basis times u^(P)) is the global mo
 the wide coefficient learns from the fast clients alone. Widths follow the same time
 budget as Heroes; every client runs tau_0 local steps. The first layer and classifier
 groups are nested (width p trains groups 0..p-1); Flanc's orthogonality regulariser is
-off (spec A20).
+off (the paper's comparison gives every width method the same widths).
 """
 from __future__ import annotations
 

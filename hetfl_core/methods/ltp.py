@@ -1,6 +1,6 @@
 """LTP: progressive lottery-ticket pruning without the joint loss (OFA-FL's ablation).
 
-The "LTH pruning" baseline of Varma et al. (2023), defined precisely in the spec
+The "LTH pruning" baseline of Varma et al. (2023), made precise in this book
 (Sec. 3.8): everything as OFA-FL (nested masks by progressive magnitude pruning, partial
 rewinding, clients joining once their ratio exists, per-coordinate averaging), except
 that a client's loss is only its own sub-network's, L = [l(d; own * theta)]. Each

@@ -13,17 +13,17 @@ Algorithm 1, one round t (full participation by default):
         sparsify   g~^B = top_k(g^B) with ceil(k d_B) entries, uploaded with indices  (5)
     server: w^B_{t+1} = w^B_t - eta sum_n gamma_n g~^B_n                        (6)
 
-With ``local_steps`` > 1 (spec §8.1) the client runs several masked SGD steps and uploads
+With ``local_steps`` > 1 (the paper's Algorithm 1 takes one step) the client runs several masked SGD steps and uploads
 the pseudo-gradient (w^B_t - w^B_local) / eta; with one step it is the gradient itself.
 
-Latency and energy follow the paper's model (§3.3 of the spec) through
+Latency and energy follow the paper's model (Sec. III) through
 :mod:`hetfl_core.system`: compute cycles b C (d_B + r d_P) / d on a CPU of omega Hz (12)
 as FLOPs = 2 x cycles, the FDMA uplink rate ``shannon_rate`` at the share l W (7), upload
 bits (9) (``bits="exact"``: values plus ``index_bits(..., "binomial")``, Eq. 8),
 ``compute_energy`` (13) and ``transmit_energy`` (11). The round lasts as long as its
 slowest client.
 
-Options turn the method into its ablations and into the spec's baselines under the same
+Options turn the method into its ablations and into the paper's baselines under the same
 latency model: ``allocation`` ("dca", "uniform": equal shares with each client's best
 (k, r), "fixed": the given ``k``, ``r`` with equal shares), ``split`` ("conv": the
 paper's base = conv layers; "fc": LG-FedAvg's shared FC; "all": FedAvg; "first:N": the
@@ -32,7 +32,7 @@ Figs. 4-5), ``prune_scope="all"`` (FedAvg-P: prune the whole model).
 ``calibration_split`` names the split on which the CPU constant C of (12) is calibrated
 (default "paper": the paper's split for the model, :func:`paper_split`), so that every
 method on the same model computes on the same devices whatever it shares.
-``bandwidth_mhz`` defaults to the paper's 10 MHz per 100 clients (spec §7);
+``bandwidth_mhz`` defaults to the paper's 10 MHz per 100 clients (Sec. VI);
 ``bandwidth_high_mhz`` makes it dynamic, U[low, high] per round; ``deadline_s`` fixes
 tau_max (else it is calibrated, see :class:`hetfl_core.dca.WirelessScenario`).
 """

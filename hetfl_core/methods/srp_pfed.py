@@ -14,7 +14,7 @@ Per round (Alg. 1 and 2, synchronous)::
 
 The rate sampler is :class:`hetfl_core.reinforced_walk.ReinforcedRateWalk`; masks,
 fusion and aggregation are in :mod:`hetfl_core.partial_update`. Resolutions of the
-paper's gaps (spec section 8), each with the literal reading as an option: the update
+paper's gaps (this book's resolutions), each with the literal reading as an option: the update
 rate p is the *shared* fraction (A1); the largest-|w| entries are personal (A2); the
 whole model is ranked (A3, ``scope="layer"`` as an option); the aggregation is
 element-wise normalised (A4, ``agg="paper_eq4"``); K distinct rates (A5,
