@@ -1,21 +1,22 @@
 # hetfl: `make book` builds the executable book, `make test` runs every test.
-# Each target does its own set-up (a .venv and the offline data) and skips it when done.
+# Each target does its own set-up (a .venv with the package installed in it, editable, and the
+# offline data) and skips it when done.
 PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
-export PYTHONPATH := $(CURDIR)
 
 .PHONY: book test setup data clean smoke-book
 
 setup: $(STAMP) data
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -r requirements.txt
+	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 data: $(STAMP)

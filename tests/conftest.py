@@ -1,11 +1,6 @@
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 torch.set_num_threads(1)
 
 

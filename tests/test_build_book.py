@@ -1,10 +1,12 @@
 """The book build's own checks (tools/build_book.py)."""
-import sys
+import importlib.util
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-
-from build_book import raw_tables  # noqa: E402
+_spec = importlib.util.spec_from_file_location(
+    "build_book", Path(__file__).resolve().parent.parent / "tools" / "build_book.py")
+build_book = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build_book)
+raw_tables = build_book.raw_tables
 
 
 def test_raw_tables_finds_a_table_rendered_as_text(tmp_path):
@@ -19,7 +21,6 @@ def test_raw_tables_finds_a_table_rendered_as_text(tmp_path):
 def test_verdict_boxes_and_scorecard_come_from_the_ledgers(tmp_path, monkeypatch):
     import json
 
-    import build_book
     from hetfl_core.report import Ledger, at_least, load_ledgers
 
     root, staging = tmp_path / "repo", tmp_path / "staging"

@@ -108,7 +108,6 @@ def env() -> dict:
     e = dict(os.environ)
     if LEDGERS is not None:
         e["HETFL_LEDGER_DIR"] = str(LEDGERS)
-    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "1")
     return e
