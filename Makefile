@@ -8,7 +8,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book test setup data clean smoke-book
+.PHONY: book student test setup data clean smoke-book
 
 setup: $(STAMP) data
 
@@ -25,12 +25,16 @@ data: $(STAMP)
 book: setup
 	$(VPY) tools/build_book.py --scale book
 
+# The book with every exercise's solution removed, for a class: _build/student/html.
+student: setup
+	$(VPY) tools/build_book.py --scale book --student
+
 smoke-book: setup
 	$(VPY) tools/build_book.py --scale smoke
 
 test: setup
 	$(VPY) -m pytest -q -n 2 --dist loadscope tests
-	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke
+	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
 
 clean:
 	rm -rf _build

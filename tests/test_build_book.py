@@ -42,3 +42,43 @@ def test_verdict_boxes_and_scorecard_come_from_the_ledgers(tmp_path, monkeypatch
     assert build_book.write_scorecard(staging, notebooks, ledgers)
     page = (staging / "book" / "scorecard.md").read_text()
     assert page.startswith("# Scorecard\n\nintro\n") and "stale" not in page and "A beats B" in page
+
+
+def test_strip_solutions_keeps_exercises_and_text():
+    text = ("intro\n```{exercise}\n:label: ex-a\nDo it.\n```\n\n```{solution} ex-a\n:class: dropdown\n"
+            "Done: 42.\n```\n\n````{solution} ex-b\n```python\nprint(1)\n```\n````\n:::{solution} ex-c\nthree\n:::\nend\n")
+    out, removed = build_book.strip_solutions(text)
+    assert removed == 3
+    assert "Done" not in out and "print(1)" not in out and "three" not in out
+    assert "```{exercise}\n:label: ex-a\nDo it.\n```" in out and out.startswith("intro") and out.endswith("end\n")
+    import pytest
+
+    with pytest.raises(ValueError):
+        build_book.strip_solutions("```{solution} x\nnever closed\n")
+
+
+def test_student_edition_removes_every_solution(tmp_path):
+    import json
+
+    staging = tmp_path / "src"
+    (staging / "book").mkdir(parents=True)
+    cell = {"cell_type": "markdown", "metadata": {},
+            "source": ["```{exercise}\n", ":label: e1\n", "Q\n", "```\n", "```{solution} e1\n", "A\n", "```\n"]}
+    code = {"cell_type": "code", "metadata": {}, "source": "x = '```{solution}'", "outputs": []}
+    (staging / "book" / "ch.ipynb").write_text(json.dumps({"cells": [cell, code], "metadata": {}}))
+    (staging / "book" / "page.md").write_text("```{solution} e2\nB\n```\n")
+    (staging / "_config.yml").write_text("title: t\n")
+    assert build_book.student_edition(staging, tmp_path / "student") == 2
+    nb = json.loads((tmp_path / "student" / "book" / "ch.ipynb").read_text())
+    assert nb["cells"][0]["source"] == "```{exercise}\n:label: e1\nQ\n```\n"
+    assert nb["cells"][1]["source"] == code["source"]                  # code is left alone
+    assert (tmp_path / "student" / "book" / "page.md").read_text() == ""
+    assert (tmp_path / "student" / "_config.yml").exists()
+    assert "A\n" in "".join(cell["source"])                             # the full book is untouched
+
+
+def test_count_class_counts_whole_class_names(tmp_path):
+    (tmp_path / "a.html").write_text('<div class="exercise admonition"></div><div class="solution dropdown">'
+                                     '</div><div class="exercises"></div><p class="x exercise"></p>')
+    assert build_book.count_class(tmp_path, "exercise") == 2
+    assert build_book.count_class(tmp_path, "solution") == 1

@@ -90,6 +90,8 @@ def stage(staging: Path) -> None:
     shutil.copy(ROOT / "_toc.yml", staging / "_toc.yml")
     shutil.copytree(ROOT / "book", staging / "book", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("_build", ".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "tools" / "sphinx", staging / "tools" / "sphinx",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     # Not under _static/: Jupyter Book would load every .js file found there on every page.
     if local_mathjax(staging / "_mathjax"):
@@ -213,6 +215,60 @@ def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool
     return True
 
 
+SOLUTION_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}")
+
+
+def strip_solutions(text: str) -> tuple[str, int]:
+    """``text`` without its ``{solution}`` blocks (fenced with backticks or colons), and how
+    many were removed."""
+    kept, fence, removed = [], None, 0
+    for line in text.splitlines(keepends=True):
+        if fence is None:
+            opened = SOLUTION_OPEN.match(line)
+            if opened:
+                fence, removed = opened["fence"], removed + 1
+            else:
+                kept.append(line)
+        elif line.strip() == fence:
+            fence = None
+    if fence is not None:
+        raise ValueError("a {solution} block is never closed")
+    return "".join(kept), removed
+
+
+def student_edition(staging: Path, target: Path) -> int:
+    """Copy the staged (executed) book to ``target`` with every exercise's solution removed;
+    returns how many solutions were removed."""
+    import json
+
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(staging, target)
+    removed = 0
+    for page in sorted((target / "book").rglob("*")):
+        if page.suffix == ".md":
+            text, n = strip_solutions(page.read_text())
+            page.write_text(text)
+        elif page.suffix == ".ipynb":
+            nb, n = json.loads(page.read_text()), 0
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "markdown":
+                    source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                    cell["source"], k = strip_solutions(source)
+                    n += k
+            page.write_text(json.dumps(nb, indent=1))
+        else:
+            continue
+        removed += n
+    return removed
+
+
+def count_class(html_dir: Path, css_class: str) -> int:
+    """How many elements of the rendered pages carry ``css_class`` (e.g. ``exercise``)."""
+    pattern = re.compile(r'class="(?:[^"]*\s)?' + re.escape(css_class) + r'(?:\s[^"]*)?"')
+    return sum(len(pattern.findall(p.read_text(errors="replace"))) for p in html_dir.rglob("*.html"))
+
+
 def render(staging: Path, build_dir: Path) -> int:
     out = build_dir
     cmd = [str(BIN / "jupyter-book"), "build", str(staging), "-W", "-n", "--keep-going",
@@ -239,6 +295,8 @@ def main() -> int:
     parser.add_argument("--scale", choices=["smoke", "book", "paper"], default="book")
     parser.add_argument("--build-dir", type=Path, default=ROOT / "_build")
     parser.add_argument("--jobs", type=int, default=2, help="chapters executed at once")
+    parser.add_argument("--student", action="store_true",
+                        help="also render the student edition (no solutions) into BUILD_DIR/student/html")
     args = parser.parse_args()
     global LEDGERS
     build_dir = args.build_dir if args.build_dir.is_absolute() else ROOT / args.build_dir
@@ -281,7 +339,27 @@ def main() -> int:
         print(f"no claim ledger was written by: {', '.join(missing)}", file=sys.stderr)
         return 1
     write_scorecard(staging, notebooks, ledgers)
-    return render(staging, build_dir)
+    rc = render(staging, build_dir)
+    if rc or not args.student:
+        return rc
+    return render_student(staging, build_dir)
+
+
+def render_student(staging: Path, build_dir: Path) -> int:
+    """Render the student edition beside the full book and check it: no solution left,
+    every exercise kept."""
+    removed = student_edition(staging, build_dir / "student-src")
+    rc = render(build_dir / "student-src", build_dir / "student")
+    if rc:
+        return rc
+    full, student = build_dir / "html", build_dir / "student" / "html"
+    left, exercises = count_class(student, "solution"), count_class(student, "exercise")
+    if left or exercises != count_class(full, "exercise"):
+        print(f"student edition: {left} solution(s) left, {exercises} of {count_class(full, 'exercise')} "
+              "exercises kept", file=sys.stderr)
+        return 1
+    print(f"student edition: {exercises} exercises, {removed} solutions removed: {student / 'index.html'}")
+    return 0
 
 
 if __name__ == "__main__":

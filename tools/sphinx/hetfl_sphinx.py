@@ -1,0 +1,61 @@
+"""The book's Sphinx extension (loaded through ``_config.yml``'s ``local_extensions``).
+
+* ``hetfl``, a pybtex style whose bibliography labels are author-year ("McMahan et al.
+  2017"), matching the author-year citations in the text;
+* one copy of each script per page: sphinx-thebe's inline configuration is registered twice
+  under Jupyter Book 1.x, which declares ``THEBE_JS_URL`` twice and logs an error in every
+  page's console.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from pybtex.plugin import register_plugin
+from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+from pybtex.style.labels import BaseLabelStyle
+
+
+def author_year(entry) -> str:
+    """"Surname 2017", "A and B 2017" or "A et al. 2017" (editors when there is no author)."""
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    names = [" ".join(p.last_names) or " ".join(p.first_names) for p in people] or \
+        [entry.fields.get("organization", entry.key)]
+    who = names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
+    return f"{who} {entry.fields.get('year', 'n.d.')}".replace("{", "").replace("}", "")
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    """Author-year labels, with a, b, ... where two entries would share one."""
+
+    def format_labels(self, sorted_entries):
+        entries = list(sorted_entries)
+        labels = [author_year(e) for e in entries]
+        repeated, seen = Counter(labels), Counter()
+        for label in labels:
+            if repeated[label] > 1:
+                seen[label] += 1
+                label += "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
+            yield label
+
+
+class AuthorYearStyle(UnsrtStyle):
+    """pybtex's ``unsrt`` formatting with :class:`AuthorYearLabels`."""
+
+    default_label_style = AuthorYearLabels
+
+
+def one_copy_of_each_script(app, pagename, templatename, context, doctree):
+    """Drop repeated scripts (same file, same inline body) from a page."""
+    scripts, seen = [], set()
+    for script in context.get("script_files", []):
+        key = (str(getattr(script, "filename", script)), str(getattr(script, "attributes", {}).get("body", "")))
+        if key not in seen:
+            seen.add(key)
+            scripts.append(script)
+    context["script_files"] = scripts
+
+
+def setup(app):
+    register_plugin("pybtex.style.formatting", "hetfl", AuthorYearStyle)
+    app.connect("html-page-context", one_copy_of_each_script, priority=900)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
