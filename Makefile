@@ -8,7 +8,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book student test setup data clean smoke-book
+.PHONY: book student test setup data browser clean smoke-book
 
 setup: $(STAMP) data
 
@@ -22,6 +22,9 @@ $(STAMP): requirements.txt pyproject.toml
 data: $(STAMP)
 	bash tools/install_data.sh "$(DATA)"
 
+browser:
+	bash tools/install_browser.sh
+
 book: setup
 	$(VPY) tools/build_book.py --scale book
 
@@ -32,9 +35,12 @@ student: setup
 smoke-book: setup
 	$(VPY) tools/build_book.py --scale smoke
 
-test: setup
-	$(VPY) -m pytest -q -n 2 --dist loadscope tests
+# Unit tests, then the chapters at smoke scale and the rendered book (and its student
+# edition), then the rendered pages in a real browser.
+test: setup browser
+	$(VPY) -m pytest -q -n 2 --dist loadscope tests --ignore=tests/rendered
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
+	HETFL_BOOK_BUILD=_build/smoke $(VPY) -m pytest -q -p no:cacheprovider tests/rendered
 
 clean:
 	rm -rf _build

@@ -35,8 +35,15 @@ INSPECT = """() => {
 def inspect_page(page, url: str, screenshot: Path | None = None) -> tuple[list[str], int]:
     """Open ``url``; return its problems (none for a good page) and how many formulas MathJax typeset."""
     errors = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+
+    def console(message):
+        # the browser's own request for /favicon.ico at the server root is not the page's
+        if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico"):
+            errors.append(message.text)
+
+    page.on("console", console)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
     page.goto(url, wait_until="load")
     page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
     found = page.evaluate(INSPECT)

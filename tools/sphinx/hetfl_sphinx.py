@@ -45,10 +45,11 @@ class AuthorYearStyle(UnsrtStyle):
 
 
 def one_copy_of_each_script(app, pagename, templatename, context, doctree):
-    """Drop repeated scripts (same file, same inline body) from a page."""
+    """Drop repeated scripts (same file, same inline body) from a page. An inline script is
+    registered with the file name ``None`` by the application and ``""`` by the builder."""
     scripts, seen = [], set()
     for script in context.get("script_files", []):
-        key = (str(getattr(script, "filename", script)), str(getattr(script, "attributes", {}).get("body", "")))
+        key = (str(getattr(script, "filename", script) or ""), str(getattr(script, "attributes", {}).get("body", "")))
         if key not in seen:
             seen.add(key)
             scripts.append(script)
