@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
@@ -23,7 +24,7 @@ from pathlib import Path
 from .config import RunConfig
 from .errors import HetflError
 
-__all__ = ["cache_dir", "source_hash", "cache_path", "load_cached", "run_cached", "sweep"]
+__all__ = ["cache_dir", "source_hash", "cache_path", "load_cached", "log_run", "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
 
@@ -70,19 +71,35 @@ def _write_atomic(path: Path, result: dict) -> None:
     os.replace(tmp, path)
 
 
+def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
+    """Append one line to ``$HETFL_RUN_LOG`` (when set): which run, from the cache or computed,
+    in how many wall-clock seconds. The book build reads it for the execution report."""
+    path = os.environ.get("HETFL_RUN_LOG")
+    if not path:
+        return
+    line = json.dumps({"method": config.method, "dataset": config.dataset, "seed": config.seed,
+                       "cached": cached, "seconds": round(seconds, 3)})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:        # one short line per write: appends from several processes stay whole
+        f.write(line + "\n")
+
+
 def run_cached(config: RunConfig, directory: Path | None = None, progress: bool = False,
                use_cache: bool = True) -> dict:
     """Run ``config`` unless its result is cached; store what is run."""
     from .engine import run
 
     config.validate()
+    start = time.perf_counter()
     if use_cache:
         cached = load_cached(config, directory)
         if cached is not None:
+            log_run(config, True, time.perf_counter() - start)
             return cached
     result = run(config, progress=progress)
     if use_cache:
         _write_atomic(cache_path(config, directory), result)
+    log_run(config, False, time.perf_counter() - start)
     return result
 
 
@@ -149,6 +166,9 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
     for c in configs:
         c.validate()
     results: list[dict | None] = [load_cached(c, directory) for c in configs]
+    for c, r in zip(configs, results):
+        if r is not None:
+            log_run(c, True, 0.0)
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results  # type: ignore[return-value]

@@ -82,3 +82,30 @@ def test_count_class_counts_whole_class_names(tmp_path):
                                      '</div><div class="exercises"></div><p class="x exercise"></p>')
     assert build_book.count_class(tmp_path, "exercise") == 2
     assert build_book.count_class(tmp_path, "solution") == 1
+
+
+def test_execution_report_rows_come_from_papermill_and_the_run_logs(tmp_path, monkeypatch):
+    import json
+
+    root, staging = tmp_path / "repo", tmp_path / "staging"
+    (staging / "book").mkdir(parents=True)
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Alpha: a paper\n", "text"]}],
+          "metadata": {"papermill": {"start_time": "2026-11-24T10:00:05.1", "duration": 61.4,
+                                     "parameters": {"scale": "book", "seed": 3}}}}
+    (staging / "book" / "alpha.ipynb").write_text(json.dumps(nb))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "alpha.jsonl").write_text("\n".join(json.dumps({"seed": s, "cached": c, "method": "m"})
+                                                for s, c in [(3, True), (4, False), (5, False)]))
+    monkeypatch.setattr(build_book, "ROOT", root)
+    monkeypatch.setattr(build_book, "RUN_LOGS", logs)
+    rows = build_book.execution_rows(staging, [root / "book" / "alpha.ipynb"], "book", "2026-11-24 09:59", {})
+    assert rows == [["{doc}`Alpha: a paper <alpha>`", "2026-11-24 10:00", "61 s", "book", "seed=3", "3, 4, 5", 1, 2]]
+    junit = tmp_path / "nbval.xml"
+    junit.write_text('<testsuites><testsuite><testcase classname="book.alpha.ipynb" name="Cell 0" time="1.5"/>'
+                     '<testcase classname="book.alpha.ipynb" name="Cell 1" time="2.0"/></testsuite></testsuites>')
+    assert build_book.chapter_seconds(junit) == {"alpha": 3.5}
+    (staging / "book" / "execution.md").write_text("# Execution report\n<!-- execution-report -->\nold\n")
+    assert build_book.write_execution_report(staging, rows)
+    page = (staging / "book" / "execution.md").read_text()
+    assert "old" not in page and "| 61 s |" in page and "torch" in page

@@ -104,12 +104,17 @@ def stage(staging: Path) -> None:
 
 
 LEDGERS: Path | None = None   # where the chapters write their claim ledgers during this build
+RUN_LOGS: Path | None = None  # where each chapter's runs are logged (cached or computed)
 
 
-def env() -> dict:
+def env(chapter: str | None = None) -> dict:
     e = dict(os.environ)
     if LEDGERS is not None:
         e["HETFL_LEDGER_DIR"] = str(LEDGERS)
+    if RUN_LOGS is not None:
+        e["HETFL_RUN_LOG_DIR"] = str(RUN_LOGS)
+        if chapter:
+            e["HETFL_RUN_LOG"] = str(RUN_LOGS / f"{chapter}.jsonl")
     e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "1")
     return e
@@ -121,7 +126,7 @@ def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Pat
     if prepare_only:
         cmd.append("--prepare-only")
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env(src.stem), capture_output=True, text=True)
     err = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["papermill failed"])[-1]
     return src, time.perf_counter() - start, err
 
@@ -269,6 +274,85 @@ def count_class(html_dir: Path, css_class: str) -> int:
     return sum(len(pattern.findall(p.read_text(errors="replace"))) for p in html_dir.rglob("*.html"))
 
 
+# Under nbval every chapter runs in one pytest process: before a chapter's first cell (and
+# its kernel's start) point the run log at that chapter's file.
+NBVAL_CONFTEST = """import os
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    os.environ["HETFL_RUN_LOG"] = os.path.join(os.environ["HETFL_RUN_LOG_DIR"], item.path.stem + ".jsonl")
+"""
+
+EXECUTION_MARK = "<!-- execution-report -->"
+
+
+def chapter_seconds(junit: Path) -> dict[str, float]:
+    """Seconds per notebook from nbval's JUnit report (the sum of its cells)."""
+    import xml.etree.ElementTree as ET
+
+    seconds: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        stem = case.get("classname", "").removesuffix(".ipynb").rsplit(".", 1)[-1]   # "book.heroes.ipynb"
+        seconds[stem] = seconds.get(stem, 0.0) + float(case.get("time", 0))
+    return seconds
+
+
+def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
+                   seconds: dict[str, float]) -> list[list]:
+    """One row per chapter: what papermill recorded in the executed notebook and what its
+    runs logged."""
+    import json
+
+    rows = []
+    for nb in notebooks:
+        book = json.loads((staging / nb.relative_to(ROOT)).read_text())
+        meta = book.get("metadata", {}).get("papermill", {})
+        title = next((line.lstrip("# ").strip() for c in book["cells"] if c["cell_type"] == "markdown"
+                      for line in "".join(c["source"]).splitlines() if line.startswith("# ")), nb.stem)
+        params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "scale"}
+        log = RUN_LOGS / f"{nb.stem}.jsonl"
+        runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        seeds = sorted({r["seed"] for r in runs})
+        wall = meta.get("duration") or seconds.get(nb.stem)
+        rows.append([f"{{doc}}`{title} <{nb.stem}>`", (meta.get("start_time") or built)[:16].replace("T", " "),
+                     "—" if wall is None else f"{wall:,.0f} s", scale,
+                     ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults",
+                     ", ".join(map(str, seeds)) or "—",
+                     sum(r["cached"] for r in runs), sum(not r["cached"] for r in runs)])
+    return rows
+
+
+def versions() -> str:
+    """The versions of what computed the book."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"Python {platform.python_version()}"]
+    for name in ("hetfl-core", "torch", "numpy", "cvxpy", "jupyter-book", "papermill"):
+        try:
+            parts.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            parts.append(f"{name} (not installed)")
+    return ", ".join(parts) + f"; {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores"
+
+
+def write_execution_report(staging: Path, rows: list[list]) -> bool:
+    """Fill the staged ``book/execution.md`` below its marker; ``False`` if there is no such page."""
+    from hetfl_core.report import markdown_table
+
+    page = staging / "book" / "execution.md"
+    if not page.exists():
+        return False
+    head = page.read_text().split(EXECUTION_MARK)[0]
+    table = markdown_table(rows, ["chapter", "executed (UTC)", "wall time", "scale", "parameters", "seeds run",
+                                  "runs from cache", "runs computed"], ["l", "l", "r", "l", "l", "l", "r", "r"])
+    page.write_text(f"{head}{table}\n\nComputed with {versions()}.\n")
+    return True
+
+
 def render(staging: Path, build_dir: Path) -> int:
     out = build_dir
     cmd = [str(BIN / "jupyter-book"), "build", str(staging), "-W", "-n", "--keep-going",
@@ -298,13 +382,15 @@ def main() -> int:
     parser.add_argument("--student", action="store_true",
                         help="also render the student edition (no solutions) into BUILD_DIR/student/html")
     args = parser.parse_args()
-    global LEDGERS
+    global LEDGERS, RUN_LOGS
     build_dir = args.build_dir if args.build_dir.is_absolute() else ROOT / args.build_dir
     staging = build_dir / "src"
-    LEDGERS = build_dir / "ledgers"
-    if LEDGERS.exists():
-        shutil.rmtree(LEDGERS)
-    LEDGERS.mkdir(parents=True)
+    LEDGERS, RUN_LOGS = build_dir / "ledgers", build_dir / "run-logs"
+    for folder in (LEDGERS, RUN_LOGS):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    built = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
@@ -327,9 +413,12 @@ def main() -> int:
         print(f"executing {len(staged)} chapter(s) at scale smoke under nbval", flush=True)
         # Two chapters at a time; --dist loadscope keeps each chapter's cells in order in one kernel.
         parallel = ["-n", str(min(args.jobs, len(staged))), "--dist", "loadscope"] if args.jobs > 1 and len(staged) > 1 else []
+        (staging / "book" / "conftest.py").write_text(NBVAL_CONFTEST)
+        junit = build_dir / "nbval.xml"
         rc = subprocess.run([str(BIN / "python"), "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                             *parallel, "--rootdir", str(staging), *staged], env=env(),
+                             *parallel, "--rootdir", str(staging), f"--junitxml={junit}", *staged], env=env(),
                             cwd=str(staging / "book")).returncode
+        (staging / "book" / "conftest.py").unlink()
         if rc != 0:
             print("a chapter failed at scale smoke", file=sys.stderr)
             return rc
@@ -339,6 +428,8 @@ def main() -> int:
         print(f"no claim ledger was written by: {', '.join(missing)}", file=sys.stderr)
         return 1
     write_scorecard(staging, notebooks, ledgers)
+    seconds = chapter_seconds(build_dir / "nbval.xml") if prepare_only else {}
+    write_execution_report(staging, execution_rows(staging, notebooks, args.scale, built, seconds))
     rc = render(staging, build_dir)
     if rc or not args.student:
         return rc

@@ -1,0 +1,22 @@
+"""The run log the book build reads for its execution report (HETFL_RUN_LOG)."""
+import json
+
+from hetfl_core.experiments import run_cached, sweep
+
+
+def test_runs_are_logged_as_computed_then_cached(tiny_config, cache, tmp_path, monkeypatch):
+    log = tmp_path / "log" / "chapter.jsonl"
+    monkeypatch.setenv("HETFL_RUN_LOG", str(log))
+    config = tiny_config.replace(rounds=1)
+    run_cached(config)
+    run_cached(config)
+    sweep([config], processes=1, progress=False)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["cached"] for line in lines] == [False, True, True]
+    assert {line["method"] for line in lines} == {"fedavg"} and lines[0]["seconds"] > 0
+
+
+def test_nothing_is_logged_without_the_variable(tiny_config, cache, tmp_path, monkeypatch):
+    monkeypatch.delenv("HETFL_RUN_LOG", raising=False)
+    run_cached(tiny_config.replace(rounds=1))
+    assert not list(tmp_path.rglob("*.jsonl"))
