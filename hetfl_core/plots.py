@@ -1,4 +1,9 @@
-"""Figure helpers for the papers' figure types, in one style.
+"""Figure helpers for the papers' figure types, in one style and one palette.
+
+* :func:`method_style` - the colour and marker of a method, the same in every figure of
+  the book (:data:`METHOD_STYLES`); the five papers' methods in saturated colours, the
+  baselines by family (full-model, width-scaling, personalised, pruning) in related hues,
+  each with its own marker so a many-method figure can be decoded from its legend;
 
 * :func:`plot_curves` - accuracy (or loss) against round, simulated time, FLOPs or
   traffic, one line per method, the spread over seeds shaded;
@@ -12,7 +17,55 @@ from collections import defaultdict
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["use_style", "X_AXES", "Y_AXES", "series", "plot_curves", "grouped_bars", "client_class_heatmap"]
+__all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
+           "plot_curves", "grouped_bars", "client_class_heatmap"]
+
+#: method key (lower case, letters and digits only) -> (colour, marker). The papers' methods
+#: first, then the baselines family by family.
+METHOD_STYLES: dict[str, tuple[str, str]] = {
+    # the five papers' methods (and their variants)
+    "fedlps": ("#d62728", "o"), "heroes": ("#9467bd", "s"), "enc": ("#c5b0d5", "s"),
+    "ofafl": ("#2ca02c", "D"), "ofaoneshot": ("#98df8a", "D"), "srppfed": ("#e377c2", "^"),
+    "sparseprunepfl": ("#8c564b", "v"), "fedavgp": ("#c49c94", "v"),
+    # full-model baselines: blues
+    "fedavg": ("#1f77b4", "o"), "fedprox": ("#6baed6", "s"), "local": ("#08306b", "x"),
+    "ditto": ("#4292c6", "P"),
+    # width scaling: oranges
+    "heterofl": ("#ff7f0e", "^"), "fedrolex": ("#fdae6b", "v"), "fjord": ("#e6550d", "<"),
+    "flanc": ("#a63603", ">"),
+    # personalised splits: teals
+    "fedper": ("#17becf", "o"), "fedrep": ("#1b9e77", "s"), "lgfedavg": ("#005a32", "^"),
+    "fedbabu": ("#66c2a4", "D"),
+    # pruning and sparsification: greys and olives
+    "oneshot": ("#7f7f7f", "o"), "prunefl": ("#bcbd22", "s"), "lotteryfl": ("#8c6d31", "^"),
+    "ltp": ("#525252", "D"), "randommask": ("#bdbdbd", "v"), "orderedmask": ("#969696", "<"),
+    "topk": ("#dbdb8d", ">"), "topkef": ("#b5cf6b", "P"),
+}
+#: display names the chapters use -> method key
+ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lthpruning": "ltp",
+           "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc", "fedavgs": "fedavg"}
+_FALLBACK = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+
+
+def method_key(name: str) -> str:
+    """``"LG-FedAvg"``, ``"lg-fedavg"`` -> ``"lgfedavg"``; a chapter's alias -> its method."""
+    key = "".join(ch for ch in str(name).lower() if ch.isalnum())
+    return ALIASES.get(key, key)
+
+
+def method_style(name: str) -> dict:
+    """``{"color": ..., "marker": ...}`` of a method (by registered or display name). A label
+    that is not a method (e.g. "OFA-FL, r=0.5") takes the style of the method it starts with;
+    an unknown one gets a fixed colour from its name."""
+    key = method_key(name)
+    if key not in METHOD_STYLES:
+        head = method_key(str(name).split(",")[0].split("(")[0].split(":")[0])
+        key = head if head in METHOD_STYLES else key
+    if key in METHOD_STYLES:
+        color, marker = METHOD_STYLES[key]
+    else:
+        color, marker = _FALLBACK[sum(map(ord, key)) % len(_FALLBACK)], "o"
+    return {"color": color, "marker": marker}
 
 #: x-axis key -> (label, scale applied to the history value)
 X_AXES = {
@@ -76,7 +129,8 @@ def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", 
         n = min(len(s[0]) for s in runs)
         xv = np.mean([s[0][:n] for s in runs], axis=0) * xs
         yv = np.array([s[1][:n] for s in runs]) * ys
-        (line,) = ax.plot(xv, yv.mean(0), label=name, **line_kw)
+        style = {**method_style(name), "markevery": max(1, len(xv) // 8), "markersize": 4, **line_kw}
+        (line,) = ax.plot(xv, yv.mean(0), label=name, **style)
         if len(runs) > 1:
             lo, hi = (yv.min(0), yv.max(0)) if spread == "minmax" else \
                 (yv.mean(0) - yv.std(0), yv.mean(0) + yv.std(0))
@@ -103,7 +157,7 @@ def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | No
         heights = [values[g].get(name, np.nan) for g in groups]
         err = [errors[g].get(name, 0) for g in groups] if errors else None
         bars = ax.bar(base + (i - (len(names) - 1) / 2) * width, heights, width, yerr=err, label=name,
-                      capsize=2)
+                      capsize=2, color=method_style(name)["color"])
         if fmt:
             ax.bar_label(bars, [fmt.format(h) for h in heights], fontsize=7)
     ax.set_xticks(base, groups)
