@@ -14,6 +14,9 @@ def namespace(**values):
 
 def test_good_parameters_pass():
     check_parameters(namespace(), history=[], lr=(1e-6, 10))
+    ns = namespace(dataset=None)
+    ns["__annotations__"]["dataset"] = "str | None"      # None: the chapter picks its default
+    check_parameters(ns, history=[])
     check_parameters(namespace(lr=1, note=3), history=["# Parameters\nlr = 1\n"])   # an int is a float
 
 

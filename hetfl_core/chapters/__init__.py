@@ -94,7 +94,7 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
         raise ConfigError(f"parameter scale must be one of {', '.join(SCALES)}, got {namespace['scale']!r}")
     if "seed" in declared and not 0 <= namespace["seed"] < SEED_LIMIT:
         raise ConfigError(f"parameter seed must be in [0, 2**32), got {namespace['seed']!r}")
-    if "dataset" in declared:
+    if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
         from ..data import canonical_dataset_name
 
         try:
