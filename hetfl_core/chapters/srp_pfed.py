@@ -355,7 +355,7 @@ def _cluster_claims(ledger: Ledger, results: dict, plan: Plan) -> None:
 
 def _semi_async_claims(ledger: Ledger, syncs: list, semis: list) -> None:
     """Sec. III-D: the semi-asynchronous variant at equal rounds and at equal simulated time."""
-    rounds_gap = 100 * (per_seed(semis, final) - per_seed(syncs, final))
+    rounds_gap = 100 * per_seed(semis, final) - 100 * per_seed(syncs, final)
     same_time = [equal_time(a, b) for a, b in zip(syncs, semis)]
     time_gap = np.array([b - a for _, a, b in same_time])
     late = 100 * np.array([late_share(r) for r in semis])
