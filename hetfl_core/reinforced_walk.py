@@ -14,8 +14,8 @@ P = {1/c, 2/c, ..., 1} (Sec. III-B). Each round it
 
 The next state is drawn from pi whatever the current one, so the "walk" is an urn with
 fading memory: h(x) is a discounted count of the rounds in which p_x was sampled, each
-weighted by that round's reinforcement. Choices made here, with the paper's literal rule
-as an option:
+weighted by that round's reinforcement. Choices made where Sec. III-B and Eq. 6 are
+ambiguous, each with the paper's literal rule as an option:
 
 * ``replacement=False`` (default) draws K *distinct* rates by successive inverse-CDF
   draws, renormalising over the rates not yet drawn; ``replacement=True`` is the literal

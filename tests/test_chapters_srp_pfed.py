@@ -1,0 +1,101 @@
+"""The SRP-pFed chapter's machinery (hetfl_core.chapters.srp_pfed), on hand-made histories."""
+import math
+
+import numpy as np
+import pytest
+
+from hetfl_core.chapters import srp_pfed as ch
+
+SRP = {"candidates": 10, "k": 2, "decay": 0.9}
+
+
+def history(accs, times=None, clusters=None, late=None, uplink=100.0):
+    """A run's history: round t has accuracy accs[t-1], time times[t-1], one client per
+    entry of clusters[t-1] (its cluster index)."""
+    times = times or [10.0 * (t + 1) for t in range(len(accs))]
+    clusters = clusters or [[0, 0] for _ in accs]
+    rows = []
+    for t, (a, s, cs) in enumerate(zip(accs, times, clusters), start=1):
+        clients = [{"id": i, "cluster": c, "rate": 0.5, "time_s": 1.0 + i,
+                    "late": bool(late and late[t - 1][i]), "probs": [0.1] * 10}
+                   for i, c in enumerate(cs)]
+        rows.append({"round": t, "acc_personal": a, "time_s": s, "uplink_bits": uplink * t,
+                     "downlink_bits": 2 * uplink * t, "flops": 1e6 * t, "clients": clients})
+    return {"config": {"options": {"window": None}}, "history": rows}
+
+
+def test_reinforcement_change_is_relative():
+    b = lambda loss: 1 / (1 + math.exp(loss))
+    assert ch.reinforcement_change(0.3, 0.05) == pytest.approx((b(0.3) - b(0.35)) / b(0.3))
+    assert 0.02 < ch.reinforcement_change(0.3, 0.05) < 0.04       # a few percent, not 1%
+
+
+def test_simulate_walks_returns_distributions_and_is_seeded():
+    kw = dict(candidates=5, decay=0.9, seed=3)
+    finals, trace, best = ch.simulate_walks("shared", 2, 3, 6, **kw)
+    assert finals.shape == (3, 5) and trace.shape == (6, 5)
+    assert np.allclose(finals.sum(1), 1) and best == 1               # p = 0.4 on {0.2, ..., 1}
+    assert np.array_equal(finals, ch.simulate_walks("shared", 2, 3, 6, **kw)[0])
+
+
+def test_memberships_count_each_client_at_its_latest_round():
+    r = history([0.1, 0.2, 0.3], clusters=[[0, 0], [1, 0], [1, 1]])
+    shares = ch.memberships(r, 2, [1, 2, 3])
+    assert shares.tolist() == [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]
+
+
+def test_equal_time_compares_at_the_shorter_runs_end():
+    sync = history([0.1, 0.2, 0.3], times=[10, 20, 30])
+    semi = history([0.15, 0.25, 0.35], times=[5, 10, 15],
+                   late=[[False, True], [False, True], [False, False]])
+    assert ch.equal_time(sync, semi) == (15.0, pytest.approx(10.0), pytest.approx(35.0))
+    assert ch.end_time(semi) == 15.0 and ch.late_share(semi) == pytest.approx(2 / 6)
+
+
+def test_traffic_to_target_is_inf_when_never_reached():
+    r = history([0.1, 0.5], uplink=8e6)
+    assert ch.traffic_mb_to(r, 50) == pytest.approx(6.0)           # round 2: 2 + 4 MB
+    assert ch.traffic_mb_to(r, 60) == math.inf
+
+
+def test_plan_shares_runs_and_thins_evaluation_only_for_unshared_figures():
+    plan = ch.make_plan("book", "digits", 0, 30, SRP)
+    c = plan.configs
+    assert c[("fig7b", 2)].key() == c[("tab3", "dir(1)", "SRP-pFed", 0)].key()
+    assert c[("tab7", "RM+CL", 0)].key() == c[("fig7b", 2)].key()
+    assert c[("fig7b", 4)].eval_every == 30 and c[("fig7b", 2)].eval_every == 10
+    assert len(plan.distinct()) < len(c) and plan.seeds == [0, 1, 2] and plan.seeds7 == [0, 1]
+
+
+def fake_results(plan):
+    """Every planned result, SRP-pFed 20 points above the others, RM+CL best."""
+    out = {}
+    for key in plan.configs:
+        acc = 0.5
+        if "SRP-pFed" in key:
+            acc = 0.7
+        if key[0] == "tab7":
+            acc = 0.6 + 0.02 * list(ch.ABLATION).index(key[1])
+        clusters = [[0, 0], [0, 1]] if key[0] == "tab7" else None
+        up = 30.0 if "SRP-pFed" in key or key[0] != "tab3" else 100.0
+        out[key] = history([acc - 0.1, acc], clusters=clusters, uplink=up)
+    return out
+
+
+def test_ledger_verdicts_come_from_the_runs():
+    plan = ch.make_plan("smoke", "digits", 0, 2, SRP)
+    results = fake_results(plan)
+    sync = history([0.5, 0.6], times=[10, 20])
+    semi = history([0.5, 0.58], times=[5, 10])
+    ledger = ch.build_ledger(results, plan, [sync], [semi], "smoke")
+    verdicts = {c.statement[:30]: c.verdict for c in ledger.claims}
+    assert len(ledger.claims) == 9 and all(c.seeds == 1 for c in ledger.claims)
+    assert verdicts["under strong label skew SRP-pF"] == "holds"     # +20 points
+    assert verdicts["SRP-pFed uploads less than Fed"] == "holds"     # 0.3x
+    assert verdicts["SRP-pFed is the most accurate "] == "holds"
+    assert verdicts["reinforced memory with cluster"] == "holds"     # RM+CL is last, highest
+    assert verdicts["with K = 2 the clients later s"] == "holds"     # 50% / 50%
+    assert verdicts["the semi-asynchronous variant "] == "holds"     # -2 points >= -5
+    # at 10 s the semi-async run has 58%, the synchronous one 50%
+    assert verdicts["at equal simulated time the se"] == "holds"
+    assert ledger.claims[-1].values == [pytest.approx(8.0)]
