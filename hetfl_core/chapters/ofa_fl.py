@@ -329,9 +329,24 @@ def _gap(study, grid, a, others, key, reading, best=max) -> np.ndarray:
     return study.seed_values(grid, a, key, reading=reading) - rival
 
 
-def _means(study, grid, methods, key, reading, digits=1) -> str:
-    return ", ".join(f"{LABEL[m]} " + fmt_mean_sd(study.seed_values(grid, m, key, reading=reading),
-                                                  digits, seeds=False) for m in methods)
+def _gap_claim(led: Ledger, study: Study, grid: str, ref: str, statement: str, paper: str,
+               a: str, others: list, key: str, reading: str, criterion: Criterion, unit: str,
+               best=max, digits: int = 1, reason: str = "", **kwargs):
+    """A claim on ``a``'s lead over the best of ``others`` (per seed); the measured text
+    gives each method's value, and a claim that does not hold names the method that is
+    best on average, with ``reason`` after it."""
+    gap = _gap(study, grid, a, others, key, reading, best)
+    values = {m: study.seed_values(grid, m, key, reading=reading) for m in [a, *others]}
+    means = ", ".join(f"{LABEL[m]} {fmt_mean_sd(v, digits, seeds=False)}" for m, v in values.items())
+    passes = [criterion(v) for v in gap]
+    why = ""
+    if not all(passes):
+        top = best(values, key=lambda m: values[m].mean())
+        why = (f"holds on {sum(passes)} of {len(passes)} seeds; {LABEL[top]} is "
+               f"{'highest' if best is max else 'lowest'} on average "
+               f"({fmt(values[top].mean(), digits)})" + (f"; {reason}" if reason else ""))
+    return led.claim(ref, statement, paper, gap, criterion, why=why, digits=digits, unit=unit,
+                     measured=f"{fmt_mean_sd(gap, digits, unit)}; {means}", **kwargs)
 
 
 def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
@@ -345,16 +360,13 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
               measured=f"nested on {sum(nested)} of {n} initialisations",
               section="ofa_fl-nested")
     for reading, ref in (("max", "Fig. 2a"), ("final", "Fig. 2b")):
-        gap = _gap(study, "fig2", "ofafl", ["ltp"], "var", reading)
-        led.claim(ref, f"lower variance across ratios than LTP ({READINGS[reading]}, "
-                  "stress MLP)", "lowest variance", gap,
-                  at_most(0, what="var OFA-FL − var LTP"), unit=" pt²",
-                  why=f"variance: {_means(study, 'fig2', ['ofafl', 'ltp'], 'var', reading)}",
-                  section="ofa_fl-fig2", headline=reading == "max")
-    for grid, ref, what, cc in (("fig2", "Figs. 2-3", "MLP", chance),
-                                ("fig3", "Fig. 3", "CNN", chance)):
+        _gap_claim(led, study, "fig2", ref, "lower variance across ratios than LTP "
+                   f"({READINGS[reading]}, stress MLP)", "lowest variance", "ofafl", ["ltp"],
+                   "var", reading, at_most(0, what="var OFA-FL − var LTP"), " pt²", best=min,
+                   section="ofa_fl-fig2", headline=reading == "max")
+    for grid, ref, what in (("fig2", "Figs. 2-3", "MLP"), ("fig3", "Fig. 3", "CNN")):
         ours, theirs = (study.seed_values(grid, m, "amin", reading="final") for m in ("ofafl", "ltp"))
-        passes, crit, measured, why = lead_above_chance(ours, theirs, cc, margin, "OFA-FL", "LTP")
+        passes, crit, measured, why = lead_above_chance(ours, theirs, chance, margin, "OFA-FL", "LTP")
         led.claim(ref, f"smallest sub-network (r={STRESS_R[-1]}, {what}): OFA-FL beats LTP "
                   "and learns", "implied", passes, crit, measured=measured, why=why,
                   section=f"ofa_fl-{grid}", headline=grid == "fig2")
@@ -367,44 +379,43 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
             led.claim("Fig. 2", f"global beats layerwise pruning at r={ratios[-1]} ({LABEL[m]}, "
                       f"{where})", "non-layerwise better", passes, crit, measured=measured,
                       why=why, section="ofa_fl-fig2" if grid == "fig2" else "ofa_fl-table1")
-    gap = _gap(study, "fig2", "ofafl", ["ltp", "ofa-oneshot"], "mean", "max")
-    led.claim("Figs. 2-3", "OFA-FL has the highest mean accuracy across ratios (stress MLP)",
-              "highest mean", gap, at_least(0, " points", "OFA-FL − best other"),
-              unit=" points", section="ofa_fl-fig2", headline=True,
-              why=f"means: {_means(study, 'fig2', METHODS, 'mean', 'max')}; one-shot trains "
-                  f"every ratio from round {w + 1}, the last pruned ratio gets {p} + "
-                  f"{study.tail} rounds")
+    rounds_last = f"gives the last ratio only P + tail = {p + study.tail} rounds"
+    _gap_claim(led, study, "fig2", "Figs. 2-3", "OFA-FL has the highest mean accuracy across "
+               "ratios (stress MLP)", "highest mean", "ofafl", ["ltp", "ofa-oneshot"], "mean",
+               "max", at_least(0, " points", "OFA-FL − best other"), " points",
+               section="ofa_fl-fig2", headline=True,
+               reason=f"one-shot trains every ratio from round {w + 1}, progressive pruning "
+                      + rounds_last)
     for grid, freq in (("table1-P", p), ("table1-2P", 2 * p)):
-        gap = _gap(study, grid, "ofafl", ["ltp", "ofa-oneshot"], "var", "final", best=min)
-        led.claim("Table 1", f"frequency {freq}: OFA-FL has the lowest final variance",
-                  "lowest in all four columns", gap,
-                  at_most(0, what="var OFA-FL − lowest other"), unit=" pt²",
-                  why=f"variance: {_means(study, grid, METHODS, 'var', 'final')}",
-                  section="ofa_fl-table1")
-        gap = _gap(study, grid, "ofa-oneshot", ["ofafl", "ltp"], "mean", "max")
-        led.claim("Table 1", f"frequency {freq}: one-shot has the highest max-avg accuracy",
-                  "80.8 vs 34.7 / 49.8 (OFA-FL)", gap,
-                  at_least(0, " points", "one-shot − best other"), unit=" points",
-                  why=f"means: {_means(study, grid, METHODS, 'mean', 'max')}",
-                  section="ofa_fl-table1")
+        _gap_claim(led, study, grid, "Table 1", f"frequency {freq}: OFA-FL has the lowest "
+                   "final variance", "lowest in all four columns", "ofafl",
+                   ["ltp", "ofa-oneshot"], "var", "final",
+                   at_most(0, what="var OFA-FL − lowest other"), " pt²", best=min,
+                   section="ofa_fl-table1")
+        _gap_claim(led, study, grid, "Table 1", f"frequency {freq}: one-shot has the highest "
+                   "max-avg accuracy", "80.8 vs 34.7 / 49.8 (OFA-FL)", "ofa-oneshot",
+                   ["ofafl", "ltp"], "mean", "max",
+                   at_least(0, " points", "one-shot − best other"), " points",
+                   section="ofa_fl-table1")
     fa, fb = (study.seed_values(g, "ofafl", "mean", reading="final")
               for g in ("table1-P", "table1-2P"))
     led.claim("Table 1", "the pruning frequency matters little (OFA-FL final mean)",
               "'not as important'", np.abs(fa - fb),
               at_most(3, " points", f"|mean at P={p} − mean at P={2 * p}|"), unit=" points",
-              why=f"final mean {fmt(fa.mean())} (P={p}) vs {fmt(fb.mean())} (P={2 * p}); "
-                  f"the last ratio trains only P + {study.tail} rounds",
+              measured=f"{fmt_mean_sd(np.abs(fa - fb), unit=' points')}; mean "
+                       f"{fmt_mean_sd(fa, seeds=False)} (P={p}), {fmt_mean_sd(fb, seeds=False)} "
+                       f"(P={2 * p})",
+              why=f"final mean {fmt(fa.mean())} (P={p}) vs {fmt(fb.mean())} (P={2 * p}); the "
+                  f"last ratio trains only P + tail rounds: {p + study.tail} at P={p}, "
+                  f"{2 * p + study.tail} at P={2 * p}",
               section="ofa_fl-table1")
-    gap = _gap(study, "table2", "ofafl", ["ltp"], "var", "final")
-    led.claim("Table 2", "OFA-FL has a lower final variance than LTP", ".0001 vs .0004",
-              gap, at_most(0, what="var OFA-FL − var LTP"), digits=3, unit=" pt²",
-              why=f"variance: {_means(study, 'table2', ['ofafl', 'ltp'], 'var', 'final', 3)}",
-              section="ofa_fl-table2", headline=True)
-    gap = _gap(study, "table2", "ltp", ["ofafl"], "mean", "max")
-    led.claim("Table 2", "LTP is more accurate than OFA-FL (max-avg round)",
-              "79.7 vs 77.0 (+2.7 points)", gap, more_than(0, " points", "LTP − OFA-FL"),
-              unit=" points", section="ofa_fl-table2",
-              why=f"means: {_means(study, 'table2', ['ofafl', 'ltp'], 'mean', 'max')}")
+    _gap_claim(led, study, "table2", "Table 2", "OFA-FL has a lower final variance than LTP",
+               ".0001 vs .0004", "ofafl", ["ltp"], "var", "final",
+               at_most(0, what="var OFA-FL − var LTP"), " pt²", best=min, digits=3,
+               section="ofa_fl-table2", headline=True)
+    _gap_claim(led, study, "table2", "Table 2", "LTP is more accurate than OFA-FL "
+               "(max-avg round)", "79.7 vs 77.0 (+2.7 points)", "ltp", ["ofafl"], "mean", "max",
+               more_than(0, " points", "LTP − OFA-FL"), " points", section="ofa_fl-table2")
     _fig45_claims(led, study)
     return led
 
@@ -433,6 +444,7 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
         peaks.append(int(at[np.argmax(curves[:, 0])]))
     led.claim("Fig. 4", "a_1.0 peaks before the first pruning", "peak before pruning",
               peaks, at_most(w, what="round of a_1.0's peak"), digits=0,
+              measured=f"round {fmt_mean_sd(peaks, 0)}",
               section="ofa_fl-fig4",
               why=f"peak rounds {peaks}, first pruning at round {w + 1}; only 2 of 10 "
                   "clients train in the warm-up, and rewinding is partial")
