@@ -195,7 +195,8 @@ def ratio_curves(result: dict):
 
 
 def ratio_summary(result: dict, last: int = 5) -> dict:
-    """The paper's two readings of a run, plus a steadier one (the book's choice).
+    """The paper's two readings of a run, plus a steadier one (the
+    maximum over noisy rounds is biased upwards).
 
     ``max``: a_r at the max-average round (over rounds where every ratio exists);
     ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` final

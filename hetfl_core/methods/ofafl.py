@@ -16,7 +16,7 @@ Client (Alg. 4): on each batch, the loss is the plain mean of the losses of its 
 sub-network m[C[i]] * theta and of every smaller pruned one, m * theta, on the same batch.
 The forward pass uses own * theta, so a client never grows weights outside its budget.
 
-Resolutions of the paper's gaps (this book's): r_relative = R[n]/R[n-1]; magnitudes over
+Resolutions of the paper's gaps (Alg. 1-4 and Sec. 3): r_relative = R[n]/R[n-1]; magnitudes over
 the parent's support with exact top-k; only weights are pruned, biases rewound whole
 (``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean; fixed
 schedule by default. Defaults are the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2],

@@ -1,0 +1,98 @@
+"""The OFA-FL chapter's machinery (hetfl_core.chapters.ofa_fl), on synthetic histories:
+no training."""
+import numpy as np
+
+from hetfl_core import RunConfig
+from hetfl_core.chapters import ofa_fl as ofa
+
+BASE = RunConfig(method="ofafl", model="mlp", dataset="digits", partition="iid", clients=10,
+                 test_fraction=0.0, lr=0.05, batch_size=20, local_steps=1)
+
+
+def study(seeds=(0, 1), warmup=1, every=1, tail=1):
+    data = {"dataset": "digits"}
+    return ofa.Study(BASE, data, dict(data), "mlp", list(seeds), warmup, every, tail)
+
+
+def history(accs_by_round):
+    """A run's history from per-round a_r lists (None: ratio not pruned yet)."""
+    return {"history": [{"round": t, "acc_ratios": a} for t, a in enumerate(accs_by_round, 1)]}
+
+
+def test_more_than_is_strict():
+    crit = ofa.more_than(0, " points", "drop")
+    assert not crit(0.0) and crit(0.1) and not crit(float("nan"))
+    assert crit.text == "drop > 0 points"
+
+
+def test_lead_above_chance_needs_the_winner_to_clear_chance():
+    passes, crit, measured, why = ofa.lead_above_chance([20.7, 12.0], [10.0, 10.0], 10, 5,
+                                                        "OFA-FL", "LTP")
+    assert passes == [True, False]        # 12 beats 10 but is within 5 points of chance
+    assert "chance 10 + 5" in crit.text and "OFA-FL − LTP > 0" in crit.text
+    assert "ahead on 2 of 2 seeds" in why
+    passes, _, _, why = ofa.lead_above_chance([11.0], [10.0], 10, 5, "OFA-FL", "LTP")
+    assert passes == [False] and "OFA-FL and LTP" in why and "near chance" in why
+    passes, _, _, why = ofa.lead_above_chance([60.0], [10.0], 10, 5, "OFA-FL", "LTP")
+    assert passes == [True] and "LTP near chance" in why
+
+
+def test_study_grid_and_schedule():
+    s = study(seeds=(3,), warmup=2, every=3, tail=4)
+    counts = {g: len(c) for g, c in s.grids.items()}
+    assert counts == {"fig2": 6, "fig3": 3, "table1-P": 3, "table1-2P": 3, "table2": 2,
+                      "scope": 2}
+    cfg = s.grids["table1-2P"][0]
+    assert cfg.options["every"] == 6 and cfg.rounds == 2 + 4 * 6 + 4 and cfg.seed == 3
+    assert {c.options["scope"] for c in s.grids["fig2"]} == {"global", "layer"}
+    assert ofa.prune_rounds(s, "ofafl", ofa.PAPER_R, 6) == [3, 9, 15, 21]
+    assert ofa.prune_rounds(s, "ofa-oneshot", ofa.PAPER_R, 6) == [3]
+
+
+def test_drops_reads_the_full_network_at_each_pruning_round():
+    run = history([[0.5, None], [0.4, 0.3], [0.45, 0.35], [0.3, 0.2]])
+    assert np.allclose(ofa.drops(run, [2, 4]), [10.0, 15.0])
+
+
+def fake_results(s, small_ofafl=0.10, small_ltp=0.09):
+    """OFA-FL flat at 0.6 with its smallest ratio at ``small_ofafl``; LTP falling to
+    ``small_ltp``; one-shot flat at 0.7."""
+    out = {}
+    for cfg in s.configs:
+        k = len(cfg.options["ratios"])
+        if cfg.method == "ofafl":
+            last = [0.6] * (k - 1) + [small_ofafl]
+        elif cfg.method == "ltp":
+            last = list(np.linspace(0.7, small_ltp, k))
+        else:
+            last = [0.7] * k
+        rounds = [[0.2] + [None] * (k - 1)] * cfg.options["warmup"]
+        rounds += [last] * (cfg.rounds - len(rounds))
+        out[cfg.key()] = history(rounds)
+    return out
+
+
+def test_ledger_judges_each_seed_and_the_chance_margin():
+    s = study()
+    s.results = fake_results(s)
+    led = ofa.build_ledger(s, "smoke", 10.0, 10.0, ofa.CHANCE_MARGIN)
+    verdicts = {f"{c.ref}: {c.statement}": c.verdict for c in led.claims}
+    assert len(led.claims) == 20 and all(len(c.values) == 2 for c in led.claims)
+    assert verdicts["Fig. 1: one stored model serves every ratio: the masks are nested"] == "holds"
+    small = [c for c in led.claims if c.statement.startswith("smallest sub-network")]
+    # OFA-FL's 10% beats LTP's 9% on every seed, but it is at chance: no win
+    assert [c.verdict for c in small] == ["fails", "fails"]
+    assert all("near chance" in c.why for c in small)
+    mean = [c for c in led.claims if "highest mean" in c.statement][0]
+    assert mean.verdict == "fails" and "one-shot" in mean.why
+    assert sum(c.headline for c in led.claims) in (2, 3, 4)
+    s.results = fake_results(s, small_ofafl=0.5)
+    small = [c for c in ofa.build_ledger(s, "smoke", 10.0, 10.0, 5.0).claims
+             if c.statement.startswith("smallest sub-network")]
+    assert [c.verdict for c in small] == ["holds", "holds"]
+
+
+def test_nesting_and_storage_rows():
+    assert ofa.nesting_holds("mlp", (1, 8, 8), ofa.STRESS_R, 0)
+    rows = ofa.storage_rows(1000, {"paper": ofa.PAPER_R})
+    assert rows[0][0] == "paper" and rows[0][1] == "3.00" and len(rows[0]) == 5
