@@ -121,6 +121,7 @@ def test_baselines_grid_table_and_orderings():
     lines = base_ch.ordering_lines(results, [0, 1])
     assert "fedrolex >= heterofl on 1 of 2 seeds (inconclusive)" in lines[0]
     assert "(holds)" in lines[1] and "(fails)" in lines[2]
+    assert "one seed" not in lines[0]
     rows = base_ch.results_rows(results, methods, 0)
     assert len(rows) == len(methods) and all(len(r) == len(base_ch.RESULTS_HEADER) for r in rows)
     gaps = "\n".join(base_ch.family_gaps(results, methods, 0))

@@ -121,7 +121,7 @@ def results_rows(results: dict, methods, seed: int) -> list[list[str]]:
             r = results[(split, m, seed)]
             row += [fmt(final(r, y), 1, scale=100) for y in ("acc_personal", "acc_global")]
         last = results[("dirichlet(0.5)", m, seed)]["history"][-1]
-        row += [fmt(last["time_s"], 0), fmt(last["uplink_bits"] / 8e6),
+        row += [fmt(last["time_s"]), fmt(last["uplink_bits"] / 8e6),
                 fmt(last["flops"] / 1e9)]
         rows.append(row)
     return rows
@@ -146,7 +146,7 @@ def ordering_lines(results: dict, seeds) -> list[str]:
         passes = gap >= 0
         lines.append(f"{split}, {y}: {a} - {b} = {fmt_mean_sd(gap, unit=' points')}; "
                      f"{a} >= {b} on {int(passes.sum())} of {len(gap)} seeds "
-                     f"({verdict_of(passes)})")
+                     f"({verdict_of(passes)}{', one seed' if len(gap) == 1 else ''})")
     return lines
 
 
