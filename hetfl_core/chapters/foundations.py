@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from .. import data as hd
 from .. import plots, system
@@ -197,6 +198,7 @@ def plot_round_clients(row: dict, ax=None):
     ax.bar(range(len(times)), times[order],
            color=[TIER_COLORS.get(tiers[i], "tab:gray") for i in order])
     ax.axhline(times.max(), color="k", ls="--", lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("client (sorted by time)")
     ax.set_ylabel("time in the round (simulated s)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=t)
