@@ -25,9 +25,9 @@ from .errors import DatasetUnavailable
 
 __all__ = ["SEQ_LEN", "STRIDE", "MIN_CHARS", "MAX_TEST", "VOCAB", "parse_play", "encode", "load_shakespeare"]
 
-SEQ_LEN = 40       # characters of context (LEAF uses 80; halved for CPU, spec 7)
+SEQ_LEN = 40       # characters of context (LEAF uses 80; halved for CPU cost)
 STRIDE = 8         # one sample every STRIDE characters of a role's text
-MIN_CHARS = 2000   # roles with less text are dropped (spec 7)
+MIN_CHARS = 2000   # roles with less text are dropped
 MAX_TEST = 4000    # a fixed random subset of the held-out samples is the global test set (CPU)
 #: the symbols kept (LEAF's 80-odd printable characters); anything else maps to the last id
 VOCAB = " !\"&'(),-.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
