@@ -96,3 +96,32 @@ def test_claims_verdicts_come_from_every_seed():
     assert [c.verdict for c in ledger.claims] == ["holds", "inconclusive", "fails"]
     assert ledger.claims[0].why == ""
     assert "Heroes 40.0%" in ledger.claims[2].why and "conjecture" not in ledger.claims[2].why
+
+
+def test_claims_cnn_on_hand_made_runs():
+    """Heroes reaches 80% at 2 s, FedAvg at 4 s: the speedup claim holds on both seeds;
+    every claim gets a verdict and a non-holding one a measured why."""
+    def run_of(name, seed):
+        fast = name in ("heroes", "flanc", "enc", "heterofl")
+        acc = (0.5, 0.8) if name == "heroes" else (0.3, 0.8 if not fast else 0.7)
+        t = (1.0, 2.0) if fast else (2.0, 4.0)
+        blocks = list(ch.width_blocks(4)) if name == "flanc" else list(range(16))
+        steps = 3 if name == "heroes" else 2
+        r = history([(t[i], acc[i], 1e6 * (i + 1), [
+            {"time_s": t[i] - (0.1 if name == "heroes" else 0.5), "local_steps": steps,
+             "blocks": blocks[:4 * (seed + 1)]},
+            {"time_s": t[i], "local_steps": steps, "blocks": blocks}]) for i in range(2)])
+        r["config"]["method"] = name
+        return r
+    results = {(n, s): run_of(n, s) for n in ch.LABELS for s in (0, 1)}
+    ledger = Ledger("heroes", "Heroes")
+    ch.claims_cnn(ledger, results, show_round=1)
+    verdict = {f"{c.ref}: {c.statement}": c for c in ledger.claims}
+    assert len(ledger.claims) == 9
+    sooner = verdict["Fig. 4a, 6b: Heroes reaches the target sooner than FedAvg"]
+    assert sooner.verdict == "holds" and sooner.values == [2.0, 2.0]
+    assert verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and "
+                   "round)"].verdict == "holds"
+    for c in ledger.claims:
+        assert c.verdict in ("holds", "fails", "inconclusive")
+        assert c.verdict == "holds" or any(d.isdigit() for d in c.why)
