@@ -8,11 +8,11 @@ p output groups of ``O`` channels, kernel k) has the weight
 
 where block ``i`` contributes ``W^(i) = u^i v`` (an ``O x I x k x k`` piece). A client with
 the sorted block list ``S = (s_0 < s_1 < ...)`` places block ``s_j`` at input group
-``a = j // p`` and output group ``b = j % p`` of its ``pO x pI`` weight (the paper does not place the blocks); the full
+``a = j // p`` and output group ``b = j % p`` of its ``pO x pI`` weight (the paper does not say; this book's choice); the full
 model (p = P, S = 0..P^2-1) puts block ``i`` at ``(i // P, i % P)``.
 
 The first layer (fixed input channels) and the classifier (fixed outputs) are not
-factorised (this book's choice): the first layer has ``P`` output groups and the classifier ``P``
+factorised: the first layer has ``P`` output groups and the classifier ``P``
 input groups, and a width-p client gets p of them. Factorised layers carry no bias and
 there is no normalisation; the classifier bias is shared.
 
@@ -47,7 +47,7 @@ __all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "Compose
 
 
 def default_rank(base_in: int, base_out: int, kernel: int) -> int:
-    """The rank (the paper gives none): R = O for k x k kernels (k > 1), R = ceil(I / 2) for 1 x 1 (else no compression)."""
+    """Spec A3: R = O for k x k kernels (k > 1), R = ceil(I / 2) for 1 x 1 (else no compression)."""
     return base_out if kernel > 1 else max(1, math.ceil(base_in / 2))
 
 
@@ -315,7 +315,7 @@ def least_trained(counts, m: int) -> tuple:
 
 
 def subgrid_selection(counts, P: int, p: int) -> tuple:
-    """Ablation: one group set A (|A| = p) minimising the summed counts of its
+    """Ablation (not in the paper): one group set A (|A| = p) minimising the summed counts of its
     p^2 blocks a P + b, (a, b) in A^2, so the client model is an exact sub-network."""
     counts = np.asarray(counts).reshape(P, P)
     best = min(itertools.combinations(range(P), p), key=lambda A: (counts[np.ix_(A, A)].sum(), A))
@@ -340,7 +340,7 @@ def width_blocks(p: int) -> tuple:
 def aggregate_blocks(model: ComposedNet, updates: list[tuple[Selection, dict]]) -> dict:
     """Eq. (5): the basis (and every shared tensor) is the plain mean over all participants;
     block i of every coefficient is the mean over the clients that trained it,
-    u^{h+1,i} = (1/|N_i|) sum_{n in N_i} u_n^i, and keeps its value if nobody did (the paper is silent on blocks nobody trained).
+    u^{h+1,i} = (1/|N_i|) sum_{n in N_i} u_n^i, and keeps its value if nobody did (a case Eq. 5 leaves open).
     Head and classifier groups are averaged the same way. Returns how many clients
     trained each block (``{"blocks": ..., "head": ..., "cls": ...}``)."""
     params = dict(model.named_parameters())

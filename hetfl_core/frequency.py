@@ -13,7 +13,7 @@ The bound of Theorem 1 with alpha <= beta^2 (Eq. 23),
 
 is convex in tau with minimiser ``tau* = sqrt(12 F / (eta^2 H L S))``, S = G^2 + 18 sigma^2
 (Eqs. 25-27). :func:`tau_raw` is that formula; :func:`tau_calibrated` (the default,
-this book's) keeps its dependence on F, L and S but anchors its scale at the first round's tau_0;
+this book's choice) keeps its dependence on F, L and S but anchors its scale at the first round's tau_0;
 :func:`tau_eps` is the loss-target variant. The fastest client l (the argmin of
 tau* mu_n + nu_n, independent of H) runs tau*, its finish time is the deadline, and
 every other client's tau lies in the window of Eq. (24), chosen there to minimise V.
@@ -32,7 +32,7 @@ __all__ = ["width_for_budget", "tau_raw", "tau_calibrated", "tau_eps", "deadline
 
 
 def width_for_budget(iteration_time: Callable[[int], float], mu_max: float, max_width: int) -> int:
-    """Alg. 1 l. 6-11 (as mended: the printed loop can overshoot the budget): the largest p in 1..P whose per-iteration
+    """Alg. 1 l. 6-11 (mended: the printed loop can overshoot): the largest p in 1..P whose per-iteration
     time ``iteration_time(p)`` is at most ``mu_max``; 1 if none is."""
     feasible = [p for p in range(1, max_width + 1) if iteration_time(p) <= mu_max]
     return max(feasible) if feasible else 1
@@ -68,7 +68,7 @@ def frequency_window(deadline: float, rho: float, mu: float, nu: float) -> tuple
     """Eq. (24): 0 <= T_l - (tau mu + nu) <= rho, as integers [tau_a, tau_b].
 
     tau_b < 1 (the upload alone misses the deadline) gives (1, 1), a straggler; an empty
-    integer window collapses to tau_b."""
+    integer window collapses to tau_b (the paper leaves this case open)."""
     tau_b = math.floor((deadline - nu) / mu + 1e-9)
     if tau_b < 1:
         return 1, 1
@@ -104,7 +104,7 @@ def variance_minimising_tau(counts, blocks, tau_a: int, tau_b: int) -> int:
 
 def plan_frequencies(mu, nu, widths, tau_l: int, rho_fraction: float, counts: np.ndarray,
                      select: Callable, commit: Callable, adaptive: bool = True):
-    """Alg. 1 l. 12-22 for one round (order: l first, then by decreasing width).
+    """Alg. 1 l. 12-22 for one round (order, which the paper leaves open: l first, then by decreasing width).
 
     ``select(n)`` returns client n's selection (its ``.blocks``) given the current counts,
     ``commit(n, selection, tau)`` adds tau to the counters (l. 21-22). With

@@ -25,7 +25,7 @@ from .errors import DatasetUnavailable
 
 __all__ = ["SEQ_LEN", "STRIDE", "MIN_CHARS", "MAX_TEST", "VOCAB", "parse_play", "encode", "load_shakespeare"]
 
-SEQ_LEN = 40       # characters of context (LEAF uses 80; halved for CPU)
+SEQ_LEN = 40       # characters of context (LEAF uses 80; halved for CPU cost)
 STRIDE = 8         # one sample every STRIDE characters of a role's text
 MIN_CHARS = 2000   # roles with less text are dropped
 MAX_TEST = 4000    # a fixed random subset of the held-out samples is the global test set (CPU)

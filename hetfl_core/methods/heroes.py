@@ -1,8 +1,8 @@
 """Heroes (Yan et al.): enhanced neural composition + adaptive local update frequency.
 
-One round of Alg. 1 (server) and Alg. 2 (client), with this book's resolutions of its gaps:
+One round of Alg. 1 (server) and Alg. 2 (client), with this book's choices where the paper leaves a gap:
 
-    for each sampled client n:  p_n = widest p with mu_n(p) <= mu_max      (l. 6-11, A5)
+    for each sampled client n:  p_n = widest p with mu_n(p) <= mu_max      (l. 6-11, mended)
     tau_l = tau*  for the client l finishing first at tau*                  (l. 12-14, Eq. 27)
     for n in [l] + others by decreasing width:
         S_n = the p_n^2 least-trained blocks                                (l. 20, Sec. II-B)
@@ -12,11 +12,11 @@ One round of Alg. 1 (server) and Alg. 2 (client), with this book's resolutions o
               estimate F_n, L_n, sigma_n^2, G_n^2                           (Alg. 2)
     server: v = mean over clients, u^i = mean over the clients that trained i (Eq. 5)
 
-The factors are trained directly (this book's choice), so "decomposition" is exact. Time is the
+The factors are trained directly, so the paper's "decomposition" is exact. Time is the
 shared device model of :mod:`hetfl_core.system`: mu_n is the training FLOPs of one
 width-p step over the device's FLOP/s, nu_n the width-p model's download and upload
 over its link rates, so the controller's estimate of T_n (Eq. 19) is what the engine
-charges (the paper's device fluctuations are absent; Sec. III of the paper draws them).
+charges (the paper's device fluctuations are absent).
 """
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ class Heroes(FedAvg):
 
     # -- server ---------------------------------------------------------------
     def deadline_tau(self, round_idx: int) -> tuple[int, float | None]:
-        """tau for the deadline client l: tau_0 in round 1 (the paper leaves round 1 open) or with fixed
+        """tau for the deadline client l: tau_0 in round 1 (no estimates yet) or with fixed
         frequency, else by ``tau_mode`` (Eq. 25 raw, calibrated, or eps), clipped to
         [1, tau_max]. Also returns the raw formula's value (None before any estimate)."""
         if not self.estimates:
@@ -198,7 +198,7 @@ class Heroes(FedAvg):
     # -- client ---------------------------------------------------------------
     def gradient_statistics(self, model, x, y) -> tuple[float, torch.Tensor, float, float]:
         """Alg. 2's estimates on M fixed batches: mean loss F_n, mean gradient g, sigma_n^2 =
-        mean ||g_j - g||^2 and G_n^2 = mean ||g_j||^2 (Alg. 2's estimates), in flattened parameter space."""
+        mean ||g_j - g||^2 and G_n^2 = mean ||g_j||^2, in flattened parameter space."""
         M = int(self.options["estimator_batches"])
         grads, losses = [], []
         for xb, yb in zip(torch.tensor_split(x, M), torch.tensor_split(y, M)):

@@ -1,0 +1,127 @@
+"""The Heroes chapter's machinery (hetfl_core.chapters.heroes): its queries on hand-made
+histories, and its claims' verdicts computed from every seed."""
+import math
+
+import numpy as np
+import pytest
+
+from hetfl_core import RunConfig
+from hetfl_core.chapters import heroes as ch
+from hetfl_core.report import Ledger
+
+
+def history(rows):
+    """A run with the given ``(time_s, acc_global, uplink_bits, clients)`` rows."""
+    return {"config": {"method": "heroes", "options": {}},
+            "history": [{"round": i + 1, "time_s": t, "acc_global": a, "uplink_bits": b,
+                         "downlink_bits": b, "clients": cl,
+                         "idle_s": sum(max(c["time_s"] for c in cl) - c["time_s"] for c in cl)}
+                        for i, (t, a, b, cl) in enumerate(rows)]}
+
+
+def clients(*times, blocks=(0,), steps=1):
+    return [{"time_s": t, "local_steps": steps, "blocks": list(blocks)} for t in times]
+
+
+def test_variant_gives_full_model_methods_half_the_rounds():
+    base = RunConfig(dataset="digits", model="pcnn", rounds=30)
+    assert ch.variant("fedavg", base).rounds == 15
+    assert ch.variant("heroes", base).rounds == 30
+    enc = ch.variant("enc", base)
+    assert enc.method == "heroes" and enc.options["frequency"] == "fixed"
+    enc.options["frequency"] = "changed"                      # the table is not shared
+    assert ch.VARIANTS["enc"]["options"]["frequency"] == "fixed"
+
+
+def test_ratio_keeps_never_reached_apart():
+    r = ch.ratio([10, math.inf, 10, math.inf], [5, 5, math.inf, math.inf])
+    assert r[0] == 2 and r[1] == math.inf and r[2] == 0 and math.isnan(r[3])
+    criterion = ch.sooner("speedup")
+    assert [criterion(v) for v in r] == [True, True, False, False]
+    text = ch.ratio_text(r, other="FedAvg")
+    assert "2.00×" in text and "only Heroes reached it on 1 of 4" in text
+    assert "only FedAvg reached it on 1 of 4" in text and "neither reached it on 1 of 4" in text
+
+
+def test_gap_to_best_leaves_out_unevaluated_baselines():
+    acc = {"heroes": np.array([0.5, 0.5, 0.5]), "fedavg": np.array([np.nan, 0.6, np.nan]),
+           "flanc": np.array([0.4, 0.4, np.nan])}
+    gap = ch.gap_to_best(acc, "heroes", ("fedavg", "flanc"))
+    assert gap[0] == pytest.approx(10) and gap[1] == pytest.approx(-10) and math.isnan(gap[2])
+    assert ch.best_accuracy({"a": np.array([np.nan]), "b": np.array([0.3, 0.5])}) == 0.4
+
+
+def test_queries_on_a_hand_made_history():
+    r = history([(10.0, 0.2, 8e6, clients(4.0, 10.0, blocks=(0, 1), steps=2)),
+                 (20.0, 0.6, 8e6, clients(9.0, 10.0, blocks=(1, 2), steps=3))])
+    assert ch.idle_share(r, 1) == pytest.approx(0.6)
+    assert ch.idle_share(r, 9) == pytest.approx(0.1)          # past the end: the last round
+    assert ch.waiting_per_round(r) == pytest.approx((6 / 2 + 1 / 2) / 2)
+    counts = ch.block_counters(r, 4)
+    np.testing.assert_array_equal(counts[-1], [4, 10, 6, 0])   # two clients per round
+    assert ch.least_and_spread(counts) == (0.0, pytest.approx(10 / 5))
+    xs, ys = ch.curve(r, x="traffic_bits")
+    np.testing.assert_array_equal(xs, [16e6, 16e6])
+    results = {("heroes", 0): r}
+    assert ch.reach(results, ["heroes"], 0.5)["heroes"][0] == 20.0
+    assert ch.reach(results, ["heroes"], 0.9)["heroes"][0] == math.inf
+    columns = ch.budget_columns([r])
+    assert list(columns.values())[2] == ("time_s", pytest.approx(20 / 3))
+    table = ch.budget_table(results, ["heroes"], columns)
+    assert math.isnan(table["heroes"]["6.67 s"][0]) and table["heroes"]["13.3 s"][0] == 0.2
+
+
+def test_flanc_full_coefficient_is_its_width_p_blocks():
+    full = list(ch.width_blocks(ch.GROUPS))
+    r = history([(1.0, 0.1, 1.0, clients(1.0, blocks=full[:2], steps=5))])
+    r["config"]["method"] = "flanc"
+    counts = ch.full_coefficient_counters(r)
+    assert counts.shape == (1, 16) and counts[0, :2].tolist() == [5, 5] and counts.sum() == 10
+
+
+def test_claims_verdicts_come_from_every_seed():
+    """Fig. 7 claims: one level where Heroes wins on both seeds, one where the seeds
+    disagree, one where it loses; the why of a non-holding claim cites the numbers."""
+    def level(h, f):
+        out = {}
+        for s, (a, b) in enumerate(zip(h, f)):
+            for n, acc in (("heroes", a), ("fedavg", b), ("heterofl", 0.1), ("flanc", 0.1)):
+                out[(n, s)] = history([(5.0, acc, 1.0, clients(5.0))])
+        return out
+    acc = ch.noniid_accuracy({"win": level([0.6, 0.7], [0.5, 0.5]),
+                              "split": level([0.6, 0.4], [0.5, 0.5]),
+                              "lose": level([0.4, 0.4], [0.5, 0.5])}, ["heroes", *ch.BASELINES])
+    ledger = Ledger("heroes", "Heroes")
+    ch.claims_noniid(ledger, acc)
+    assert [c.verdict for c in ledger.claims] == ["holds", "inconclusive", "fails"]
+    assert ledger.claims[0].why == ""
+    assert "Heroes 40.0%" in ledger.claims[2].why and "conjecture" not in ledger.claims[2].why
+
+
+def test_claims_cnn_on_hand_made_runs():
+    """Heroes reaches 80% at 2 s, FedAvg at 4 s: the speedup claim holds on both seeds;
+    every claim gets a verdict and a non-holding one a measured why."""
+    def run_of(name, seed):
+        fast = name in ("heroes", "flanc", "enc", "heterofl")
+        acc = (0.5, 0.8) if name == "heroes" else (0.3, 0.8 if not fast else 0.7)
+        t = (1.0, 2.0) if fast else (2.0, 4.0)
+        blocks = list(ch.width_blocks(4)) if name == "flanc" else list(range(16))
+        steps = 3 if name == "heroes" else 2
+        r = history([(t[i], acc[i], 1e6 * (i + 1), [
+            {"time_s": t[i] - (0.1 if name == "heroes" else 0.5), "local_steps": steps,
+             "blocks": blocks[:4 * (seed + 1)]},
+            {"time_s": t[i], "local_steps": steps, "blocks": blocks}]) for i in range(2)])
+        r["config"]["method"] = name
+        return r
+    results = {(n, s): run_of(n, s) for n in ch.LABELS for s in (0, 1)}
+    ledger = Ledger("heroes", "Heroes")
+    ch.claims_cnn(ledger, results, show_round=1)
+    verdict = {f"{c.ref}: {c.statement}": c for c in ledger.claims}
+    assert len(ledger.claims) == 9
+    sooner = verdict["Fig. 4a, 6b: Heroes reaches the target sooner than FedAvg"]
+    assert sooner.verdict == "holds" and sooner.values == [2.0, 2.0]
+    assert verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and "
+                   "round)"].verdict == "holds"
+    for c in ledger.claims:
+        assert c.verdict in ("holds", "fails", "inconclusive")
+        assert c.verdict == "holds" or any(d.isdigit() for d in c.why)
