@@ -558,11 +558,23 @@ def _count(values, total: int, what: str) -> str:
     return f"{text} of {total} {what} ({n})"
 
 
-def _latencies(runs: Runs, cases, a: str, b: str, target: dict, seeds) -> str:
-    """Per case, the mean latency of ``a`` and ``b`` to the target, compared."""
+def _latencies(runs: Runs, cases, a: str, b: str, target: dict, seeds,
+               key: str = "time_s", unit: str = " s", scale: float = 1.0,
+               name: str = "") -> str:
+    """Per case, the mean cost (latency by default) of ``a`` and ``b`` to the target,
+    compared."""
+    def mean(m, c):
+        return mean_sd([cost_to(runs.one(c, m, s), target[c], key) for s in seeds])[0]
+    return ", ".join(f"{name}{c}: {compare(mean(a, c), mean(b, c), 2, unit, scale)}"
+                     for c in cases)
+
+
+def _all_latencies(runs: Runs, cases, methods, target: dict, seeds, name: str = "") -> str:
+    """Per case, every method's mean latency to the target."""
     def mean(m, c):
         return mean_sd([cost_to(runs.one(c, m, s), target[c]) for s in seeds])[0]
-    return ", ".join(f"{c}: {compare(mean(a, c), mean(b, c), 2)} s" for c in cases)
+    return "; ".join(f"{name}{c}: " + ", ".join(f"{m} {fmt(mean(m, c), 2, ' s')}" for m in methods)
+                     for c in cases)
 
 
 def _seeds_note(seeds) -> str:
@@ -584,8 +596,8 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
                  paper="38–57% less latency", values=won,
                  criterion=at_least(need, what="cases won"),
                  measured=_count(won, len(cases), "cases"),
-                 why=f"seconds to X2, OPT vs the best baseline at seed {seeds[0]}: "
-                     + ", ".join(f"{c}: {compare(o, b, 2)} ({best[c]})"
+                 why=f"latency to X2, OPT vs the best baseline at seed {seeds[0]}: "
+                     + ", ".join(f"{c}: {compare(o, b, 2, ' s')} ({best[c]})"
                                  for c, (o, b) in pair.items()),
                  section="lightweight_pfl-table4", headline=True)
     for m, factor in (("FedPer", 0.8), ("FedAvg", 1.0)):
@@ -594,7 +606,7 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
                      f"≥ {need} of {len(cases)} cases", paper="faster than " + m,
                      values=won_m, criterion=at_least(need, what="cases won"),
                      measured=_count(won_m, len(cases), "cases"),
-                     why=f"seconds to X2, OPT vs {m} (mean over {_seeds_note(s_m)}): "
+                     why=f"latency to X2, OPT vs {m} (mean over {_seeds_note(s_m)}): "
                          + _latencies(runs, cases, "OPT", m, x2, s_m),
                      section="lightweight_pfl-table4")
     s_b, won_b = cases_won(runs, cases, "OPT", ["FedPer"], x2.get, key="uplink_bits")
@@ -602,8 +614,8 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
                  f"of {len(cases)} cases", paper="fewer bits", values=won_b,
                  criterion=at_least(need, what="cases won"),
                  measured=_count(won_b, len(cases), "cases"),
-                 why="a case is lost when OPT never reaches X2 or sends more bits before it "
-                     f"does; {fmt(won_b.mean(), 1)} of {len(cases)} won on average",
+                 why="uplink to X2, OPT vs FedPer: " + _latencies(
+                     runs, cases, "OPT", "FedPer", x2, s_b, "uplink_bits", " Mbit", 1e-6),
                  section="lightweight_pfl-table4")
     s_p = runs.shared_seeds(cases, ["OPT", "FedPer"])
     gap = _gaps(runs, cases, "OPT", "FedPer", s_p)
@@ -611,16 +623,21 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
     ledger.claim("Figs. 2–3", "OPT's final accuracy is within 2 points of FedPer's (same "
                  "rounds, every case)", paper="negligible loss", values=gap, unit=" points",
                  criterion=at_least(-2, " points", "worst case OPT − FedPer"),
-                 why=f"OPT − FedPer per case: {_per_case(means, 1)} points; clients at "
-                     "k_min barely update the base", section="lightweight_pfl-fig2-3",
+                 why=f"OPT − FedPer per case: {_per_case(means, 1)} points; a likely cause "
+                     "(conjecture): clients at k_min barely update the base",
+                 section="lightweight_pfl-fig2-3",
                  headline=True)
     hard = [c for c in ("class-2", "alpha=0.1") if c in cases]
     s_a = runs.shared_seeds(hard, ["OPT", "FedAvg"])
-    ledger.claim("Figs. 2–3", f"FedAvg ends ≥ 5 points below OPT under {' and '.join(hard)}",
-                 paper="a large gap", values=_gaps(runs, hard, "OPT", "FedAvg", s_a),
-                 unit=" points", criterion=at_least(5, " points", "worst case OPT − FedAvg"),
-                 why="FedAvg's one model cannot learn each client's label skew",
-                 section="lightweight_pfl-fig2-3")
+    if hard:
+        ledger.claim("Figs. 2–3",
+                     f"FedAvg ends ≥ 5 points below OPT under {' and '.join(hard)}",
+                     paper="a large gap", values=_gaps(runs, hard, "OPT", "FedAvg", s_a),
+                     unit=" points", criterion=at_least(5, " points", "worst case OPT − FedAvg"),
+                     why="OPT − FedAvg per case: " + _per_case(
+                         {c: float(np.mean(_gaps(runs, [c], "OPT", "FedAvg", s_a)))
+                          for c in hard}, 1, " points"),
+                     section="lightweight_pfl-fig2-3")
     if "alpha=0.1" in cases:
         s_f = runs.shared_seeds(["alpha=0.1"], ["FedAvg-P", "FedAvg"])
         fp = _gaps(runs, ["alpha=0.1"], "FedAvg-P", "FedAvg", s_f)
@@ -639,7 +656,7 @@ def resnet_claims(ledger: Ledger, runs: Runs, cases, targets: dict, head_share: 
                  "case", paper="faster than FedPer", values=won,
                  criterion=at_least(len(cases), what="cases won"),
                  measured=_count(won, len(cases), "cases"),
-                 why="seconds to X2, OPT vs FedPer: "
+                 why="latency to X2, OPT vs FedPer: "
                      + _latencies(runs, cases, "OPT", "FedPer", x2, s_p),
                  section="lightweight_pfl-resnet", headline=True)
     rivals = [m for m in RES_METHODS if m != "OPT"]
@@ -648,8 +665,9 @@ def resnet_claims(ledger: Ledger, runs: Runs, cases, targets: dict, head_share: 
                  paper="OPT fastest", values=first,
                  criterion=at_least(len(cases), what="cases first"),
                  measured=_count(first, len(cases), "cases"),
-                 why=f"LG-FedAvg shares only the classifier, {fmt(head_share, 1)}% of the "
-                     "ResNet's weights, so its uploads are tiny",
+                 why="latency to X2: " + _all_latencies(runs, cases, RES_METHODS, x2, s_f)
+                     + f"; LG-FedAvg shares only the classifier, {fmt(head_share, 1)}% of "
+                       "the ResNet's weights, so its uploads are tiny",
                  section="lightweight_pfl-resnet")
     gap = _gaps(runs, cases, "OPT", "FedPer", s_p)
     ledger.claim("Figs. 4–5", "ResNet: OPT's final accuracy is within 2 points of FedPer's "
@@ -679,10 +697,11 @@ def ablation_claims(ledger: Ledger, runs: Runs, target: float) -> None:
                  paper="no fixed pair beats OPT",
                  values=[sooner(o, f) for o, f in zip(lat["OPT"], fixed)],
                  criterion=is_true("OPT reaches X2 no later than the fastest fixed pair"),
-                 measured=f"OPT {fmt_mean_sd(lat['OPT'])} s; fastest fixed "
-                          f"{fastest} {fmt_mean_sd(lat[fastest], seeds=False)} s",
-                 why=f"seconds to X2, OPT vs fastest fixed per seed: "
-                     + "; ".join(compare(o, f) for o, f in zip(lat["OPT"], fixed)),
+                 measured=f"OPT {fmt_mean_sd(lat['OPT'], seeds=False)} s, fastest fixed "
+                          f"{fastest} {fmt_mean_sd(lat[fastest], seeds=False)} s "
+                          f"({_seeds_note(seeds)})",
+                 why="latency to X2 per seed, OPT vs the fastest fixed pair: "
+                     + "; ".join(compare(o, f, 1, " s") for o, f in zip(lat["OPT"], fixed)),
                  section="lightweight_pfl-fig10")
     fin = {m: np.array([final_pct(runs.one(case, m, s)) for s in seeds])
            for m in ["OPT", *FIXED_PAIRS]}
@@ -743,7 +762,8 @@ def bandwidth_claims(ledger: Ledger, table: dict, fig9_latency: dict, bands9,
                  measured=_count([won], len(bands9), "bands"),
                  why="first per band: " + ", ".join(f"{b} {m}" for b, m in first.items())
                      + "; with the deadline fixed, a wide band leaves OPT slack it spends "
-                       "on k = r = 1", section="lightweight_pfl-fig9")
+                       f"on k = r = 1 (Table VI's k-bar at 50 MHz: {fmt(kb[2], 2)})",
+                 section="lightweight_pfl-fig9")
     if split_best and len(split_best) > 1:
         (a0, f0), (a1, f1) = list(split_best.items())[0], list(split_best.items())[-1]
         ledger.claim("Table III", "Stronger non-IID favours a smaller shared base",
@@ -765,8 +785,8 @@ def text_claims(ledger: Ledger, runs: Runs, alphas, majority: dict) -> None:
                  "than FedAvg, at every α", paper="faster", values=faster,
                  criterion=at_least(len(alphas), what="α won"),
                  measured=_count(faster, len(alphas), "α"),
-                 why="seconds to FedAvg's final accuracy, OPT vs FedAvg: "
-                     + _latencies(runs, alphas, "OPT", "FedAvg", goal, seeds),
+                 why="latency to FedAvg's final accuracy, OPT vs FedAvg: "
+                     + _latencies(runs, alphas, "OPT", "FedAvg", goal, seeds, name="α="),
                  section="lightweight_pfl-text")
     rivals = [m for m in TEXT_METHODS if m != "OPT"]
     acc = _gaps(runs, alphas, "OPT", rivals, seeds)
@@ -788,7 +808,8 @@ def text_claims(ledger: Ledger, runs: Runs, alphas, majority: dict) -> None:
                  paper="OPT fastest", values=first,
                  criterion=at_least(len(alphas), what="α first"),
                  measured=_count(first, len(alphas), "α"),
-                 why=f"OPT first at {fmt(first.mean(), 1)} of {len(alphas)} α",
+                 why="latency to FedAvg's final accuracy: "
+                     + _all_latencies(runs, alphas, TEXT_METHODS, goal, seeds, "α="),
                  section="lightweight_pfl-text")
     best = {a: float(np.mean([final_pct(r) for r in runs(a, "OPT", seeds)])) for a in alphas}
     margin = {a: best[a] - majority[a] for a in alphas}
