@@ -96,3 +96,37 @@ def test_fedper_targets_and_gaps():
     targets = lp.fedper_targets(runs, ["c"])
     assert targets["c"][0.9] == pytest.approx(0.9 * 0.7)
     assert np.allclose(lp._gaps(runs, ["c"], "OPT", "FedPer", [0, 1]), [-10.0, 10.0])
+
+
+def test_every_claim_builds_at_book_shape():
+    """The ledger's claim builders on book-shaped fake runs: four cases, three seeds for OPT
+    and FedPer, one for the other baselines, two alphas, three bands, Table III."""
+    rng = np.random.default_rng(0)
+
+    def run():
+        return fake_run(list(np.sort(rng.uniform(0.2, 0.9, 4))), dt=rng.uniform(0.5, 2))
+
+    results = {key: run() for key in lp.image_grid(
+        RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=4,
+                  rounds=1), list(lp.CASES), [0, 1, 2])}
+    runs = lp.Runs(results)
+    targets = lp.fedper_targets(runs, list(lp.CASES))
+    res = lp.Runs({(c, m, s): run() for c in ("class-4", "alpha=0.1") for m in lp.RES_METHODS
+                   for s in ([0, 1] if m in ("OPT", "FedPer") else [0])})
+    text = lp.Runs({(a, m, s): run() for a in (1.0, 2.0) for m in lp.TEXT_METHODS
+                    for s in ([0, 1] if m in ("OPT", "FedPer") else [0])})
+    bands9 = ["10 MHz", "50 MHz", "10~50 MHz"]
+    lat9 = {(b, m): rng.uniform(1, 2) for b in bands9 for m in ["OPT", *lp.FIXED9]}
+    table = {b: (0.9, 0.95, 0.0) for b in lp.PAPER_TABLE6}
+    ledger = Ledger("t", "T")
+    lp.image_claims(ledger, runs, list(lp.CASES), targets)
+    lp.resnet_claims(ledger, res, ["class-4", "alpha=0.1"],
+                     lp.fedper_targets(res, ["class-4", "alpha=0.1"]), 0.8)
+    lp.ablation_claims(ledger, runs, targets["alpha=0.1"][0.9])
+    lp.bandwidth_claims(ledger, table, lat9, bands9, {0.1: 0.25, 2.0: 98.62})
+    lp.text_claims(ledger, text, [1.0, 2.0], {1.0: 60.0, 2.0: 55.0})
+    assert len(ledger.claims) == 24
+    seeds = {c.statement: c.seeds for c in ledger.claims}
+    fedper = "OPT's final accuracy is within 2 points of FedPer's (same rounds, every case)"
+    assert seeds[fedper] == 3
+    assert all(c.why for c in ledger.claims if c.verdict != "holds")
