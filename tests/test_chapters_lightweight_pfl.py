@@ -1,0 +1,132 @@
+"""The lightweight-PFL chapter's machinery (hetfl_core.chapters.lightweight_pfl): run
+bookkeeping, costs to a target, per-seed case counts and the claims built from them."""
+import math
+
+import numpy as np
+import pytest
+
+from hetfl_core import RunConfig
+from hetfl_core.chapters import lightweight_pfl as lp
+from hetfl_core.report import Ledger
+
+
+def fake_run(accs, dt=1.0, bits=10.0, joules=0.5, n_clients=2):
+    """A history with one evaluation per round: accuracy ``accs[t]`` after ``t + 1`` rounds
+    of ``dt`` seconds, ``bits`` uploaded and ``joules`` spent per client per round."""
+    rows = []
+    for t, acc in enumerate(accs):
+        rows.append({"round": t + 1, "time_s": dt * (t + 1), "uplink_bits": bits * (t + 1),
+                     "downlink_bits": 0.0, "flops": 1e12 * (t + 1), "acc_personal": acc,
+                     "f1_personal": acc, "round_time_s": dt,
+                     "clients": [{"energy_j": joules, "k": 0.5, "r": 1.0}] * n_clients})
+    return {"history": rows}
+
+
+def test_runs_seeds_and_shared_seeds():
+    runs = lp.Runs({("a", "OPT", 0): 1, ("a", "OPT", 1): 2, ("a", "FedAvg", 0): 3,
+                    ("b", "OPT", 1): 4, ("b", "FedAvg", 1): 5})
+    assert runs.seeds("a", "OPT") == [0, 1]
+    assert runs("a", "OPT") == [1, 2] and runs("a", "OPT", [1]) == [2]
+    assert runs.shared_seeds(["a"], ["OPT", "FedAvg"]) == [0]
+    assert runs.shared_seeds(["a", "b"], ["OPT", "FedAvg"]) == []
+
+
+def test_cost_to_target_and_energy():
+    run = fake_run([0.2, 0.6, 0.9], dt=2.0, bits=10.0, joules=0.5)
+    assert lp.cost_to(run, 0.6) == 4.0
+    assert lp.cost_to(run, 0.6, "uplink_bits") == 20.0
+    assert lp.cost_to(run, 0.6, "energy_j") == pytest.approx(2.0)   # 2 rounds x 2 clients x 0.5
+    assert lp.cost_to(run, 0.95) == math.inf
+
+
+def test_sooner_never_is_not_sooner():
+    assert lp.sooner(1.0, 2.0) and lp.sooner(1.0, math.inf)
+    assert not lp.sooner(math.inf, math.inf)
+    assert lp.sooner(1.6, 2.0, 0.8) and not lp.sooner(1.7, 2.0, 0.8)
+
+
+def test_cases_won_counts_per_seed():
+    fast, slow = fake_run([0.5, 0.9], dt=1.0), fake_run([0.5, 0.9], dt=3.0)
+    results = {("c1", "OPT", 0): fast, ("c1", "B", 0): slow,
+               ("c2", "OPT", 0): slow, ("c2", "B", 0): fast,
+               ("c1", "OPT", 1): fast, ("c1", "B", 1): slow,
+               ("c2", "OPT", 1): fast, ("c2", "B", 1): slow}
+    seeds, won = lp.cases_won(lp.Runs(results), ["c1", "c2"], "OPT", ["B"], lambda c: 0.9,
+                              factor=0.8)
+    assert seeds == [0, 1] and list(won) == [1, 2]
+
+
+def test_method_config_keeps_base_options():
+    base = RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=4,
+                     rounds=1, options={"theta_ratio": 3.0})
+    config = lp.method_config(base, split="fc", k=0.5, seed=2)
+    assert config.options["theta_ratio"] == 3.0 and config.options["split"] == "fc"
+    assert config.options["k"] == 0.5 and config.seed == 2
+
+
+def test_image_grid_runs_baselines_on_the_first_seed():
+    base = RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=4,
+                     rounds=1)
+    grid = lp.image_grid(base, ["class-2", "alpha=0.1"], [0, 1, 2])
+    runs = lp.Runs(grid)
+    assert runs.seeds("class-2", "OPT") == [0, 1, 2]
+    assert runs.seeds("class-2", "FedAvg") == [0]
+    assert runs.seeds("class-2", "FedAvg-P") == []
+    assert runs.seeds("alpha=0.1", "(0.1,1)") == [0, 1]
+    assert runs.seeds("alpha=0.1", "OPT, equal shares") == [0, 1]
+
+
+def test_dca_claims_judge_every_round():
+    row = {"max_latency_ratio": 1.0, "share_sum": 1.0, "energy_ok": True,
+           "largest_rise": 0.0, "objective": -2.0, "uniform": -1.5}
+    ledger = Ledger("t", "T")
+    lp.dca_claims(ledger, [row, {**row, "max_latency_ratio": 1.2, "objective": -1.0}])
+    feasible, better = ledger.claims
+    assert feasible.verdict == "inconclusive" and better.verdict == "inconclusive"
+    ledger = Ledger("t", "T")
+    lp.dca_claims(ledger, [row, row])
+    assert [c.verdict for c in ledger.claims] == ["holds", "holds"]
+
+
+def test_fedper_targets_and_gaps():
+    runs = lp.Runs({("c", "FedPer", 0): fake_run([0.5, 0.8]),
+                    ("c", "FedPer", 1): fake_run([0.5, 0.6]),
+                    ("c", "OPT", 0): fake_run([0.5, 0.7]),
+                    ("c", "OPT", 1): fake_run([0.5, 0.7])})
+    targets = lp.fedper_targets(runs, ["c"])
+    assert targets["c"][0.9] == pytest.approx(0.9 * 0.7)
+    assert np.allclose(lp._gaps(runs, ["c"], "OPT", "FedPer", [0, 1]), [-10.0, 10.0])
+
+
+def test_every_claim_builds_at_book_shape():
+    """The ledger's claim builders on book-shaped fake runs: four cases, three seeds for OPT
+    and FedPer, one for the other baselines, two alphas, three bands, Table III."""
+    rng = np.random.default_rng(0)
+
+    def run():
+        return fake_run(list(np.sort(rng.uniform(0.2, 0.9, 4))), dt=rng.uniform(0.5, 2))
+
+    results = {key: run() for key in lp.image_grid(
+        RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=4,
+                  rounds=1), list(lp.CASES), [0, 1, 2])}
+    runs = lp.Runs(results)
+    targets = lp.fedper_targets(runs, list(lp.CASES))
+    res = lp.Runs({(c, m, s): run() for c in ("class-4", "alpha=0.1") for m in lp.RES_METHODS
+                   for s in ([0, 1] if m in ("OPT", "FedPer") else [0])})
+    text = lp.Runs({(a, m, s): run() for a in (1.0, 2.0) for m in lp.TEXT_METHODS
+                    for s in ([0, 1] if m in ("OPT", "FedPer") else [0])})
+    bands9 = ["10 MHz", "50 MHz", "10~50 MHz"]
+    lat9 = {(b, m): rng.uniform(1, 2) for b in bands9 for m in ["OPT", *lp.FIXED9]}
+    table = {b: (0.9, 0.95, 0.0) for b in lp.PAPER_TABLE6}
+    ledger = Ledger("t", "T")
+    lp.image_claims(ledger, runs, list(lp.CASES), targets)
+    lp.resnet_claims(ledger, res, ["class-4", "alpha=0.1"],
+                     lp.fedper_targets(res, ["class-4", "alpha=0.1"]), 0.8)
+    lp.ablation_claims(ledger, runs, targets["alpha=0.1"][0.9])
+    lp.bandwidth_claims(ledger, table, lat9, bands9, {0.1: 0.25, 2.0: 98.62})
+    lp.text_claims(ledger, text, [1.0, 2.0], {1.0: 60.0, 2.0: 55.0})
+    assert len(ledger.claims) == 24
+    seeds = {c.statement: c.seeds for c in ledger.claims}
+    fedper = "OPT's final accuracy is within 2 points of FedPer's (same rounds, every case)"
+    assert seeds[fedper] == 3
+    assert all(c.why for c in ledger.claims if c.verdict != "holds")
