@@ -183,7 +183,7 @@ def test_figs_6_8_opt_beats_fedavg_under_label_skew(text_runs):
         assert opt["time_s"] <= fedper["time_s"]                       # faster than decoupling alone
         best = max(text_runs[(m, s)]["history"][-1]["acc_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
         best_f1 = max(text_runs[(m, s)]["history"][-1]["f1_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
-        assert opt["acc_personal"] >= best - 0.03 and opt["f1_personal"] >= best_f1 - 0.03   # spec §7's pass rule
+        assert opt["acc_personal"] >= best - 0.03 and opt["f1_personal"] >= best_f1 - 0.03   # within 3 points of the best baseline
 
 
 def test_the_text_task_runs_from_the_command_line(tmp_path):

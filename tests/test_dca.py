@@ -1,4 +1,4 @@
-"""The DCA resource allocation of paper 004 (hetfl_core.dca) against hand-worked cases,
+"""The DCA resource allocation of Tan et al. 2025 (hetfl_core.dca) against hand-worked cases,
 the uniform allocation and a brute-force grid."""
 import dataclasses
 import math
@@ -34,7 +34,7 @@ def test_upload_bits_eq9_and_exact_eq8():
         approx = dca.upload_bits(k, D_BASE)
         nnz = math.ceil(k * D_BASE)
         exact = nnz * 33 + system.index_bits(nnz, D_BASE, "binomial")
-        # Stirling drops (1-k) log2(1/(1-k)) <= log2(e)/e = 0.531 bits per base parameter (spec §8.11)
+        # Stirling drops (1-k) log2(1/(1-k)) <= log2(e)/e = 0.531 bits per base parameter
         assert abs(approx - exact) <= 0.531 * D_BASE + 33
         if k >= 0.7:
             assert abs(approx - exact) / exact < 0.025

@@ -1,4 +1,4 @@
-"""The lightweight personalised method of paper 004 (hetfl_core/methods/sparse_prune_pfl.py)."""
+"""The lightweight personalised method of Tan et al. 2025 (hetfl_core/methods/sparse_prune_pfl.py)."""
 import math
 
 import numpy as np
@@ -118,7 +118,7 @@ def test_every_split_computes_on_the_same_devices():
 
 
 def test_dense_decoupling_equals_fedper():
-    """FLPDSP(1, 1) with one local step is FedPer (spec §8.13): w - eta sum gamma g = sum gamma (w - eta g)."""
+    """FLPDSP(1, 1) with one local step is FedPer: w - eta sum gamma g = sum gamma (w - eta g)."""
     ours = run(config(k=1.0, r=1.0).replace(rounds=3).validate())
     fedper = run(RunConfig(method="fedper", dataset="digits", model="cnn", partition="dirichlet", alpha=0.5,
                            clients=4, rounds=3, local_steps=1, lr=0.05, options={"head_layers": 2}).validate())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the offline datasets of ../shared/DATA.md into the data root, once each.
+# Installs the offline datasets (README, Data) into the data root, once each.
 # Fashion-MNIST comes from Debian's dataset-fashion-mnist, laid out as torchvision expects;
 # every tools/data/*.sh then installs one more source (each skips itself when done).
 set -euo pipefail
