@@ -440,9 +440,9 @@ def verdict_box_markdown(ledger: dict) -> str:
              + " at the end lists them all.", ""]
     headline = [c for c in ledger["claims"] if c.get("headline")] or ledger["claims"][:3]
     for c in headline:
-        where = f" ({_ref('evidence', c['section'])})" if c.get("section") else ""
-        lines.append(f"- **{_verdict_cell(c).strip('*')}**: {c['ref']}, {c['statement']} "
-                     f"(paper: {c['paper']}; here: {c['measured']}){where}")
+        where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
+        lines.append(f"- **{_verdict_cell(c).strip('*')}**: {c['ref']}, {c['statement']}. "
+                     f"Paper: {c['paper']}; here: {c['measured']}.{where}")
     lines.append(":::")
     return "\n".join(lines)
 
@@ -462,10 +462,11 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
                            *(counts[v] for v in VERDICTS)])
         for c in ledger["claims"]:
             claim_rows.append([ledger["title"], f"{c['ref']}: {c['statement']}", c["paper"], c["measured"],
-                               c["criterion"], _verdict_cell(c), c["why"]])
+                               _verdict_cell(c), c["why"]])
     count_rows.append(["**all papers**", "", sum(total.values()), *(total[v] for v in VERDICTS)])
     return ("## Counts per paper\n\n"
             + markdown_table(count_rows, ["paper", "scale", "claims", *VERDICTS], ["l", "l", "r", "r", "r", "r"])
-            + "\n\n## Every claim\n\n"
-            + markdown_table(claim_rows, ["paper", "claim", "paper reports", "this book", "criterion",
-                                          "verdict", "why it differs"]))
+            + "\n\n## Every claim\n\nEach chapter's ledger also gives the criterion every seed's value "
+            "had to pass.\n\n"
+            + markdown_table(claim_rows, ["paper", "claim", "paper reports", "this book", "verdict",
+                                          "why it differs"]))

@@ -116,7 +116,7 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     ledgers = report.load_ledgers(tmp_path)
     box = report.verdict_box_markdown(ledgers["alpha"])
     assert "**1 hold**, **1 fail** and **0 are inconclusive**" in box
-    assert "{ref}`evidence <alpha-table1>`" in box and "A is fast" not in box    # headline claims only
+    assert "{ref}`Evidence <alpha-table1>`" in box and "A is fast" not in box    # headline claims only
     card = report.scorecard_markdown(ledgers, ["beta", "alpha"])
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
