@@ -38,3 +38,18 @@ def test_an_unknown_injected_parameter_fails():
     assert injected_parameters(history) == {"seed", "sed"}
     with pytest.raises(ConfigError, match="unknown parameter.*sed"):
         check_parameters(namespace(), history=history)
+
+
+def test_a_caption_names_the_settings_and_the_rerun_command():
+    from hetfl_core import RunConfig
+    from hetfl_core.chapters import caption_text
+
+    base = RunConfig(dataset="digits", clients=10, rounds=5, local_steps=3, participation=0.5)
+    configs = [base.replace(method=m, seed=s) for m in ("fedavg", "heterofl") for s in (0, 1, 2)]
+    text = caption_text(configs, "heroes", "book", seed=0)
+    assert text.startswith("Ran at scale book with digits, cnn, dirichlet, α=0.5, 10 clients, 50% per round, "
+                           "5 rounds, 3 local steps, lr 0.05, identical devices, seeds 0–2; methods: fedavg, heterofl.")
+    assert text.endswith("Rerun: `papermill book/heroes.ipynb out.ipynb -p scale paper -p seed 1`.")
+    results = [{"config": c.to_dict(), "history": []} for c in configs[:1]]
+    assert "seed 0;" in caption_text(results, "heroes", "smoke")
+    assert "α=" not in caption_text([base.replace(partition="iid")], "x", "book")

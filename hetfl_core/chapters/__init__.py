@@ -1,6 +1,7 @@
 """The chapters' machinery: one module per chapter (``hetfl_core.chapters.heroes``, ...)
 holds the experiment grids, tables and claims a chapter builds, so the chapter shows only
-the lines a reader should see; this module checks a chapter's papermill parameters.
+the lines a reader should see; this module checks a chapter's papermill parameters and
+writes the caption under a reproduction (what it ran with, and how to rerun it).
 
 A chapter declares its parameters with types in its ``parameters`` cell::
 
@@ -22,7 +23,7 @@ from typing import Sequence
 from ..config import SCALES
 from ..errors import ConfigError
 
-__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters"]
+__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "caption_text", "caption"]
 
 SEED_LIMIT = 2 ** 32
 
@@ -113,3 +114,52 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
                 raise ConfigError(f"parameter {name} must be in {bounds}, got {value!r}")
         elif value not in rule:
             raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, got {value!r}")
+
+
+#: RunConfig fields a caption names, in this order, with how to print them
+_CAPTION_FIELDS = (("dataset", "{}"), ("model", "{}"), ("partition", "{}"), ("alpha", "α={}"),
+                   ("clients", "{} clients"), ("participation", "{:.0%} per round"), ("rounds", "{} rounds"),
+                   ("local_steps", "{} local steps"), ("local_epochs", "{} local epochs"), ("lr", "lr {}"),
+                   ("heterogeneity", "{} device heterogeneity"))
+
+
+def _values(configs, name: str) -> list:
+    return list(dict.fromkeys(getattr(c, name) for c in configs))
+
+
+def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
+    """What a reproduction ran with, from its run configurations, and the papermill command
+    that reruns the chapter at another scale or seed, e.g. ``"Ran with fashion-mnist, cnn,
+    dirichlet, α=0.5, 20 clients, ... seeds 0-2; methods: fedavg, heterofl. Rerun: ..."``."""
+    from ..config import RunConfig
+
+    configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
+    if not configs:
+        raise ValueError("a caption needs the configurations the reproduction ran")
+    parts = []
+    for name, form in _CAPTION_FIELDS:
+        values = [v for v in _values(configs, name) if v is not None]
+        if name == "alpha" and set(_values(configs, "partition")) == {"iid"}:
+            continue
+        if name == "local_epochs" and all(c.local_steps is not None for c in configs):
+            continue
+        if name == "heterogeneity" and values == ["none"]:
+            parts.append("identical devices")
+        elif values:
+            parts.append("/".join(form.format(v) for v in values))
+    seeds = sorted(_values(configs, "seed"))
+    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else \
+        (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
+         else "seeds " + ", ".join(map(str, seeds)))
+    methods = ", ".join(_values(configs, "method"))
+    other = "paper" if scale != "paper" else "book"
+    command = (f"papermill book/{notebook}.ipynb out.ipynb -p scale {other} -p seed {seed + 1}")
+    return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
+            f"Rerun: `{command}`.")
+
+
+def caption(configs, notebook: str, scale: str, seed: int = 0) -> None:
+    """Display :func:`caption_text` under a reproduction (as a small italic paragraph)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"<small>{caption_text(configs, notebook, scale, seed)}</small>"))
