@@ -53,12 +53,19 @@ def test_fig6_rows_report_the_iid_end():
     ledger = Ledger("fedlps", "FedLPS")
     noniid = {"FedAvg": np.array([40.0, 90.0]), "FedPer": np.array([60.0, 50.0]),
               "FedLPS": np.array([70.0, 46.0])}
-    ch._fig6_claims(ledger, noniid, plan)
+    ch._fig6_claims(ledger, noniid, plan, stale=2.5)
     grows, every = ledger.claims
     assert grows.verdict == "holds" and "x=0 (the IID end)" in grows.measured
     assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
     assert every.verdict == "fails" and every.values == [-44.0]
-    assert "FedAvg 90.0%" in every.why
+    assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
+
+
+def test_staleness_counts_rounds_since_the_last_visit():
+    r = {"history": [{"round": 1, "clients": [{"id": 0}, {"id": 1}]},
+                     {"round": 2, "clients": [{"id": 0}]},
+                     {"round": 3, "clients": [{"id": 2}]}]}
+    assert ch.staleness(r) == (1 + 2 + 0) / 3
 
 
 def test_time_to_accuracy_claims_keep_never_reached_apart():
