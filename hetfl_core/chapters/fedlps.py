@@ -364,7 +364,7 @@ def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan) -> No
            paper="0.8 vs 2.8 (FedAvg) and 1.1 (HeteroFL) × 10¹² FLOPs (MNIST)",
            values=f["FedLPS"] / np.minimum(0.5 * f["FedAvg"], f["HeteroFL"]), digits=2,
            criterion=at_most(1, "×", "FedLPS / min(½ FedAvg, HeteroFL)"),
-           section="fedlps-table1", headline=True,
+           section="fedlps-table1",
            measured=f"FedLPS {fmt_sig(f['FedLPS'])} vs FedAvg {fmt_sig(f['FedAvg'])}, "
                     f"HeteroFL {fmt_sig(f['HeteroFL'], ' GFLOPs', seeds=True)}",
            why=f"FedLPS {fmt_sig(f['FedLPS'])}, FedAvg {fmt_sig(f['FedAvg'])}, "
@@ -426,7 +426,7 @@ def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float) -> None
            "non-IID level, the IID end included",
            paper="FedLPS always outperforms the baselines", values=[lead.min()], unit=PTS,
            criterion=at_least(-1, PTS, "FedLPS − best of FedAvg, FedPer, worst level"),
-           section="fedlps-fig6", measured=f"FedLPS − best of FedAvg, FedPer: {leads}",
+           section="fedlps-fig6", headline=True, measured=f"FedLPS − best of FedAvg, FedPer: {leads}",
            why=f"at x={x[lo]}: FedLPS {fmt(noniid['FedLPS'][lo])}%, FedAvg "
                f"{fmt(noniid['FedAvg'][lo])}%, FedPer {fmt(noniid['FedPer'][lo])}%; "
                "a FedLPS client is evaluated with the sparse model it kept at its last "
