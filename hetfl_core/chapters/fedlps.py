@@ -1,0 +1,544 @@
+"""The FedLPS chapter's machinery: the experiment plan (Table I, Figs. 3-9, Table II),
+the tables it prints and the claim ledger it ends with.
+
+Accuracy here is the paper's: the mean of the last two evaluations of each client's own
+model on its own test split, in percent (:func:`final_acc`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..config import RunConfig, by_scale
+from ..experiments import sweep
+from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
+                      is_true, value_at)
+from .heroes import ratio
+
+__all__ = ["MAIN", "ABLATION", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
+           "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
+           "time_to", "noniid_accuracy", "staleness", "hetero_levels", "table2", "chosen_ratios",
+           "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
+           "score_probe", "learned_curve", "build_ledger"]
+
+#: Table I's methods: label -> (method, options)
+MAIN = {"FedAvg": ("fedavg", {}), "HeteroFL": ("heterofl", {}), "FedRolex": ("fedrolex", {}),
+        "FedPer": ("fedper", {}), "FedLPS": ("fedlps", {})}
+BASELINES = ("FedAvg", "HeteroFL", "FedRolex", "FedPer")
+#: Table II's variants of FedLPS: label -> options
+ABLATION = {"FLST (s=0.5)": {"pattern": "learned", "ratio_rule": "fixed", "ratio": 0.5},
+            "RCR-Fix": {"ratio_rule": "capability"}, "P-UCBV-Fix": {},
+            "RCR-Dyn": {"ratio_rule": "capability", "capability": "dynamic"},
+            "P-UCBV-Dyn": {"capability": "dynamic"}}
+#: Fig. 9a's sparse patterns
+PATTERNS = ("learned", "random", "ordered", "magnitude")
+HEURISTICS = ("random", "ordered", "magnitude")
+
+
+# -- the experiment plan ----------------------------------------------------------------
+@dataclass
+class Plan:
+    """Every run of the chapter: ``configs`` maps a result key to its config; keys
+    ``("main", label, seed)``, ``("ablation", label, seed)``, ``("pattern", p, s, seed)``,
+    ``("noniid", label, classes)`` and ``("hetero", label, level)``."""
+
+    base: RunConfig          # Table I, Figs. 3-5
+    side: RunConfig          # Table II, Figs. 6-9 (a smaller subset at book scale)
+    seeds: list              # Table I, Figs. 3-5
+    few: list                # Table II
+    pattern_seeds: list      # Fig. 9
+    pattern_ratios: list     # Fig. 9a
+    curve_ratios: list       # Fig. 9b (the learned pattern)
+    class_levels: list       # Fig. 6: classes per client
+    levels: list             # Figs. 7-8: device heterogeneity
+    configs: dict = field(default_factory=dict)
+
+    def add(self, key, method: str, options: dict, on: RunConfig, **changes) -> None:
+        self.configs[key] = on.replace(method=method, options=dict(options), **changes)
+
+
+def make_plan(scale: str, dataset: str, seed: int, heterogeneity: str,
+              rounds: int | None = None) -> Plan:
+    """The chapter's runs at ``scale``: the paper's CNN on a two-class pathological split,
+    SGD at the paper's learning rate 0.1 and momentum 0.5 for every method."""
+    rounds = rounds or by_scale(scale, smoke=2, book=20, paper=100)
+    base = RunConfig(dataset=dataset, model="cnn", partition="shards", classes_per_client=2,
+                     clients=by_scale(scale, smoke=6, book=20, paper=100),
+                     participation=0.25, rounds=rounds,
+                     local_epochs=by_scale(scale, smoke=1, book=1, paper=5), batch_size=20,
+                     lr=0.1, momentum=0.5, train_samples=4000 if scale == "book" else None,
+                     heterogeneity=heterogeneity,
+                     eval_every=by_scale(scale, smoke=1, book=4, paper=1), seed=seed)
+    base.validate()
+    side = base.replace(train_samples=2000) if scale == "book" else base
+    seeds = list(range(seed, seed + by_scale(scale, smoke=1, book=3, paper=3)))
+    pattern_ratios = by_scale(scale, smoke=[0.5], book=[0.2, 0.5], paper=[0.2, 0.4, 0.6, 0.8])
+    plan = Plan(base, side, seeds, few=seeds[:by_scale(scale, smoke=1, book=2, paper=3)],
+                pattern_seeds=seeds[:by_scale(scale, smoke=1, book=1, paper=3)],
+                pattern_ratios=pattern_ratios,
+                curve_ratios=sorted(set(pattern_ratios) | set(
+                    by_scale(scale, smoke=[0.8], book=[0.8], paper=[]))),
+                class_levels=by_scale(scale, smoke=[2, 10], book=[2, 5, 10],
+                                      paper=[2, 4, 6, 8, 10]),
+                levels=by_scale(scale, smoke=["low", "high"],
+                                book=["low", "medium", "high"]))
+    for name, (m, o) in MAIN.items():
+        for s in seeds:
+            plan.add(("main", name, s), m, o, base, seed=s)
+    for name, o in ABLATION.items():
+        for s in plan.few:
+            plan.add(("ablation", name, s), "fedlps", o, side, seed=s)
+    for p in PATTERNS:
+        for r in plan.curve_ratios if p == "learned" else pattern_ratios:
+            for s in plan.pattern_seeds:
+                plan.add(("pattern", p, r, s), "fedlps",
+                         {"pattern": p, "ratio_rule": "fixed", "ratio": r}, side, seed=s)
+    for c in plan.class_levels:
+        for name in ("FedAvg", "FedPer", "FedLPS"):
+            plan.add(("noniid", name, c), *MAIN[name], side, classes_per_client=c)
+    for level in plan.levels:
+        for name in ("FedAvg", "HeteroFL", "FedLPS"):
+            plan.add(("hetero", name, level), *MAIN[name], side, heterogeneity=level)
+    return plan
+
+
+def run_plan(plan: Plan, processes: int = 1) -> dict:
+    """Run every distinct config of ``plan`` once (equal configs share a run); the results
+    by result key."""
+    keys: dict = {}
+    for key, cfg in plan.configs.items():
+        keys.setdefault(cfg.key(), []).append(key)
+    done = sweep([plan.configs[ks[0]] for ks in keys.values()], processes=processes,
+                 desc="fedlps", progress=False)
+    return {key: r for ks, r in zip(keys.values(), done) for key in ks}
+
+
+# -- queries and tables -----------------------------------------------------------------
+def final_acc(result: dict, key: str = "acc_personal", last: int = 2) -> float:
+    """The mean of the last ``last`` evaluations of ``key``, in percent (``nan`` if none)."""
+    values = [h[key] for h in result["history"] if h.get(key) is not None][-last:]
+    return 100 * float(np.mean(values)) if values else math.nan
+
+
+def total(result: dict, key: str) -> float:
+    """A cumulative history key (``flops``, ``time_s``, ...) at the end of the run."""
+    return float(result["history"][-1][key])
+
+
+def main_runs(results: dict, plan: Plan) -> dict[str, list[dict]]:
+    """Table I's runs: label -> one run per seed."""
+    return {name: [results[("main", name, s)] for s in plan.seeds] for name in MAIN}
+
+
+def _columns(runs: list[dict]) -> dict[str, np.ndarray]:
+    return {"acc": np.array([final_acc(r) for r in runs]),
+            "glob": np.array([final_acc(r, "acc_global") for r in runs]),
+            "flops": np.array([total(r, "flops") / 1e9 for r in runs]),
+            "time": np.array([total(r, "time_s") for r in runs])}
+
+
+def table1(runs: dict[str, list[dict]]) -> dict[str, dict[str, np.ndarray]]:
+    """Table I per seed: personalised and global accuracy (%), training GFLOPs, time (s)."""
+    return {name: _columns(rs) for name, rs in runs.items()}
+
+
+def within_flops(runs: dict[str, list[dict]], budget: float) -> dict[str, np.ndarray]:
+    """Fig. 3: per seed, the last personalised accuracy (%) reached within ``budget``
+    training FLOPs (``nan`` where nothing was evaluated by then)."""
+    return {n: 100 * np.array([value_at(r, budget, x="flops") for r in rs])
+            for n, rs in runs.items()}
+
+
+def time_targets(t1: dict) -> dict[str, float]:
+    """Fig. 5's targets (%): 90% of FedAvg's and of FedPer's mean final accuracy."""
+    return {f"0.9 x {n}": 0.9 * float(np.mean(t1[n]["acc"])) for n in ("FedAvg", "FedPer")}
+
+
+def time_to(runs: dict[str, list[dict]], targets: dict[str, float]) -> dict:
+    """Per target and method, the simulated seconds until each seed's personalised
+    accuracy first reaches the target (``inf``: never)."""
+    return {t: {n: np.array([first_reach(r, v / 100, x="time_s") for r in rs])
+                for n, rs in runs.items()} for t, v in targets.items()}
+
+
+def noniid_accuracy(results: dict, plan: Plan) -> dict[str, np.ndarray]:
+    """Fig. 6: each method's accuracy (%) at each number of classes per client."""
+    return {n: np.array([final_acc(results[("noniid", n, c)]) for c in plan.class_levels])
+            for n in ("FedAvg", "FedPer", "FedLPS")}
+
+
+def staleness(result: dict) -> float:
+    """At the end of a run, the mean number of rounds since each client's last visit, over
+    the clients visited at least once: how old the sparse model a FedLPS client keeps
+    (Alg. 1 line 24) and is evaluated with is."""
+    last = {}
+    for h in result["history"]:
+        for c in h["clients"]:
+            last[c["id"]] = h["round"]
+    end = result["history"][-1]["round"]
+    return float(np.mean([end - r for r in last.values()])) if last else math.nan
+
+
+def hetero_levels(results: dict, plan: Plan) -> tuple[dict, dict]:
+    """Figs. 7 and 8: accuracy (%) and running time (s), ``{level: {method: value}}``."""
+    names = ("FedAvg", "HeteroFL", "FedLPS")
+    acc = {lv: {n: final_acc(results[("hetero", n, lv)]) for n in names}
+           for lv in plan.levels}
+    secs = {lv: {n: total(results[("hetero", n, lv)], "time_s") for n in names}
+            for lv in plan.levels}
+    return acc, secs
+
+
+def table2(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
+    """Table II per seed: accuracy (%), training GFLOPs and time (s) of each variant."""
+    return {n: _columns([results[("ablation", n, s)] for s in plan.few]) for n in ABLATION}
+
+
+def chosen_ratios(runs: list[dict]) -> dict[float, np.ndarray]:
+    """The ratios the participants trained at, by device capability, over all rounds."""
+    pairs = [(c["capability"], c["ratio"]) for r in runs for h in r["history"]
+             for c in h["clients"]]
+    return {z: np.array([s for c, s in pairs if c == z]) for z in sorted({c for c, _ in pairs})}
+
+
+def pattern_accuracy(results: dict, plan: Plan) -> dict[str, dict[float, np.ndarray]]:
+    """Fig. 9a: accuracy (%) per pattern, ratio and seed."""
+    return {p: {r: np.array([final_acc(results[("pattern", p, r, s)])
+                             for s in plan.pattern_seeds])
+                for r in (plan.curve_ratios if p == "learned" else plan.pattern_ratios)}
+            for p in PATTERNS}
+
+
+def jaccard(a: str, b: str) -> float:
+    """``|A ∩ B| / |A ∪ B|`` of two patterns written as 0/1 strings (1: kept unit)."""
+    a_, b_ = np.array(list(a)) == "1", np.array(list(b)) == "1"
+    return float((a_ & b_).sum() / max((a_ | b_).sum(), 1))
+
+
+def last_patterns(result: dict) -> dict:
+    """Each client's last learned pattern and the magnitude pattern of its weights then."""
+    out = {}
+    for h in result["history"]:
+        for c in h["clients"]:
+            out[c["id"]] = (c["units"], c["magnitude_units"])
+    return out
+
+
+def _overlaps(result: dict, classes: dict) -> tuple[list, list, list]:
+    pats = last_patterns(result)
+    ids = sorted(pats)
+    between, disjoint = [], []
+    for i in ids:
+        for j in ids:
+            if i < j:
+                v = jaccard(pats[i][0], pats[j][0])
+                between.append(v)
+                if not classes[i] & classes[j]:
+                    disjoint.append(v)
+    return between, disjoint, [jaccard(*pats[i]) for i in ids]
+
+
+def pattern_overlap(results: dict, plan: Plan, pool) -> dict[float, dict[str, np.ndarray]]:
+    """How personal the learned pattern is, per ratio and seed: the mean Jaccard overlap
+    between clients, between clients sharing no class, and with the client's own
+    magnitude pattern; ``random`` is the expected overlap ``s / (2 - s)`` of two random
+    patterns."""
+    from ..data import make_federated
+
+    out = {}
+    for r in plan.pattern_ratios:
+        rows = []
+        for s in plan.pattern_seeds:
+            sim = make_federated(pool, "shards", plan.side.clients, s, classes_per_client=2,
+                                 train_samples=plan.side.train_samples,
+                                 test_fraction=plan.side.test_fraction)
+            classes = {c.client_id: set(c.y_train.tolist()) for c in sim.clients}
+            b, d, m = _overlaps(results[("pattern", "learned", r, s)], classes)
+            rows.append((np.mean(b), np.mean(d) if d else math.nan, np.mean(m)))
+        a = np.array(rows, float)
+        out[r] = {"between": a[:, 0], "disjoint": a[:, 1], "magnitude": a[:, 2],
+                  "random": r / (2 - r)}
+    return out
+
+
+def score_probe(base: RunConfig, seed: int, ratio_: float = 0.5) -> list[dict]:
+    """One client visit of FedLPS at a fixed ratio: per masked layer, the mean change of
+    the scores, their spread, how many kept units changed, and the range of the target
+    ``sigma(|w|_J)`` of the importance loss."""
+    from .. import masks
+    from ..engine import build_simulation, seeded_generator
+
+    probe = build_simulation(base.replace(
+        method="fedlps", options={"ratio_rule": "fixed", "ratio": ratio_}))
+    lps, client = probe.method, probe.data.clients[0]
+    before = {n: q.clone() for n, q in lps.scores[0].items()}
+    target = {n: torch.sigmoid(t) for n, t in masks.unit_magnitudes(lps.model).items()}
+    lps.client_update(client, lps.configure_round(1, [0])[0], seeded_generator(seed, 1, 0))
+    rows = []
+    for n, q in lps.scores[0].items():
+        kept_before, kept_after = (masks.top_units({n: v}, ratio_)[n] for v in (before[n], q))
+        rows.append({"layer": n, "moved": float((q - before[n]).abs().mean()),
+                     "spread": float(before[n].std()),
+                     "changed": int((kept_before & ~kept_after).sum()),
+                     "kept": int(kept_before.sum()),
+                     "target_min": float(target[n].min()),
+                     "target_max": float(target[n].max())})
+    return rows
+
+
+def learned_curve(results: dict, plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """Fig. 9b: accuracy (%) and running time (s) of the learned pattern,
+    ``ratios x seeds`` each."""
+    acc = np.array([[final_acc(results[("pattern", "learned", r, s)])
+                     for s in plan.pattern_seeds] for r in plan.curve_ratios])
+    secs = np.array([[total(results[("pattern", "learned", r, s)], "time_s")
+                      for s in plan.pattern_seeds] for r in plan.curve_ratios])
+    return acc, secs
+
+
+# -- the ledger -----------------------------------------------------------------------------
+PTS = " points"
+
+
+def fmt_sig(values, unit: str = "", seeds: bool = False) -> str:
+    """Per-seed values as mean ± sd with about three significant digits (simulated
+    seconds and GFLOPs span 0.01 at smoke scale to thousands at book scale)."""
+    v = np.asarray(values, float)
+    finite = np.abs(v[np.isfinite(v)])
+    top = finite.mean() if finite.size else 0.0
+    digits = 0 if top >= 100 or top == 0 else max(0, 2 - math.floor(math.log10(top)))
+    return fmt_mean_sd(v, digits, unit, seeds=seeds)
+
+
+def _pct(values) -> str:
+    return fmt_mean_sd(values, 1, "%", seeds=False)
+
+
+def _secs(values) -> str:
+    return fmt_sig(values, " s")
+
+
+def _claim(ledger: Ledger, *args, **kwargs):
+    """``ledger.claim``, keeping the measured ``why`` only where the claim does not hold,
+    and naming the number of seeds where the measured text does not."""
+    claim = ledger.claim(*args, **kwargs)
+    if claim.verdict == "holds":
+        claim.why = ""
+    if "seed" not in claim.measured:
+        claim.measured += f" ({claim.seeds} seed{'s' * (claim.seeds != 1)})"
+    return claim
+
+
+def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan) -> None:
+    acc = {n: v["acc"] for n, v in t1.items()}
+    best = np.max([acc[n] for n in BASELINES], axis=0)
+    best_name = max(BASELINES, key=lambda n: acc[n].mean())
+    _claim(ledger, "Table I", "FedLPS is the most accurate method",
+           paper="96.77% on MNIST, +1.28 to +59.34 points over 20 baselines",
+           values=acc["FedLPS"] - best, unit=PTS, section="fedlps-table1", headline=True,
+           criterion=at_least(-1, PTS, "FedLPS − best baseline"),
+           measured=f"FedLPS − best baseline {fmt_mean_sd(acc['FedLPS'] - best, 1, PTS)} "
+                    f"(FedLPS {_pct(acc['FedLPS'])}, {best_name} {_pct(acc[best_name])})",
+           why=f"best baseline {best_name} {_pct(acc[best_name])} vs FedLPS "
+               f"{_pct(acc['FedLPS'])} after {plan.base.rounds} rounds of "
+               f"{plan.base.local_epochs:g} local epoch(s) (paper: 100 rounds of 5); "
+               "conjecture: FedPer's private head keeps improving across visits while a "
+               "FedLPS client's sparse model is diluted by Eq. (13)")
+    gaps = {n: acc["FedLPS"] - acc[n] for n in ("FedAvg", "HeteroFL")}
+    _claim(ledger, "Table I", "FedLPS beats FedAvg and HeteroFL",
+           paper="+8.6 / +6.0 points (MNIST)", unit=PTS, section="fedlps-table1",
+           values=np.minimum(gaps["FedAvg"], gaps["HeteroFL"]),
+           criterion=at_least(3, PTS, "FedLPS − the better of the two"),
+           measured=f"FedLPS − FedAvg {fmt_mean_sd(gaps['FedAvg'], 1, PTS, seeds=False)}, "
+                    f"− HeteroFL {fmt_mean_sd(gaps['HeteroFL'], 1, PTS)}",
+           why=f"FedLPS − FedAvg {fmt(gaps['FedAvg'].mean())}, − HeteroFL "
+               f"{fmt(gaps['HeteroFL'].mean())} points after {plan.base.rounds} rounds; "
+               "conjecture: too few rounds for the sparse personal models to adapt")
+    f = {n: v["flops"] for n, v in t1.items()}
+    share = np.mean([np.mean(v / z) for z, v in lps_ratios.items()])
+    _claim(ledger, "Table I", "FedLPS needs the fewest training FLOPs (at most half of "
+           "FedAvg's and no more than HeteroFL's)",
+           paper="0.8 vs 2.8 (FedAvg) and 1.1 (HeteroFL) × 10¹² FLOPs (MNIST)",
+           values=f["FedLPS"] / np.minimum(0.5 * f["FedAvg"], f["HeteroFL"]), digits=2,
+           criterion=at_most(1, "×", "FedLPS / min(½ FedAvg, HeteroFL)"),
+           section="fedlps-table1",
+           measured=f"FedLPS {fmt_sig(f['FedLPS'])} vs FedAvg {fmt_sig(f['FedAvg'])}, "
+                    f"HeteroFL {fmt_sig(f['HeteroFL'], ' GFLOPs', seeds=True)}",
+           why=f"FedLPS {fmt_sig(f['FedLPS'])}, FedAvg {fmt_sig(f['FedAvg'])}, "
+               f"HeteroFL {fmt_sig(f['HeteroFL'])} GFLOPs; the bandit's ratios average "
+               f"{fmt(share, 2)} of the client's capability")
+
+
+def _fig345_claims(ledger: Ledger, within: dict, budget: float, tta: dict,
+                   targets: dict) -> None:
+    rivals = np.fmax(within["FedAvg"], within["FedPer"])
+    _claim(ledger, "Fig. 3", "FedLPS is more accurate than FedAvg and FedPer at equal "
+           "training FLOPs", paper="59.9% vs 47.5% within 1500 × 10¹² FLOPs (CIFAR-100)",
+           values=within["FedLPS"] - rivals, unit=PTS, section="fedlps-fig3",
+           criterion=at_least(0, PTS, "FedLPS − best of FedAvg, FedPer"),
+           measured=f"within {fmt_sig([budget / 1e9])} GFLOPs: FedLPS "
+                    f"{_pct(within['FedLPS'])}, "
+                    f"FedAvg {_pct(within['FedAvg'])}, FedPer {_pct(within['FedPer'])}",
+           why=f"within {fmt_sig([budget / 1e9])} GFLOPs (30% of FedAvg's total; —: "
+               "not evaluated by then): FedLPS "
+               f"{_pct(within['FedLPS'])}, FedAvg {_pct(within['FedAvg'])}, FedPer "
+               f"{_pct(within['FedPer'])}")
+    t = tta["0.9 x FedAvg"]
+    target = fmt(targets["0.9 x FedAvg"], 0, "%")
+    times = f"FedLPS {_secs(t['FedLPS'])}, FedAvg {_secs(t['FedAvg'])}, " \
+            f"HeteroFL {_secs(t['HeteroFL'])}"
+    _claim(ledger, "Figs. 4-5", f"FedLPS reaches 90% of FedAvg's accuracy ({target}) in at "
+           "most half FedAvg's time and no later than HeteroFL",
+           paper="FedLPS converges fastest", section="fedlps-fig5",
+           values=ratio(np.minimum(0.5 * t["FedAvg"], t["HeteroFL"]), t["FedLPS"]), digits=2,
+           criterion=at_least(1, "×", "min(½ FedAvg, HeteroFL) time / FedLPS time"),
+           measured=times, why=f"time to {target}: {times}")
+    t = tta["0.9 x FedPer"]
+    target = fmt(targets["0.9 x FedPer"], 0, "%")
+    best = np.min([t[n] for n in BASELINES], axis=0)
+    times = ", ".join(f"{n} {_secs(t[n])}" for n in ("FedLPS", *BASELINES))
+    _claim(ledger, "Figs. 4-5", f"FedLPS reaches 90% of FedPer's accuracy ({target}) in at "
+           "most half the time of the fastest baseline",
+           paper="≥ 68.80% less running time than the baselines", section="fedlps-fig5",
+           values=ratio(0.5 * best, t["FedLPS"]), digits=2, headline=True,
+           criterion=at_least(1, "×", "½ fastest baseline's time / FedLPS time"),
+           measured=times, why=f"time to {target} (never: not reached in the rounds run): "
+                               f"{times}")
+
+
+def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float) -> None:
+    x = [10 - c for c in plan.class_levels]
+    gap = noniid["FedLPS"] - noniid["FedAvg"]
+    hi, lo = int(np.argmax(x)), int(np.argmin(x))
+    text = f"FedLPS − FedAvg {fmt(gap[hi])} points at x={x[hi]}, {fmt(gap[lo])} at x={x[lo]}"
+    iid = " (the IID end)" if x[lo] == 0 else ""
+    _claim(ledger, "Fig. 6", "FedLPS's lead over FedAvg grows with the non-IID level",
+           paper="the advantage is larger at higher non-IID levels (MNIST)",
+           values=[gap[hi] - gap[lo]], unit=PTS, section="fedlps-fig6",
+           criterion=at_least(0, PTS, f"lead at x={x[hi]} − lead at x={x[lo]}"),
+           measured=text + iid, why=text + iid)
+    lead = noniid["FedLPS"] - np.maximum(noniid["FedAvg"], noniid["FedPer"])
+    leads = ", ".join(f"{fmt(v)} at x={xi}" for xi, v in zip(x, lead))
+    _claim(ledger, "Fig. 6", "FedLPS is at least as accurate as FedAvg and FedPer at every "
+           "non-IID level, the IID end included",
+           paper="FedLPS always outperforms the baselines", values=[lead.min()], unit=PTS,
+           criterion=at_least(-1, PTS, "FedLPS − best of FedAvg, FedPer, worst level"),
+           section="fedlps-fig6", headline=True, measured=f"FedLPS − best of FedAvg, FedPer: {leads}",
+           why=f"at x={x[lo]}: FedLPS {fmt(noniid['FedLPS'][lo])}%, FedAvg "
+               f"{fmt(noniid['FedAvg'][lo])}%, FedPer {fmt(noniid['FedPer'][lo])}%; "
+               "a FedLPS client is evaluated with the sparse model it kept at its last "
+               f"visit (Alg. 1 line 24), on average {fmt(stale)} rounds old at the end, "
+               "while FedAvg evaluates the current dense global model; conjecture: "
+               "without label skew a stale sparse copy of an older global model cannot "
+               "beat the current one")
+
+
+def _fig78_claims(ledger: Ledger, acc_lv: dict, time_lv: dict, plan: Plan) -> None:
+    lo, hi = plan.levels[0], plan.levels[-1]
+    grow = {n: time_lv[hi][n] / time_lv[lo][n] for n in ("FedAvg", "FedLPS")}
+    text = f"running time {hi}/{lo}: FedLPS ×{fmt(grow['FedLPS'], 2)}, " \
+           f"FedAvg ×{fmt(grow['FedAvg'], 2)}"
+    _claim(ledger, "Fig. 8", "FedLPS's running time stays flat from low to high device "
+           "heterogeneity", paper="24-88% shorter than the baselines, flat across levels",
+           values=[grow["FedLPS"]], digits=2, section="fedlps-fig78", measured=text,
+           criterion=at_most(1.5, "×", f"FedLPS time {hi} / {lo}"),
+           why=text + "; conjecture: the slowest tier also has the slowest link and the "
+                      "dense download is not reduced")
+    _claim(ledger, "Fig. 8", "FedAvg's running time grows with device heterogeneity",
+           paper="the baselines slow down with the slowest tier", values=[grow["FedAvg"]],
+           digits=2, section="fedlps-fig78", measured=text, why=text,
+           criterion=at_least(2, "×", f"FedAvg time {hi} / {lo}"))
+    lead = {lv: acc_lv[lv]["FedLPS"] - max(acc_lv[lv]["FedAvg"], acc_lv[lv]["HeteroFL"])
+            for lv in plan.levels}
+    leads = ", ".join(f"{fmt(v)} ({lv})" for lv, v in lead.items())
+    _claim(ledger, "Fig. 7", "FedLPS is the most accurate at every heterogeneity level",
+           paper="+7 to +56 points (CIFAR-10)", values=[min(lead.values())], unit=PTS,
+           criterion=at_least(0, PTS, "FedLPS − best of FedAvg, HeteroFL, worst level"),
+           section="fedlps-fig78", measured=f"lead over FedAvg/HeteroFL: {leads} points",
+           why=f"lead over FedAvg/HeteroFL: {leads} points")
+
+
+def _table2_claims(ledger: Ledger, t2: dict, bandit_ratios: dict) -> None:
+    f = {n: v["flops"] for n, v in t2.items()}
+    text = f"Fix {fmt_sig(f['P-UCBV-Fix'])} vs {fmt_sig(f['RCR-Fix'])}, Dyn " \
+           f"{fmt_sig(f['P-UCBV-Dyn'])} vs {fmt_sig(f['RCR-Dyn'])} GFLOPs"
+    _claim(ledger, "Table II", "P-UCBV trains with fewer FLOPs than ratio = capability (RCR)",
+           paper="0.9 vs 1.1 and 0.8 vs 1.1 × 10¹² FLOPs (MNIST)", digits=2,
+           values=np.maximum(f["P-UCBV-Fix"] / f["RCR-Fix"], f["P-UCBV-Dyn"] / f["RCR-Dyn"]),
+           criterion=at_most(1, "×", "P-UCBV / RCR FLOPs, worse of Fix and Dyn"),
+           section="fedlps-table2", measured=text,
+           why=text + "; with s = min(s_bandit, z) P-UCBV cannot exceed RCR: a bug if it does")
+    a = {n: v["acc"] for n, v in t2.items()}
+    d = {k: a[f"P-UCBV-{k}"] - a[f"RCR-{k}"] for k in ("Fix", "Dyn")}
+    fast = max(bandit_ratios)
+    _claim(ledger, "Table II", "P-UCBV is at least as accurate as ratio = capability (RCR)",
+           paper="+0.8 / +0.8 points (MNIST)", values=np.minimum(d["Fix"], d["Dyn"]),
+           unit=PTS, section="fedlps-table2",
+           criterion=at_least(-1, PTS, "P-UCBV − RCR, worse of Fix and Dyn"),
+           measured=f"P-UCBV − RCR: Fix {fmt_mean_sd(d['Fix'], 1, PTS, seeds=False)}, Dyn "
+                    f"{fmt_mean_sd(d['Dyn'], 1, PTS)}",
+           why=f"P-UCBV − RCR: Fix {fmt(d['Fix'].mean())}, Dyn {fmt(d['Dyn'].mean())} "
+               f"points; the fastest clients (z = {fast:g}) trained at s = "
+               f"{fmt(bandit_ratios[fast].mean(), 2)} on average: the reward of Eq. (15) "
+               "divides the accuracy gain by the local cost, and the bonus of Eq. (17) "
+               "dies after a few updates")
+
+
+def _fig9_claims(ledger: Ledger, pat: dict, overlap: dict, probe: list, curve: tuple,
+                 plan: Plan) -> None:
+    ratios = plan.pattern_ratios
+    lead = np.min([pat["learned"][r] - np.max([pat[p][r] for p in HEURISTICS], axis=0)
+                   for r in ratios], axis=0)
+    text = "; ".join(f"s={r}: learned {_pct(pat['learned'][r])}, best heuristic "
+                     f"{fmt(max(pat[p][r].mean() for p in HEURISTICS))}%" for r in ratios)
+    churn = ", ".join(f"{p['layer']} {p['changed']}/{p['kept']}" for p in probe)
+    span = f"[{fmt(min(p['target_min'] for p in probe), 3)}, " \
+           f"{fmt(max(p['target_max'] for p in probe), 3)}]"
+    _claim(ledger, "Fig. 9a", "the learned pattern is at least as accurate as the random, "
+           "ordered and magnitude patterns at every ratio",
+           paper="learned > random, ordered, magnitude", values=lead, unit=PTS,
+           criterion=at_least(-1, PTS, "learned − best heuristic, worst ratio"),
+           section="fedlps-fig9a", headline=True, measured=text,
+           why=f"{text}; one visit changes {churn} kept units and sigma(|w|_J) lies in "
+               f"{span}: the scores start almost tied and the patterns churn between visits")
+    between = np.max([overlap[r]["between"] for r in ratios], axis=0)
+    text = "; ".join(f"s={r}: {fmt_mean_sd(overlap[r]['between'], 2, seeds=False)} "
+                     f"(random pair {fmt(overlap[r]['random'], 2)})" for r in ratios)
+    _claim(ledger, "Fig. 9a", "the learned patterns are personal (they differ between "
+           "clients)", paper="patterns differ between clients", values=between, digits=2,
+           criterion=at_most(0.8, what="Jaccard overlap between clients, worst ratio"),
+           section="fedlps-fig9a", measured=f"overlap between clients: {text}",
+           why=f"overlap between clients: {text}")
+    acc, secs = curve
+    if len(plan.curve_ratios) > 1:
+        grows = [bool(np.all(np.diff(secs[:, i]) > 0) and acc[-1, i] >= acc[0, i])
+                 for i in range(acc.shape[1])]
+        text = f"accuracy {_pct(acc[0])} → {_pct(acc[-1])}, time {_secs(secs[0])} → " \
+               f"{_secs(secs[-1])} from s={plan.curve_ratios[0]} to s={plan.curve_ratios[-1]}"
+        _claim(ledger, "Fig. 9b", "accuracy and running time grow with the ratio s",
+               paper="both increase with s", values=grows, section="fedlps-fig9b",
+               criterion=is_true("time rises at every step of s and accuracy at the "
+                                 "largest s ≥ at the smallest"),
+               measured=text, why=text)
+
+
+def build_ledger(scale: str, parameters: dict, plan: Plan, *, t1: dict, lps_ratios: dict,
+                 within: dict, budget: float, tta: dict, targets: dict, noniid: dict,
+                 acc_lv: dict, time_lv: dict, t2: dict, bandit_ratios: dict, pat: dict,
+                 overlap: dict, probe: list, curve: tuple, stale: float) -> Ledger:
+    """Every claim of the paper the chapter's runs can test, from the per-seed values
+    the chapter computed; claims that need two levels of a sweep are left out of a run
+    with one."""
+    ledger = Ledger("fedlps", "FedLPS", scale=scale, parameters=parameters)
+    _table1_claims(ledger, t1, lps_ratios, plan)
+    _fig345_claims(ledger, within, budget, tta, targets)
+    if len(plan.class_levels) > 1:
+        _fig6_claims(ledger, noniid, plan, stale)
+    if len(plan.levels) > 1:
+        _fig78_claims(ledger, acc_lv, time_lv, plan)
+    _table2_claims(ledger, t2, bandit_ratios)
+    _fig9_claims(ledger, pat, overlap, probe, curve, plan)
+    return ledger

@@ -1,0 +1,97 @@
+"""The FedLPS chapter's machinery (hetfl_core.chapters.fedlps): the plan, its queries on
+hand-made histories, and its claims' verdicts computed from every seed."""
+import math
+
+import numpy as np
+
+from hetfl_core.chapters import fedlps as ch
+from hetfl_core.report import Ledger
+
+
+def run(accs, times=None, flops=None, clients=()):
+    """A run whose evaluations give ``accs`` (fractions; ``None``: not evaluated)."""
+    times = times or [10.0 * (i + 1) for i in range(len(accs))]
+    flops = flops or [1e9 * (i + 1) for i in range(len(accs))]
+    return {"config": {"method": "fedlps", "options": {}},
+            "history": [{"round": i + 1, "acc_personal": a, "acc_global": None,
+                         "time_s": t, "flops": f, "clients": list(clients)}
+                        for i, (a, t, f) in enumerate(zip(accs, times, flops))]}
+
+
+def test_plan_at_smoke_shares_equal_configs_and_covers_every_figure():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")
+    keys = {k[0] for k in plan.configs}
+    assert keys == {"main", "ablation", "pattern", "noniid", "hetero"}
+    assert len(plan.class_levels) > 1 and len(plan.levels) > 1 and len(plan.curve_ratios) > 1
+    distinct = {c.key() for c in plan.configs.values()}
+    assert len(distinct) < len(plan.configs)          # e.g. P-UCBV-Fix is a Fig. 6 point
+    assert plan.configs[("noniid", "FedLPS", 10)].classes_per_client == 10
+
+
+def test_final_acc_is_the_mean_of_the_last_two_evaluations_in_percent():
+    assert math.isclose(ch.final_acc(run([0.1, None, 0.5, 0.7, None])), 60.0)
+    assert math.isnan(ch.final_acc(run([None, None])))
+
+
+def test_time_to_reports_never_as_inf():
+    runs = {"FedLPS": [run([0.2, 0.6]), run([0.2, 0.3])]}
+    t = ch.time_to(runs, {"target": 50.0})["target"]["FedLPS"]
+    assert t[0] == 20.0 and t[1] == math.inf
+
+
+def test_jaccard_and_chosen_ratios():
+    assert ch.jaccard("1100", "1010") == 1 / 3
+    assert ch.jaccard("0000", "0000") == 0
+    r = run([0.5], clients=[{"capability": 1.0, "ratio": 0.6},
+                            {"capability": 0.5, "ratio": 0.5}])
+    got = ch.chosen_ratios([r, r])
+    assert list(got) == [0.5, 1.0] and list(got[1.0]) == [0.6, 0.6]
+
+
+def test_fig6_rows_report_the_iid_end():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")       # class levels 2 and 10
+    ledger = Ledger("fedlps", "FedLPS")
+    noniid = {"FedAvg": np.array([40.0, 90.0]), "FedPer": np.array([60.0, 50.0]),
+              "FedLPS": np.array([70.0, 46.0])}
+    ch._fig6_claims(ledger, noniid, plan, stale=2.5)
+    grows, every = ledger.claims
+    assert grows.verdict == "holds" and "x=0 (the IID end)" in grows.measured
+    assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
+    assert every.verdict == "fails" and every.values == [-44.0]
+    assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
+
+
+def test_staleness_counts_rounds_since_the_last_visit():
+    r = {"history": [{"round": 1, "clients": [{"id": 0}, {"id": 1}]},
+                     {"round": 2, "clients": [{"id": 0}]},
+                     {"round": 3, "clients": [{"id": 2}]}]}
+    assert ch.staleness(r) == (1 + 2 + 0) / 3
+
+
+def test_time_to_accuracy_claims_keep_never_reached_apart():
+    ledger = Ledger("fedlps", "FedLPS")
+    inf = math.inf
+    tta = {"0.9 x FedAvg": {"FedLPS": np.array([10.0, inf]), "FedAvg": np.array([40.0, 40.0]),
+                            "HeteroFL": np.array([30.0, 30.0])},
+           "0.9 x FedPer": {"FedLPS": np.array([inf, inf]), "FedAvg": np.array([inf, inf]),
+                            "HeteroFL": np.array([inf, inf]),
+                            "FedRolex": np.array([inf, inf]), "FedPer": np.array([50.0, inf])}}
+    within = {"FedLPS": np.array([50.0, 60.0]), "FedAvg": np.array([40.0, np.nan]),
+              "FedPer": np.array([45.0, 70.0])}
+    ch._fig345_claims(ledger, within, 1e9, tta, {"0.9 x FedAvg": 60.0, "0.9 x FedPer": 70.0})
+    fig3, first, second = ledger.claims
+    assert fig3.verdict == "inconclusive"                      # a nan baseline is left out
+    assert first.verdict == "inconclusive"                     # never reached on seed 2
+    assert second.verdict == "fails" and "never" in second.why
+
+
+def test_table2_claims_are_judged_per_seed():
+    ledger = Ledger("fedlps", "FedLPS")
+    col = lambda acc, flops: {"acc": np.array(acc), "flops": np.array(flops)}
+    t2 = {"RCR-Fix": col([80, 80], [1.0, 1.0]), "P-UCBV-Fix": col([78.5, 81], [0.9, 0.8]),
+          "RCR-Dyn": col([70, 70], [1.0, 1.0]), "P-UCBV-Dyn": col([71, 71], [0.9, 1.1])}
+    ch._table2_claims(ledger, t2, {0.5: np.array([0.5]), 1.0: np.array([0.6, 0.7])})
+    flops, acc = ledger.claims
+    assert flops.verdict == "inconclusive"                     # Dyn used more on seed 2
+    assert acc.verdict == "inconclusive" and acc.values == [-1.5, 1.0]
+    assert "s = 0.65" in acc.why
