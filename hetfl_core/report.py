@@ -33,9 +33,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
-           "per_seed", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
+           "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "is_true", "VERDICTS", "verdict_of", "Claim", "Ledger", "ledger_dir", "load_ledgers",
+           "more_than", "is_true", "VERDICTS", "verdict_of", "Claim", "Ledger", "ledger_dir", "load_ledgers",
            "verdict_box_markdown", "scorecard_markdown"]
 
 NEVER = "never"
@@ -84,6 +84,20 @@ def first_reach(result: dict, target: float, x: str = "time_s", y: str = "acc_pe
 def per_seed(results: Iterable[dict], query: Callable[[dict], float], *args, **kwargs) -> np.ndarray:
     """``query(result, *args, **kwargs)`` for each run (one per seed), as an array."""
     return np.array([query(r, *args, **kwargs) for r in results], dtype=float)
+
+
+def ratio(baseline, method) -> np.ndarray:
+    """Per seed ``baseline / method`` (a speedup, a traffic saving, a ratio of counts). For
+    costs to a target, ``inf`` (never reached) stays apart: the ratio is ``inf`` where only
+    the method reached it, ``0`` where only the baseline did, ``nan`` where neither did;
+    ``x / 0`` is ``inf`` and ``0 / 0`` is ``nan``."""
+    b, m = np.asarray(baseline, float), np.asarray(method, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = b / m
+    out[np.isinf(b) & np.isfinite(m)] = math.inf
+    out[np.isfinite(b) & np.isinf(m)] = 0.0
+    out[np.isinf(b) & np.isinf(m)] = math.nan
+    return out
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -246,6 +260,11 @@ def above_chance(chance: float, margin: float, unit: str = "", what: str = "accu
         raise ValueError("a comparison with chance level needs a positive margin")
     return Criterion(f"{what} ≥ chance {_num(chance, unit)} + {_num(margin, unit)}",
                      lambda v: v >= chance + margin)
+
+
+def more_than(bound: float, unit: str = "", what: str = "value") -> Criterion:
+    """Passes when the value is strictly above ``bound`` (a drop of 0 is no drop)."""
+    return Criterion(f"{what} > {_num(bound, unit)}", lambda v: v > bound)
 
 
 def is_true(text: str) -> Criterion:

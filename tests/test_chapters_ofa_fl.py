@@ -3,6 +3,7 @@ no training."""
 import numpy as np
 
 from hetfl_core import RunConfig
+from hetfl_core import report
 from hetfl_core.chapters import ofa_fl as ofa
 
 BASE = RunConfig(method="ofafl", model="mlp", dataset="digits", partition="iid", clients=10,
@@ -20,7 +21,7 @@ def history(accs_by_round):
 
 
 def test_more_than_is_strict():
-    crit = ofa.more_than(0, " points", "drop")
+    crit = report.more_than(0, " points", "drop")
     assert not crit(0.0) and crit(0.1) and not crit(float("nan"))
     assert crit.text == "drop > 0 points"
 

@@ -122,3 +122,10 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     assert counts.index("Beta") < counts.index("Alpha")
     assert "| **all papers** |  | 3 | 1 | 2 | 0 |" in card
     assert r"a \| b" in card
+
+
+def test_ratio_keeps_never_reached_apart_and_more_than_is_strict():
+    r = report.ratio([10.0, math.inf, 10.0, math.inf, 0.0], [5.0, 5.0, math.inf, math.inf, 0.0])
+    assert r[0] == 2.0 and r[1] == math.inf and r[2] == 0.0 and math.isnan(r[3]) and math.isnan(r[4])
+    crit = report.more_than(0, " pts", "drop")
+    assert crit.text == "drop > 0 pts" and not crit(0.0) and crit(0.1)

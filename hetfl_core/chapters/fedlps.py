@@ -15,8 +15,7 @@ import torch
 from ..config import RunConfig, by_scale
 from ..experiments import sweep
 from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
-                      is_true, value_at)
-from .heroes import ratio
+                      is_true, ratio, value_at)
 
 __all__ = ["MAIN", "ABLATION", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",

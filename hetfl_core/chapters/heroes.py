@@ -15,13 +15,13 @@ from ..composition import flanc_block_count, width_blocks
 from ..config import RunConfig
 from ..experiments import sweep
 from ..report import (Criterion, Ledger, at_least, at_most, evaluated, first_reach, fmt,
-                      fmt_mean_sd, per_seed, row_value, value_at)
+                      fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
 __all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "variant",
            "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at", "curve",
            "finite_mean", "waiting_per_round", "round_clients", "idle_share", "block_counters",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
-           "budget_columns", "budget_table", "reach", "ratio", "ratio_text", "sooner",
+           "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
            "gap_to_best", "claims_cnn", "claims_resnet", "noniid_accuracy", "claims_noniid",
            "claims_text"]
 
@@ -170,20 +170,6 @@ def reach(results: dict, names, target: float, x: str = "time_s") -> dict[str, n
     """Per-seed cumulative ``x`` (time, traffic bits, ...) at which each variant first
     reaches ``target`` accuracy; ``inf`` where it never does."""
     return {n: per_seed(runs(results, n), first_reach, target, x=x, y=Y) for n in names}
-
-
-def ratio(baseline, method) -> np.ndarray:
-    """Per seed ``baseline / method`` (a speedup, a traffic saving, a ratio of counts). For
-    costs to a target, ``inf`` (never reached) stays apart: the ratio is ``inf`` where only
-    the method reached it, ``0`` where only the baseline did, ``nan`` where neither did;
-    ``x / 0`` is ``inf`` and ``0 / 0`` is ``nan``."""
-    b, m = np.asarray(baseline, float), np.asarray(method, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = b / m
-    out[np.isinf(b) & np.isfinite(m)] = math.inf
-    out[np.isfinite(b) & np.isinf(m)] = 0.0
-    out[np.isinf(b) & np.isinf(m)] = math.nan
-    return out
 
 
 def ratio_text(values, who: str = "Heroes", other: str = "the baseline") -> str:

@@ -22,9 +22,9 @@ from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
 from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd,
-                      is_true, markdown_table)
+                      is_true, markdown_table, more_than)
 
-__all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN", "more_than",
+__all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
            "Study", "nesting_holds", "idea_figure", "layer_density_bars", "storage_rows",
            "ratio_panels", "fig2_rows", "table_rows", "table_header", "curve_panels",
            "prune_rounds", "drops", "replay_densities", "lead_above_chance", "build_ledger"]
@@ -38,11 +38,6 @@ LABEL = {"ofafl": "OFA-FL", "ltp": "LTP", "ofa-oneshot": "one-shot"}
 READINGS = {"max": "max-avg round", "final": "final", "last": "mean, last 5"}
 #: points above chance a (smallest) sub-network must score to count as having learned
 CHANCE_MARGIN = 5.0
-
-
-def more_than(bound: float, unit: str = "", what: str = "value") -> Criterion:
-    """Passes when the value is strictly above ``bound`` (a drop of 0 is no drop)."""
-    return Criterion(f"{what} > {bound:g}{unit}", lambda v: v > bound)
 
 
 @dataclass
