@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
 from .. import data as hd
@@ -206,7 +207,9 @@ def accuracy_summary(results: dict, prox_mu: float) -> list[str]:
 
 
 # -- system heterogeneity ------------------------------------------------------------------
-TIER_COLORS = {"high": "tab:green", "mid": "tab:orange", "low": "tab:red"}
+#: device tiers, fastest to slowest, on a sequential scale that no method's colour is on
+TIER_COLORS = dict(zip(("high", "mid", "low"),
+                       map(to_hex, plt.get_cmap("cividis")([0.95, 0.65, 0.2]))))
 
 
 def tier_times(row: dict) -> dict[str, np.ndarray]:
