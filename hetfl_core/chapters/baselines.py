@@ -7,6 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
 from .. import masks, plots, submodel
 from ..config import RunConfig
@@ -47,7 +48,7 @@ def plot_width_coverage(model, widths=(1.0, 0.5, 0.25), rounds=(1, 8)):
     rules = [("HeteroFL, round t", submodel.first_units)] + [
         (f"FedRolex, round {t}", lambda n, w, t=t: submodel.rolling_units(n, w, t - 1))
         for t in rounds]
-    fig, axes = plt.subplots(1, len(rules), figsize=(10, 3), constrained_layout=True)
+    fig, axes = plt.subplots(1, len(rules), figsize=(10, 3.3), constrained_layout=True)
     for ax, (title, rule) in zip(axes, rules):
         coverage = torch.zeros_like(model.conv2.weight[:, :, 0, 0])
         for width in widths:
@@ -55,9 +56,13 @@ def plot_width_coverage(model, widths=(1.0, 0.5, 0.25), rounds=(1, 8)):
             sub = submodel.extract(model, model.state_dict(), idx)
             _, held = submodel.embed(model, sub, idx)
             coverage += held["conv2.weight"][:, :, 0, 0]
-        ax.imshow(coverage, cmap="Blues", vmin=0, vmax=len(widths))
+        image = ax.imshow(coverage, cmap=plt.get_cmap("Blues", len(widths) + 1),
+                          vmin=-0.5, vmax=len(widths) + 0.5, aspect="auto")
         ax.set(title=title, xlabel="input channel", ylabel="output channel")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(False)
+    fig.colorbar(image, ax=axes, ticks=range(len(widths) + 1), label="clients", shrink=0.9)
     names = ", ".join(f"{w:g}" for w in widths)
     fig.suptitle(f"conv2: how many of {len(widths)} clients (widths {names}) "
                  "train each entry")
@@ -71,7 +76,7 @@ def plot_pruning_densities(model, density: float = 0.2):
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.8), constrained_layout=True)
     for ax, scope in zip(axes, ["global", "layer"]):
         kept = masks.layer_densities(masks.magnitude_mask(weights, density, scope))
-        ax.bar(list(kept), list(kept.values()))
+        ax.bar(list(kept), list(kept.values()), color=plots.method_style("oneshot")["color"])
         ax.set(ylim=(0, 1), title=f"{scope} pruning to {density:.0%}",
                ylabel="density kept")
     plt.show()
@@ -96,12 +101,16 @@ def pick(results: dict, split: str, methods, seeds) -> list[dict]:
 
 
 def plot_split(results: dict, split: str, methods, seed: int):
-    """Personalised accuracy against simulated time, uplink traffic and training FLOPs."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4), constrained_layout=True)
+    """Personalised accuracy against simulated time, uplink traffic and training FLOPs;
+    one legend (each method's colour and marker) under the three panels."""
+    fig, axes = plt.subplots(1, 3, figsize=(10, 4.6), sharey=True, constrained_layout=True)
     for ax, x in zip(axes, ["time_s", "uplink_bits", "flops"]):
         plots.plot_curves(pick(results, split, methods, [seed]), x=x, y="acc_personal", ax=ax)
         ax.get_legend().remove()
-    axes[0].legend(ncol=2, fontsize=7)
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=6, fontsize=9)
     fig.suptitle(f"{split}: personalised accuracy vs simulated time, uplink traffic "
                  "and training FLOPs")
     plt.show()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
 from .. import data as hd
@@ -16,7 +17,8 @@ from ..report import final, fmt, fmt_mean_sd, per_seed
 __all__ = ["fedavg_fixed_point", "fedavg_fixed_point_formula", "fedprox_fixed_point",
            "fedprox_fixed_point_formula", "plot_drift", "PARTITION_SETTINGS",
            "partition_summary", "plot_partitions", "skewed_dirichlet_partition",
-           "run_grid", "runs", "sequential_steps", "accuracy_summary", "tier_times",
+           "run_grid", "runs", "plot_accuracy", "sequential_steps", "accuracy_summary",
+           "tier_times",
            "plot_round_clients", "straggler_summary"]
 
 
@@ -64,11 +66,13 @@ def plot_drift(a, c, p, eta: float, steps, ax=None):
     ax = ax or plt.gca()
     a, c, p = map(np.asarray, (a, c, p))
     iterated = [fedavg_fixed_point(a, c, p, eta, E) for E in steps]
-    ax.plot(steps, iterated, label="FedAvg fixed point $w^\\star_E$")
+    ax.plot(steps, iterated, label="FedAvg fixed point $w^\\star_E$",
+            markevery=4, **plots.method_style("fedavg"))
     ax.axhline((p * a * c).sum() / (p * a).sum(), color="k", ls="--",
                label="minimiser of $F$")
     ax.axhline((p * c).sum(), color="gray", ls=":", label="mean of local minimisers")
     ax.set_xlabel("local steps E")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("w")
     ax.legend()
     return ax
@@ -92,17 +96,23 @@ def partition_summary(counts: np.ndarray, share: float = 0.05) -> tuple[float, i
 
 def plot_partitions(pool, clients: int, seed: int, train_samples: int,
                     settings=PARTITION_SETTINGS) -> dict[str, tuple]:
-    """Heat maps of each partition in ``settings`` (one panel each); returns
-    :func:`partition_summary` of each, by title."""
-    fig, axes = plt.subplots(2, 3, figsize=(11, 6), constrained_layout=True)
+    """Heat maps of each partition in ``settings`` (one panel each, three a row, each with
+    its colour bar of samples); returns :func:`partition_summary` of each, by title."""
+    rows = -(-len(settings) // 3)
+    fig, axes = plt.subplots(rows, 3, figsize=(10, 3.2 * rows), constrained_layout=True,
+                             squeeze=False)
     summaries = {}
     for ax, (name, options) in zip(axes.flat, settings):
         fed = hd.make_federated(pool, name, clients, seed, train_samples=train_samples,
                                 **options)
         title = name + "".join(f" {k}={v}" for k, v in options.items())
         counts = fed.class_counts()
-        plots.client_class_heatmap(counts, ax=ax, title=title, colorbar=False)
+        plots.client_class_heatmap(counts, ax=ax, title=title)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(integer=True))
         summaries[title] = partition_summary(counts)
+    for ax in axes.flat[len(settings):]:
+        ax.remove()
     plt.show()
     return summaries
 
@@ -145,6 +155,26 @@ def runs(results: dict, partition: str, method: str = "fedavg") -> list[dict]:
     return [r for (p, m, _), r in results.items() if p == partition and m == method]
 
 
+def plot_accuracy(results: dict) -> None:
+    """FedAvg's global accuracy on each partition (and the central reference) against
+    round, simulated time and uplink traffic, one legend under the three panels."""
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.6), constrained_layout=True)
+    curves = [r for name in PARTITIONS for r in runs(results, name)]
+    label = lambda r: r["config"]["partition"] if r["config"]["clients"] > 1 else "central"
+    titles = {"round": "accuracy vs round", "time_s": "vs simulated time",
+              "uplink_bits": "vs uplink traffic"}
+    for ax, (x, title) in zip(axes, titles.items()):
+        shown = curves + (runs(results, "central") if x == "round" else [])
+        plots.plot_curves(shown, x=x, y="acc_global", ax=ax, label=label)
+        ax.set_title(title)
+        ax.get_legend().remove()
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, [f"FedAvg, {n}" if n != "central" else "central (one client)"
+                         for n in labels], loc="outside lower center", ncol=len(labels))
+    plt.show()
+
+
 def sequential_steps(result: dict) -> int:
     """SGD steps taken one after another: per round, the most local steps of a client."""
     return int(sum(max(c["local_steps"] for c in row["clients"])
@@ -177,7 +207,9 @@ def accuracy_summary(results: dict, prox_mu: float) -> list[str]:
 
 
 # -- system heterogeneity ------------------------------------------------------------------
-TIER_COLORS = {"high": "tab:green", "mid": "tab:orange", "low": "tab:red"}
+#: device tiers, fastest to slowest, on a sequential scale that no method's colour is on
+TIER_COLORS = dict(zip(("high", "mid", "low"),
+                       map(to_hex, plt.get_cmap("cividis")([0.95, 0.65, 0.2]))))
 
 
 def tier_times(row: dict) -> dict[str, np.ndarray]:

@@ -23,7 +23,9 @@ __all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "vari
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
            "gap_to_best", "claims_cnn", "claims_resnet", "noniid_accuracy", "claims_noniid",
-           "claims_text"]
+           "claims_text", "mark_never", "bars", "plot_round_times", "plot_time_and_waiting",
+           "plot_reach", "plot_block_counters", "plot_tau", "plot_resnet", "plot_noniid",
+           "plot_text"]
 
 Y = "acc_global"    # the full-width model, evaluated for every method
 GROUPS = 4          # P: input/output groups of every composed layer
@@ -382,3 +384,228 @@ def claims_text(ledger: Ledger, results: dict) -> None:
            values=gap_to_best(acc, "heroes", base),
            criterion=at_least(0, " points", "Heroes − best baseline"), unit=" points",
            section="heroes-fig9", why=f"at {fmt_seconds(budget)} s: {_pct(acc, names)}")
+
+
+# -- figures ------------------------------------------------------------------------------
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style(name: str) -> dict:
+    """The palette's colour and marker of variant ``name`` (a key of :data:`LABELS`)."""
+    from .. import plots
+
+    return plots.method_style(LABELS.get(name, name))
+
+
+def _integer_axis(axis) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _legend_below(fig, ax, ncol: int | None = None) -> None:
+    """One legend for the figure, under its panels (never over a bar or a curve)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend():
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or len(labels))
+
+
+def mark_never(ax, text: str = "never", size: float = 0.06) -> None:
+    """Draw every bar of ``ax`` with no height (its runs never reached the target) as a
+    short hatched stub labelled ``text``, in place of a number."""
+    from matplotlib.container import BarContainer
+
+    heights = [p.get_height() for c in ax.containers if isinstance(c, BarContainer)
+               for p in c.patches]
+    if not any(np.isfinite(h) for h in heights):
+        ax.set_ylim(0, 1)
+    top = ax.get_ylim()[1]
+    for container in [c for c in ax.containers if isinstance(c, BarContainer)]:
+        for patch in container.patches:
+            if np.isfinite(patch.get_height()):
+                continue
+            x = patch.get_x() + patch.get_width() / 2
+            ax.bar(x, size * top, patch.get_width(), color="none", hatch="xxx",
+                   edgecolor=patch.get_facecolor())
+            ax.text(x, 1.2 * size * top, text, rotation=90, ha="center", va="bottom",
+                    fontsize=9)
+
+
+def bars(ax, values: dict[str, float], errors: dict | None = None, ylabel: str = "") -> None:
+    """One bar per variant (``{name: value}``) in its colour; ``nan``: a "never" stub."""
+    names = list(values)
+    ax.bar([LABELS[n] for n in names], [values[n] for n in names], capsize=3,
+           yerr=[errors[n] for n in names] if errors else None,
+           color=[_style(n)["color"] for n in names])
+    ax.set_ylabel(ylabel)
+    mark_never(ax)
+
+
+def plot_round_times(results: dict, names, seed: int, round_no: int) -> None:
+    """Fig. 2: each participant's completion time in round ``round_no`` (ranked), busy in
+    the method's colour, the wait for the slowest hatched; the local steps and widths in
+    the titles."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(names), figsize=(10, 3.4), sharey=True,
+                             constrained_layout=True)
+    for ax, n in zip(axes, names):
+        ranked = round_clients(results[(n, seed)], round_no)
+        t = np.array([c["time_s"] for c in ranked])
+        ax.bar(range(len(t)), t, color=_style(n)["color"], label=f"busy ({LABELS[n]})")
+        ax.bar(range(len(t)), t.max() - t, bottom=t, color="none", edgecolor="grey",
+               hatch="//", label="idle")
+        steps = ", ".join(str(c["local_steps"]) for c in ranked)
+        widths = ", ".join(str(c.get("p", 4)) for c in ranked)
+        ax.set_title(f"{LABELS[n]}\ntau: {steps}\np: {widths}", fontsize=9)
+        ax.set_xlabel("client (ranked)")
+        _integer_axis(ax.xaxis)
+    axes[0].set_ylabel("completion time (s)")
+    handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0][:1]]
+    handles.append(axes[0].get_legend_handles_labels()[0][1])
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles))
+    plt.show()
+
+
+def plot_time_and_waiting(results: dict, names, budget: float) -> None:
+    """Fig. 4a (global accuracy against simulated time, mean and ±1 std over seeds, the
+    common budget dotted) and Fig. 5a (mean waiting per client and round)."""
+    from .. import plots
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    plots.plot_curves(list(results.values()), x="time_s", y=Y, ax=axes[0], label=label,
+                      spread="std")
+    axes[0].axvline(budget, color="grey", ls=":", lw=1)
+    axes[0].set_title("Fig. 4a: accuracy vs simulated time")
+    wait = {n: np.array([waiting_per_round(r) for r in runs(results, n)]) for n in names}
+    bars(axes[1], {n: w.mean() for n, w in wait.items()}, {n: w.std() for n, w in wait.items()},
+         "waiting per client and round (s)")
+    axes[1].tick_params(axis="x", labelrotation=30)
+    axes[1].set_title("Fig. 5a: average waiting time (Eq. 20)")
+    _legend_below(fig, axes[0])
+    plt.show()
+
+
+def plot_reach(reach_bits: dict, reach_time: dict, best: float, names) -> None:
+    """Fig. 6: traffic and time to each target (mean over the seeds that reached it);
+    a target no seed reached is a "never" stub."""
+    from .. import plots
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    for ax, table, unit, scale in [(axes[0], reach_bits, "traffic to target (MB)", 1 / 8e6),
+                                   (axes[1], reach_time, "time to target (s)", 1.0)]:
+        values = {f"{fmt(th * best, 0, '%', 100)} ({th:.0%} of best)":
+                  {LABELS[n]: finite_mean(table[th][n]) * scale for n in names}
+                  for th in table}
+        plots.grouped_bars(values, ax=ax, ylabel=unit)
+        mark_never(ax)
+    axes[0].set_title("Fig. 6a: traffic to target")
+    axes[1].set_title("Fig. 6b: completion time to target")
+    _legend_below(fig, axes[0])
+    axes[1].get_legend().remove()
+    plt.show()
+
+
+def plot_block_counters(counters: dict) -> None:
+    """Each full-width block's counter after the last round, and the least and most
+    trained block's counter per round (first seed), one colour per method."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    for n, hs in counters.items():
+        h, style = hs[0], _style(n)
+        r = range(1, len(h) + 1)
+        axes[0].plot(range(len(h[-1])), h[-1], "-", **style, label=LABELS[n])
+        axes[1].plot(r, h.min(1), color=style["color"])
+        axes[1].plot(r, h.max(1), color=style["color"], ls=":")
+    axes[0].set_xlabel("block of the full-width coefficient")
+    axes[0].set_title("after the last round (first seed)")
+    axes[1].set_xlabel("round")
+    axes[1].set_title("least trained (solid) and most trained (dotted) block")
+    for ax in axes:
+        ax.set_ylabel("local iterations received")
+        _integer_axis(ax.xaxis)
+    _legend_below(fig, axes[0])
+    plt.show()
+
+
+def plot_tau(history: list) -> None:
+    """The deadline client's tau per round: the calibrated value Heroes used and the raw
+    Eq. (25) value where the clients' estimates gave one."""
+    plt = _plt()
+    tl = [row["clients"][0]["tau_l"] for row in history]
+    raw = [row["clients"][0]["tau_raw"] for row in history]
+    fig, ax = plt.subplots(figsize=(6.4, 3), constrained_layout=True)
+    ax.semilogy(range(1, len(tl) + 1), tl, "-", **_style("heroes"), label="calibrated (used)")
+    ax.semilogy([i + 1 for i, v in enumerate(raw) if v], [v for v in raw if v], "--",
+                color="grey", marker="x", label="raw Eq. (25)")
+    ax.set_xlabel("round")
+    ax.set_ylabel("tau of the deadline client")
+    _integer_axis(ax.xaxis)
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    plt.show()
+
+
+def plot_resnet(results: dict, names, budget: float, target: float, seed: int) -> None:
+    """Fig. 4b (accuracy against time), 5b (waiting per client and round) and 8a (traffic
+    to ``target``; a "never" stub where the run did not reach it) for the ResNet."""
+    from .. import plots
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.8), constrained_layout=True)
+    plots.plot_curves(list(results.values()), x="time_s", y=Y, ax=axes[0], label=label)
+    axes[0].axvline(budget, color="grey", ls=":", lw=1)
+    axes[0].set_title("Fig. 4b: accuracy vs time")
+    bars(axes[1], {n: waiting_per_round(results[(n, seed)]) for n in names},
+         ylabel="waiting per client and round (s)")
+    axes[1].set_title("Fig. 5b: waiting")
+    traffic = reach(results, names, target, x="traffic_bits")
+    bars(axes[2], {n: finite_mean(traffic[n]) / 8e6 for n in names}, ylabel="traffic (MB)")
+    axes[2].set_title(f"Fig. 8a: traffic to {fmt(target, 0, '%', 100)}")
+    for ax in axes[1:]:
+        ax.tick_params(axis="x", labelrotation=30)
+    _legend_below(fig, axes[0])
+    plt.show()
+
+
+def plot_noniid(accuracy: dict[str, tuple[float, dict]], names) -> None:
+    """Fig. 7: accuracy within each level's time budget, grouped by non-IID level, each
+    bar's value written on it ("no value": the run was not evaluated within the budget)."""
+    from .. import plots
+
+    plt = _plt()
+    values = {f"{lvl}\n({fmt_seconds(b)} s)": {LABELS[n]: 100 * float(np.mean(acc[n]))
+                                              for n in names}
+              for lvl, (b, acc) in accuracy.items()}
+    fig, ax = plt.subplots(figsize=(8, 3.8), constrained_layout=True)
+    plots.grouped_bars(values, ax=ax, ylabel="accuracy at the time budget (%)")
+    for container in ax.containers:
+        ax.bar_label(container, fmt="%.0f", fontsize=9)
+    mark_never(ax, "no value")
+    ax.set_title("Fig. 7: accuracy within a fixed time vs non-IID level")
+    _legend_below(fig, ax)
+    plt.show()
+
+
+def plot_text(results: dict, names, seed: int) -> None:
+    """Fig. 9: next-character accuracy against simulated time (mean, ±1 std) and against
+    traffic (one seed)."""
+    from .. import plots
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)
+    plots.plot_curves(list(results.values()), x="time_s", y=Y, ax=axes[0], label=label,
+                      spread="std")
+    axes[0].set_title("Fig. 9a: accuracy vs time")
+    for n in names:
+        xs, ys = curve(results[(n, seed)], x="traffic_bits")
+        axes[1].plot(xs / 8e6, 100 * ys, **_style(n), markevery=max(1, len(xs) // 8),
+                     markersize=4, label=LABELS[n])
+    axes[1].set_xlabel("traffic (MB)")
+    axes[1].set_title(f"Fig. 9b: accuracy vs traffic (seed {seed})")
+    _legend_below(fig, axes[0])
+    plt.show()

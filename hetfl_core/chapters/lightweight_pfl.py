@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import dca
+from .. import dca, plots  # plots: the book's style for every figure here
 from ..config import RunConfig
 from ..report import (Ledger, above_chance, at_least, at_most, compare, first_reach, fmt,
                       fmt_mean_sd, is_true, mean_sd, show_table)
@@ -27,7 +27,7 @@ __all__ = ["CASES", "METHODS", "ABLATION", "FIXED_PAIRS", "RES_METHODS", "TEXT_M
            "cost_rows", "show_cost_tables", "chosen", "plot_cases", "plot_round_picture",
            "plot_tradeoff", "dca_rounds", "show_dca_rounds", "split_fractions",
            "show_table3", "table6", "show_table6", "FIXED9", "fig9_grid", "fig9_latency",
-           "FIG10_GROUPS", "show_fig10", "text_grid", "majority_accuracy",
+           "FIG10_GROUPS", "show_fig10", "style", "text_grid", "majority_accuracy",
            "show_text_runs", "cases_won", "image_claims", "resnet_claims",
            "ablation_claims", "bandwidth_claims", "text_claims", "dca_claims",
            "SOLVER_TOL"]
@@ -225,22 +225,68 @@ def chosen(runs: list[dict]) -> tuple[float, float]:
 
 
 # -- plots ----------------------------------------------------------------------------
-def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
-    """One panel per non-IID case: ``y`` against cumulative latency, a band over seeds."""
+#: the fixed-rate variants and OPT's equal-share ablation: settings of the one method, not
+#: methods, so each takes one of the palette's spare colours (the index) and a marker;
+#: (0.3,1), Fig. 9's, shares (0.1,1)'s colour, which is only in Fig. 10
+_VARIANTS = {"(0.5,1)": (0, "x"), "(0.1,1)": (1, "P"), "(1,0.8)": (2, "*"),
+             "(1,0.5)": (3, "h"), "(0.5,0.8)": (4, "X"), "OPT, equal shares": (5, "<"),
+             "(0.3,1)": (1, "d")}
+#: a spare colour too near OPT's brown to sit beside it
+_NEAR_OPT = "#843c39"
+
+
+def style(name: str) -> dict:
+    """The colour and marker of a run's name in this chapter's figures: a method's from
+    the palette (FedAvg-S, FedAvg with top-k sparsified uploads, takes top-k's), a
+    fixed-rate variant's from the palette's spare colours."""
+    if name in _VARIANTS:
+        used = {color for color, _ in plots.METHOD_STYLES.values()} | {_NEAR_OPT}
+        spare = [c for c in plots._FALLBACK if c not in used]
+        index, marker = _VARIANTS[name]
+        return {"color": spare[index], "marker": marker}
+    return plots.method_style("topk" if name == "FedAvg-S" else name)
+
+
+def _panels(n: int, height: float = 3.2):
+    """A figure of ``n`` panels at most three a row (four: two by two), 10 inches wide."""
     import matplotlib.pyplot as plt
 
-    from .. import plots
-
-    fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 3.4),
+    cols = 2 if n == 4 else min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(10, height * rows + 0.6),
                              constrained_layout=True, squeeze=False)
-    for ax, case in zip(axes[0], cases):
+    for ax in axes.flat[n:]:
+        ax.remove()
+    return fig, list(axes.flat[:n])
+
+
+def _curves(ax, runs: list, name: str, y: str) -> None:
+    plots.plot_curves(runs, x="time_s", y=y, ax=ax, label=lambda r: name, **style(name))
+    ax.get_legend().remove()
+
+
+def _legend_below(fig, axes) -> None:
+    """One legend under the figure with every name drawn in ``axes`` (once each)."""
+    entries = {}
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(name, handle)
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center",
+               ncol=min(len(entries), max(1, int(fig.get_figwidth() // 2))))
+
+
+def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
+    """One panel per non-IID case (three a row at most): ``y`` against cumulative latency,
+    a band over seeds; one legend under the panels."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = _panels(len(cases))
+    for ax, case in zip(axes, cases):
         for m in methods:
             if runs(case, m):
-                plots.plot_curves(runs(case, m), x="time_s", y=y, ax=ax,
-                                  label=lambda r, m=m: m)
+                _curves(ax, runs(case, m), m, y)
         ax.set_title(case)
-        ax.get_legend().remove()
-    axes[0][-1].legend(fontsize=7)
+    _legend_below(fig, axes)
     fig.suptitle(title)
     plt.show()
 
@@ -256,8 +302,10 @@ def plot_round_picture() -> None:
                                         ("client 2: deep fade, fast CPU", 0.2, 1.0)]):
         g, w = np.abs(rng.normal(size=40)), np.abs(rng.normal(size=12))
         sent, kept = g >= np.quantile(g, 1 - k), w >= np.quantile(w, 1 - r)
-        ax.bar(np.arange(40), g, color=np.where(sent, "tab:blue", "lightgray"))
-        ax.bar(np.arange(42, 54), w, color=np.where(kept, "tab:green", "lightgray"))
+        opt = style("OPT")["color"]
+        ax.bar(np.arange(40), g, color=np.where(sent, opt, "lightgray"))
+        ax.bar(np.arange(42, 54), w, color=np.where(kept, opt, "lightgray"), hatch="//",
+               edgecolor="white")
         ax.set_title(f"{name}\nupload k={k} of base gradient | keep r={r} of private "
                      "weights", fontsize=9)
         ax.set_xticks([20, 48], ["base B: gradient (uploaded)", "private P: weights (local)"])
@@ -276,15 +324,16 @@ def plot_tradeoff(system: dca.RoundSystem, slopes=(0.2, 0.6)) -> None:
     round_k = np.array([dca.latency(k, 1.0, share, system).max() for k in xs])
     round_r = np.array([dca.latency(1.0, min(r, dca.R_MAX), share, system).max() for r in xs])
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), constrained_layout=True)
-    for slope in slopes:                   # floor slope f / epsilon
+    looks = [dict(color=c, ls=ls) for c, ls in zip(("0.15", "0.55"), ("-", "--"))]
+    for slope, look in zip(slopes, looks):    # floor slope f / epsilon; not methods: greys
         panels = ((axes[0], slope, slope * (1 - xs), round_k, "k (r = 1)"),
                   (axes[1], slope / 3, slope / 3 * np.sqrt(1 - xs), round_r, "r (k = 1)"))
         for ax, shown, floor, tau, name in panels:
             wall = tau / (1 - floor)       # T * tau up to the constant 2 Delta / eta
-            ax.plot(xs, wall / wall.min(), label=f"floor slope {shown:.2f}")
+            ax.plot(xs, wall / wall.min(), **look, label=f"floor slope {shown:.2f}")
             ax.set_xlabel(name)
             ax.set_ylabel("time to target / its minimum")
-            ax.legend(fontsize=8)
+            ax.legend()
     plt.suptitle("time to a target accuracy for a fixed (k, r): the minimum sits at an end")
     plt.show()
 
@@ -319,13 +368,17 @@ def show_dca_rounds(rows: list) -> None:
     iterations, DCA's and the best equal-share objective, deadline and band use."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3))
-    for r in rows:
-        ax.plot(r["alloc"].history, marker="o", label=f"round {r['round']}")
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(rows)))
+    for r, colour in zip(rows, colours):
+        ax.plot(r["alloc"].history, marker="o", color=colour, label=f"round {r['round']}")
     ax.set_xlabel("DCA iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("objective (31a)")
     ax.set_yscale("symlog")
-    ax.legend(fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
     plt.show()
     show_table([[r["round"], r["iterations"], fmt(r["objective"], 4), fmt(r["uniform"], 4),
                  r["relaxed"], fmt(r["max_latency_ratio"], 6), fmt(r["share_sum"], 3)]
@@ -435,17 +488,14 @@ def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
     ran on) and a table: final accuracy, round time and latency to ``target``."""
     import matplotlib.pyplot as plt
 
-    from .. import plots
-
     seeds = runs.shared_seeds([case], FIXED_PAIRS)
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.4), constrained_layout=True)
+    fig, axes = _panels(len(FIG10_GROUPS), height=2.9)
     for ax, (title, names) in zip(axes, FIG10_GROUPS.items()):
         for m in names:
             if runs(case, m, seeds):
-                plots.plot_curves(runs(case, m, seeds), x="time_s", y="acc_personal",
-                                  ax=ax, label=lambda r, m=m: m)
+                _curves(ax, runs(case, m, seeds), m, "acc_personal")
         ax.set_title(title)
-        ax.legend(fontsize=7)
+    _legend_below(fig, axes)
     plt.show()
     rows = []
     for m in ["OPT", "OPT, equal shares", *FIXED_PAIRS, "FedAvg-S", "FedAvg-P"]:
@@ -485,21 +535,18 @@ def show_text_runs(runs: Runs, alphas, majority: dict) -> None:
     on accuracy) and a table of final accuracy, F1 and latency per method."""
     import matplotlib.pyplot as plt
 
-    from .. import plots
-
-    fig, axes = plt.subplots(3, len(alphas), figsize=(5 * len(alphas), 9),
+    fig, axes = plt.subplots(3, len(alphas), figsize=(min(10, 5 * len(alphas)), 9),
                              constrained_layout=True, squeeze=False)
     panels = (("loss", 6), ("acc_personal", 7), ("f1_personal", 8))
     for col, a in enumerate(alphas):
         for row, (y, number) in enumerate(panels):
             ax = axes[row][col]
             for m in TEXT_METHODS:
-                plots.plot_curves(runs(a, m), x="time_s", y=y, ax=ax, label=lambda r, m=m: m)
+                _curves(ax, runs(a, m), m, y)
             if y == "acc_personal":
-                ax.axhline(majority[a], color="gray", lw=1, ls=":")
+                ax.axhline(majority[a], color="gray", lw=1, ls=":", label="majority label")
             ax.set_title(f"Fig. {number}: alpha = {a}")
-            if (row, col) != (0, len(alphas) - 1):
-                ax.get_legend().remove()
+    _legend_below(fig, axes.flat)
     plt.show()
     rows = []
     for m in TEXT_METHODS:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
-from .. import lottery
+from .. import lottery, plots
 from ..config import RunConfig
 from ..experiments import sweep
 from ..masks import prunable
@@ -157,7 +158,9 @@ def idea_figure(ratios, seed: int = 0) -> None:
     cb.ax.set_yticklabels([f"held by r >= {r}" if j else "r = 1.0 only"
                            for j, r in enumerate(ratios)])
     caps = ofafl.default_capacities(ratios, 10)
-    b.bar(range(10), [sum(r <= c for r in ratios) for c in caps], color="tab:blue")
+    b.bar(range(10), [sum(r <= c for r in ratios) for c in caps],
+          color=plots.method_style("ofafl")["color"])
+    b.yaxis.set_major_locator(MaxNLocator(integer=True))
     b.set_xticks(range(10), [f"{c}" for c in caps])
     b.set_xlabel("client capacity c")
     b.set_ylabel("losses per batch")
@@ -170,15 +173,18 @@ def layer_density_bars(weights: dict, chains: dict, ratio: float) -> None:
     names = list(weights)
     x = np.arange(len(names))
     width = 0.8 / len(chains)
-    for i, (label, chain) in enumerate(chains.items()):
+    fig, ax = plt.subplots(figsize=(8, 3.6), constrained_layout=True)
+    looks = [dict(color="0.35"), dict(color="0.75", hatch="//", edgecolor="0.35")]
+    for i, ((label, chain), look) in enumerate(zip(chains.items(), looks)):
         dens = [float(chain[-1][k].mean()) for k in names]
-        bars = plt.bar(x + (i - (len(chains) - 1) / 2) * width, dens, width, label=label)
-        plt.bar_label(bars, fmt="%.3f", fontsize=8)
-    plt.xticks(x, [f"{k}\n{tuple(weights[k].shape)}" for k in names])
-    plt.axhline(ratio, color="k", lw=0.8, ls="--")
-    plt.ylabel(f"density at r = {ratio}")
-    plt.legend()
-    plt.title("per-layer density of the smallest sub-network (MLP at initialisation)")
+        bars = ax.bar(x + (i - (len(chains) - 1) / 2) * width, dens, width, label=label,
+                      **look)
+        ax.bar_label(bars, fmt="%.3f", fontsize=9)
+    ax.set_xticks(x, [f"{k}\n{tuple(weights[k].shape)}" for k in names])
+    ax.axhline(ratio, color="k", lw=0.8, ls="--")
+    ax.set_ylabel(f"density at r = {ratio}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title("per-layer density of the smallest sub-network (MLP at initialisation)")
     plt.show()
 
 
@@ -196,19 +202,20 @@ def storage_rows(n_weights: int, ratio_lists: dict) -> list:
 def ratio_panels(study: Study, grid: str, ratios, variants, title: str) -> None:
     """Fig. 2/3 panels: accuracy per ratio (mean and sd over seeds), (a) at the max-average
     round and (b) after the last round; ``variants`` are (method, scope) pairs."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True, constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)
     panels = (("max", "(a) at the max-average round"), ("final", "(b) after the last round"))
     for ax, (reading, name) in zip(axes, panels):
         for method, scope in variants:
             s = study.summary(grid, method, scope, reading)
-            ax.errorbar(range(len(ratios)), s["acc"], yerr=s["acc_sd"], marker="o",
-                        ls="-" if scope == "global" else "--", capsize=3,
+            ax.errorbar(range(len(ratios)), s["acc"], yerr=s["acc_sd"], capsize=3,
+                        ls="-" if scope == "global" else "--", **plots.method_style(method),
                         label=f"{LABEL[method]}, {'global' if scope == 'global' else 'layerwise'}")
         ax.set_xticks(range(len(ratios)), [str(r) for r in ratios])
         ax.set_xlabel("ratio r")
         ax.set_title(name)
     axes[0].set_ylabel("test accuracy (%)")
-    axes[1].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center")
     fig.suptitle(title)
     plt.show()
 
@@ -255,21 +262,25 @@ def prune_rounds(study: Study, method: str, ratios, every: int) -> list:
 
 
 def curve_panels(study: Study, grid: str, ratios, every: int) -> None:
-    """Figs. 4-5: a_r(t) of every ratio (mean over seeds, 0 before a ratio exists), with
-    the pruning rounds dotted."""
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True, constrained_layout=True)
+    """Figs. 4-5: a_r(t) of every ratio (mean over seeds), each curve from the round its
+    sub-network exists, with the pruning rounds dotted; the ratios coloured from the full
+    model (dark) to the smallest (light), the same in every panel."""
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.6), sharey=True, constrained_layout=True)
     titles = {"ofafl": "Fig. 4: OFA-FL", "ltp": "LTP", "ofa-oneshot": "Fig. 5: one-shot"}
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ratios)))
     for ax, m in zip(axes, METHODS):
         curves = [lottery.ratio_curves(r) for r in study.runs(grid, m)]
-        acc = 100 * np.nan_to_num(np.mean([c for c, _ in curves], 0))
+        acc = 100 * np.mean([c for c, _ in curves], 0)   # NaN before a ratio exists
         for j, r in enumerate(ratios):
-            ax.plot(curves[0][1], acc[:, j], label=f"r = {r}")
+            ax.plot(curves[0][1], acc[:, j], color=colours[j], label=f"r = {r}")
         for t in prune_rounds(study, m, ratios, every):
             ax.axvline(t, color="k", lw=0.6, ls=":")
         ax.set_title(titles[m])
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("test accuracy (%)")
-    axes[2].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(ratios))
     plt.show()
 
 
