@@ -211,6 +211,9 @@ DATASETS = {
                     "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
     "bible-pairs": (lambda root=None: __import__("hetfl_core.bible", fromlist=["_"]).load_bible_pairs(root),
                     "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book (tools/data/bible.sh)"),
+    "bible-topics": (lambda root=None: __import__("hetfl_core.bible", fromlist=["_"]).load_bible_topics(root),
+                     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
+                     "(tools/data/bible.sh)"),
     "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
     "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
                 "CIFAR-10 (torchvision download)"),
