@@ -136,3 +136,25 @@ def test_fig5_adds_its_row_only_when_run():
     ledger = ch.build_ledger(fake_results(plan), plan, [run], [run], "smoke")
     assert [c.ref for c in ledger.claims].count("Fig. 5 / Table III (CIFAR-100)") == 1
     assert len(ledger.claims) == 18
+
+
+def test_element_weights_and_the_disjoint_halves_counterexample():
+    halves = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    a = ch.element_weights(np.array([10.0, 10.0]), halves)
+    assert np.array_equal(a, halves)                       # each half has one sharer
+    assert sum(4 * row.max() - row.sum() for row in a) == 4   # d_w, not d_w (1 - 1/2)
+    assert ch.uncovered_fraction(halves) == 0.0
+    partial = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    assert ch.uncovered_fraction(partial) == 0.5
+    assert np.allclose(ch.element_weights(np.array([1.0, 3.0]), partial).sum(0), [1, 1, 0, 0])
+
+
+def test_repaired_bound_holds_on_quadratics_and_fedavg_has_no_mask_terms():
+    kw = dict(reps=2, rounds=10, dim=8)
+    srp = ch.bound_check(**kw)
+    terms = ("start", "hetero", "uncovered", "fused", "steps", "noise")
+    assert srp["lhs"] <= sum(srp[k] for k in terms)
+    assert srp["fused"] > 0
+    fedavg = ch.bound_check(rates=(1.0,), **kw)
+    assert fedavg["uncovered"] == 0 and fedavg["fused"] == 0
+    assert fedavg["lhs"] <= sum(fedavg[k] for k in terms)

@@ -11,10 +11,12 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ..config import RunConfig, by_scale
 from ..experiments import sweep
 from ..methods.srp_pfed import SRPpFed
+from ..partial_update import fuse, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid, reinforcement
 from ..report import (Ledger, at_least, at_most, evaluated, final, first_reach, fmt,
                       fmt_mean_sd, is_true, per_seed, value_at)
@@ -23,6 +25,7 @@ __all__ = ["SPLITS", "METHODS", "ABLATION", "WRITER_SPLITS", "TOPIC_SPLITS", "TA
            "FIG5_METHODS", "TABLE6_PAPER", "simulate_walks", "reinforcement_change",
            "Plan", "make_plan", "run_plan", "pct", "uplink_mb", "traffic_mb_to",
            "memberships", "table3", "task_table", "kendall_tau", "ablation_table",
+           "element_weights", "uncovered_fraction", "bound_check",
            "semi_async_runs", "end_time", "equal_time", "late_share", "build_ledger"]
 
 #: the paper's (alpha, rho) partitions (10, 0.7), (1, 1), (0.1, 1), with IID; rho is
@@ -92,6 +95,74 @@ def reinforcement_change(loss: float, gap: float) -> float:
     """Relative change of the reinforcement b(L) = 1/(1 + e^L) (Eq. 6) when the loss
     grows from ``loss`` to ``loss + gap``: (b(L) - b(L + gap)) / b(L)."""
     return (reinforcement(loss) - reinforcement(loss + gap)) / reinforcement(loss)
+
+
+# -- the repaired bound (element-wise aggregation) ----------------------------------------
+def element_weights(n: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """a_i[l] = n_i m_i[l] / sum_j n_j m_j[l] (0 where nobody shares l): the weights of the
+    element-wise mean, ``clients x d``; each column sums to 1 where covered, else 0."""
+    cover = (n[:, None] * masks).sum(0)
+    return np.where(cover > 0, n[:, None] * masks / np.maximum(cover, 1e-300), 0.0)
+
+
+def uncovered_fraction(masks: np.ndarray) -> float:
+    """u_t: the share of coordinates no sampled client shares (``masks``: clients x d)."""
+    return float(np.mean(masks.max(0) == 0))
+
+
+def bound_check(n_clients: int = 8, per_round: int = 4, dim: int = 20, local_steps: int = 5,
+                rounds: int = 60, noise: float = 0.1, reps: int = 20, seed: int = 0,
+                rates=(0.3, 0.5, 0.7, 1.0)) -> dict:
+    """Both sides of the repaired bound on quadratics f_i(w) = 1/2 sum_l h_i[l] (w[l] -
+    b_i[l])^2 (h_i in [0.2, 1], so L = max h), run with SRP-pFed's round as the library
+    does it: the smallest-|w_i| fraction p_i shared (rates drawn from ``rates``), the fused
+    start, B noisy gradient steps of size 1/(2LB) (noise sd ``noise`` per coordinate), the
+    element-wise mean. Averaged over ``reps`` runs; returns the left side ``lhs`` and the
+    right side's terms (keys ``start``, ``hetero``, ``uncovered``, ``fused``, ``steps``,
+    ``noise``) with the measured G, G_inf, L and eta."""
+    rng = np.random.default_rng(seed)
+    h = rng.uniform(0.2, 1.0, (n_clients, dim))
+    b = rng.normal(0.0, 1.0, (n_clients, dim))
+    n = rng.integers(20, 100, n_clients).astype(float)
+    q, big_l, steps = n / n.sum(), float(h.max()), local_steps
+    eta, xi2 = 1 / (2 * big_l * steps), noise ** 2 * dim
+    grad_f = lambda w: (q[:, None] * h * (w - b)).sum(0)  # noqa: E731
+    f = lambda w: 0.5 * float((q[:, None] * h * (w - b) ** 2).sum())  # noqa: E731
+    w_star = (q[:, None] * h * b).sum(0) / (q[:, None] * h).sum(0)
+    sums = dict(lhs=0.0, gap=0.0, hetero=0.0, u=0.0, fused=0.0)
+    g_max = g_inf = 0.0
+    t_ = lambda x: {"w": torch.from_numpy(x)}  # noqa: E731
+    for rep in range(reps):
+        r = np.random.default_rng([seed, rep])
+        w_g = np.full(dim, 2.0)
+        local = np.tile(w_g, (n_clients, 1))
+        sums["gap"] += f(w_g) - f(w_star)
+        for _ in range(rounds):
+            grad = grad_f(w_g)
+            sums["lhs"] += float(grad @ grad)
+            g_inf = max(g_inf, float(np.abs(grad).max()))
+            sampled = np.sort(r.choice(n_clients, per_round, replace=False))
+            ups = []
+            for i in sampled:
+                mask = update_rate_mask(t_(local[i]), float(r.choice(rates)))["w"].numpy()
+                sums["hetero"] += float(((grad - h[i] * (w_g - b[i])) ** 2).sum())
+                sums["fused"] += float((((1 - mask) * (local[i] - w_g)) ** 2).sum())
+                w = fuse(t_(w_g), t_(local[i]), t_(mask))["w"].numpy()
+                for _ in range(steps):
+                    g = h[i] * (w - b[i])
+                    g_max = max(g_max, float(np.linalg.norm(g)))
+                    w = w - eta * (g + noise * r.standard_normal(dim))
+                local[i] = w
+                ups.append((n[i], t_(mask), t_(w)))
+            sums["u"] += uncovered_fraction(np.stack([u[1]["w"].numpy() for u in ups]))
+            w_g = masked_aggregate(t_(w_g), ups)["w"].numpy()
+    mean = {k: v / (reps * (1 if k == "gap" else rounds)) for k, v in sums.items()}
+    return {"lhs": mean["lhs"], "start": 2 * mean["gap"] / (eta * steps * rounds),
+            "hetero": 2 * mean["hetero"], "uncovered": 2 * g_inf ** 2 * dim * mean["u"],
+            "fused": 4 * big_l ** 2 * mean["fused"],
+            "steps": 4 * big_l ** 2 * eta ** 2 * steps * per_round * (steps * g_max ** 2 + xi2),
+            "noise": 2 * big_l * eta * per_round * xi2,
+            "G": g_max, "G_inf": g_inf, "L": big_l, "eta": eta}
 
 
 # -- the experiment plan ----------------------------------------------------------------
