@@ -142,7 +142,8 @@ def test_element_weights_and_the_disjoint_halves_counterexample():
     halves = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
     a = ch.element_weights(np.array([10.0, 10.0]), halves)
     assert np.array_equal(a, halves)                       # each half has one sharer
-    assert sum(4 * row.max() - row.sum() for row in a) == 4   # d_w, not d_w (1 - 1/2)
+    assert ch.paper_mask_bias(a) == 4                      # d_w, not d_w (1 - 1/2)
+    assert ch.paper_mask_bias(halves / 2) == 2             # literal Eq. 4: d_w (1 - p_bar)
     assert ch.uncovered_fraction(halves) == 0.0
     partial = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
     assert ch.uncovered_fraction(partial) == 0.5

@@ -25,7 +25,7 @@ __all__ = ["SPLITS", "METHODS", "ABLATION", "WRITER_SPLITS", "TOPIC_SPLITS", "TA
            "FIG5_METHODS", "TABLE6_PAPER", "simulate_walks", "reinforcement_change",
            "Plan", "make_plan", "run_plan", "pct", "uplink_mb", "traffic_mb_to",
            "memberships", "table3", "task_table", "kendall_tau", "ablation_table",
-           "element_weights", "uncovered_fraction", "bound_check",
+           "element_weights", "paper_mask_bias", "uncovered_fraction", "bound_check",
            "semi_async_runs", "end_time", "equal_time", "late_share", "build_ledger"]
 
 #: the paper's (alpha, rho) partitions (10, 0.7), (1, 1), (0.1, 1), with IID; rho is
@@ -105,6 +105,12 @@ def element_weights(n: np.ndarray, masks: np.ndarray) -> np.ndarray:
     return np.where(cover > 0, n[:, None] * masks / np.maximum(cover, 1e-300), 0.0)
 
 
+def paper_mask_bias(weights: np.ndarray) -> float:
+    """Theorem 1's mask term sum_i (d_w gamma_i - sum_l k_i[l]), gamma_i = max_l k_i[l], for
+    aggregation weights ``weights`` (clients x d)."""
+    return float(sum(weights.shape[1] * k.max() - k.sum() for k in weights))
+
+
 def uncovered_fraction(masks: np.ndarray) -> float:
     """u_t: the share of coordinates no sampled client shares (``masks``: clients x d)."""
     return float(np.mean(masks.max(0) == 0))
@@ -126,12 +132,19 @@ def bound_check(n_clients: int = 8, per_round: int = 4, dim: int = 20, local_ste
     n = rng.integers(20, 100, n_clients).astype(float)
     q, big_l, steps = n / n.sum(), float(h.max()), local_steps
     eta, xi2 = 1 / (2 * big_l * steps), noise ** 2 * dim
-    grad_f = lambda w: (q[:, None] * h * (w - b)).sum(0)  # noqa: E731
-    f = lambda w: 0.5 * float((q[:, None] * h * (w - b) ** 2).sum())  # noqa: E731
+
+    def f(w):
+        return 0.5 * float((q[:, None] * h * (w - b) ** 2).sum())
+
+    def grad_f(w):
+        return (q[:, None] * h * (w - b)).sum(0)
+
+    def t_(x):  # the library's mask, fusion and mean take {name: tensor}
+        return {"w": torch.from_numpy(x)}
+
     w_star = (q[:, None] * h * b).sum(0) / (q[:, None] * h).sum(0)
     sums = dict(lhs=0.0, gap=0.0, hetero=0.0, u=0.0, fused=0.0)
     g_max = g_inf = 0.0
-    t_ = lambda x: {"w": torch.from_numpy(x)}  # noqa: E731
     for rep in range(reps):
         r = np.random.default_rng([seed, rep])
         w_g = np.full(dim, 2.0)
