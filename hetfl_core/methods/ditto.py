@@ -1,21 +1,23 @@
 """Ditto (Li et al., 2021): a FedAvg global model and a personal model pulled towards it.
 
-Ditto solves, for every client k, the bi-level problem (Ditto, Eq. 2)
+Ditto's personalised objective is, for every client k, the bi-level problem
 
     min_{v_k}  h_k(v_k; w*) = F_k(v_k) + (lambda/2) ||v_k - w*||^2,
     s.t.       w* in argmin_w G(F_1(w), ..., F_K(w))        (G: FedAvg's objective)
 
-and Alg. 1 alternates the two levels in each round t: a sampled client k (i) runs the
-global model's local update from the broadcast w^t and uploads it (lines 4-6, FedAvg),
-and (ii) takes as many SGD steps on its personal model v_k with the proximal gradient
-nabla F_k(v_k) + lambda (v_k - w^t) (lines 7-8). lambda = 0 is local training, lambda
--> infinity pins v_k to the global model. The personal model is v_k; the server never
-sees it. The personal steps use the same minibatch order as the global ones, so the two
-models differ only by the proximal pull (and by where v_k starts); a client that has not
-yet taken part starts v_k from the global model it first receives.
+and its solver (Ditto, Alg. 1) alternates the two levels in each round t: a sampled
+client k (i) runs the global model's local update from the broadcast w^t and uploads it
+(FedAvg), and (ii) takes as many SGD steps on its personal model v_k with the proximal
+gradient nabla F_k(v_k) + lambda (v_k - w^t). lambda = 0 is local training, lambda ->
+infinity pins v_k to the global model. The personal model is v_k; the server never sees
+it. As in the authors' code, the personal steps use the same minibatches as the global
+ones, so the two models differ only by the pull (and by where v_k starts). The authors'
+code starts every v_k at the initial model; here a client that has not yet taken part
+starts from the global model it first receives, and is scored with it until then.
 
 Costs: both trainings' FLOPs, the dense download and the dense upload of w. The Ditto
-paper tunes lambda per data set and SRP-pFed does not give its value; the default is 0.1.
+paper tunes lambda per data set (the authors' code can also pick it per client from
+{0.1, 1, 2} on validation data) and SRP-pFed does not give its value; the default is 0.1.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ class Ditto(FedAvg):
         return steps_for_epochs(client.n_train, self.config.batch_size, float(epochs))
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Alg. 1, lines 4-8: the global update from w^t, then v_k's proximal steps."""
+        """Alg. 1: the global update from w^t, then v_k's proximal steps on the same batches."""
         same_batches = torch.Generator().set_state(generator.get_state())
         model = clone_model(self.model)
         result = self.local_train(model, client, plan.local_steps, generator)
