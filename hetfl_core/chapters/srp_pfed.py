@@ -560,7 +560,8 @@ def _writers_claims(ledger: Ledger, results: dict, plan: Plan) -> None:
                      f"method {top['writers']} {fmt(w[top['writers']])}% after "
                      f"{plan.base.rounds} rounds (the paper: 500)",
                  section="srp_pfed-table4", headline=True)
-    _top1_claim(ledger, "Table IV", "top-1 in both columns", acc, "IID and non-IID",
+    _top1_claim(ledger, "Table IV", "top-1 in both columns", acc,
+                "in both columns, IID and writers",
                 f"SRP-pFed {fmt(acc['iid']['SRP-pFed'])}% (IID) and "
                 f"{fmt(w['SRP-pFed'])}% (writers)", "srp_pfed-table4")
     cost = _lowest_traffic(results, plan, "tab4", 80)
@@ -572,7 +573,8 @@ def _writers_claims(ledger: Ledger, results: dict, plan: Plan) -> None:
                  paper="43.78 and 24.36, the lowest in both columns",
                  values=[all(srp < other for srp, other, _ in cost.values())],
                  criterion=is_true("lowest traffic to 80% in both"),
-                 measured="; ".join(f"{sp}: SRP-pFed {fmt(a)} MB, {m} {fmt(b)} MB"
+                 measured="; ".join(f"{sp}: SRP-pFed {fmt(a, unit=' MB')}, "
+                                    f"{m} {fmt(b, unit=' MB')}"
                                     for sp, (a, b, m) in cost.items()),
                  why="traffic is uplink plus downlink: over the run SRP-pFed uploads "
                      f"{fmt(up_ratio, 2)}× FedAvg's bits and sends {fmt(traffic_ratio, 2)}× "
