@@ -39,7 +39,8 @@ from .errors import DatasetUnavailable
 __all__ = ["MODULES", "MAX_WORDS", "SEQ_LEN", "VOCAB_SIZE", "PAD", "UNK", "CLS", "SEP",
            "MIN_LEMMA_JACCARD", "NEGATIVE_DISTANCE", "Verse", "check_installed", "read_ztext", "clean_verse", "lemmas",
            "tokenize", "load_corpus", "Vocabulary", "vocabulary", "encode_pair", "Pair", "paraphrase_pairs",
-           "load_bible_pairs", "pretraining_batches"]
+           "load_bible_pairs", "pretraining_batches", "TOPICS", "TOPIC_WORDS", "topic_of_book",
+           "encode_verse", "load_bible_topics"]
 
 #: SWORD module names: (module, versification)
 MODULES = {"kjv": ("engKJV2006eb", "kjv"), "web": ("engWEB2015eb", "nrsva")}
@@ -282,6 +283,12 @@ def load_bible_pairs(root=None) -> ArrayDataset:
     # parsing takes seconds; keep a binary copy
     stored = stored_arrays(Path(root) / "bible" / f"pairs-{PAIRS_VERSION}.npz", ("x", "y", "books"),
                            lambda: _make_pairs(root))
+    return _split_by_book("bible-pairs", stored, num_classes=2)
+
+
+def _split_by_book(name: str, stored: dict, num_classes: int) -> ArrayDataset:
+    """A fixed random :data:`TEST_FRACTION` test split (seed 1) of ``stored``'s ``x``, ``y``;
+    ``groups`` numbers the books by decreasing training size (one client per book)."""
     x, y, books = stored["x"], stored["y"], stored["books"]
     test = np.zeros(len(y), bool)
     test[np.random.default_rng(1).permutation(len(y))[:int(round(TEST_FRACTION * len(y)))]] = True
@@ -289,7 +296,7 @@ def load_bible_pairs(root=None) -> ArrayDataset:
     order = {b: i for i, b in enumerate(sorted(set(books), key=lambda b: (-(train_books == b).sum(), b)))}
     groups = np.array([order[b] for b in books])
     t = torch.from_numpy
-    return ArrayDataset("bible-pairs", t(x[~test]), t(y[~test]), t(x[test]), t(y[test]), num_classes=2,
+    return ArrayDataset(name, t(x[~test]), t(y[~test]), t(x[test]), t(y[test]), num_classes=num_classes,
                         groups=t(groups[~test]))
 
 
@@ -309,3 +316,47 @@ def pretraining_batches(root=None, batch_size: int = 32, seed: int = 0):
     while True:
         rows = torch.from_numpy(rng.integers(len(y), size=batch_size))
         yield x[rows], y[rows]
+
+
+# -- the verse-topic task (an AG News stand-in) ---------------------------------------------
+#: the four parts of the (Protestant, KJV-order) canon and their first book numbers
+TOPICS = ("law & history", "wisdom & poetry", "prophets", "New Testament")
+_TOPIC_STARTS = (0, 17, 22, 39)   # Genesis, Job, Isaiah, Matthew
+TOPIC_WORDS = 32                  # tokens kept of a verse (the median KJV verse has 24 words)
+TOPICS_VERSION = 1
+
+
+def topic_of_book(book: int) -> int:
+    """The part of the canon a book (0..65) belongs to: Genesis-Esther 0, Job-Song of
+    Songs 1, Isaiah-Malachi 2, Matthew-Revelation 3."""
+    return int(np.searchsorted(_TOPIC_STARTS, book, side="right") - 1)
+
+
+def encode_verse(vocab: Vocabulary, text: str) -> np.ndarray:
+    """A verse as :data:`TOPIC_WORDS` token ids, cut or padded with ``[PAD]``."""
+    ids = vocab.encode(tokenize(text)[:TOPIC_WORDS])
+    return np.array(ids + [PAD] * (TOPIC_WORDS - len(ids)), dtype=np.int64)
+
+
+def _make_topics(root: str):
+    vocab = vocabulary(root)
+    verses = load_corpus(root)
+    return {"x": np.stack([encode_verse(vocab, v.kjv) for v in verses]),
+            "y": np.array([topic_of_book(v.book) for v in verses], dtype=np.int64),
+            "books": np.array([v.book for v in verses])}
+
+
+def load_bible_topics(root=None) -> ArrayDataset:
+    """Every KJV verse labelled by its part of the canon (:data:`TOPICS`, 4 classes like
+    AG News): about 31k verses, a fixed 80/20 train/test split (seed 1).
+
+    ``x`` is ``(N, TOPIC_WORDS)`` int64 token ids (the vocabulary of :func:`vocabulary`),
+    ``groups`` numbers the 66 books by decreasing training size, so
+    ``partition="natural"`` makes one client per book: natural non-IID, and extreme,
+    since every book lies in one part, every client holds one class.
+    """
+    root = str(Path(root or data_root()))
+    check_installed(root)
+    stored = stored_arrays(Path(root) / "bible" / f"topics-{TOPICS_VERSION}.npz", ("x", "y", "books"),
+                           lambda: _make_topics(root))
+    return _split_by_book("bible-topics", stored, num_classes=len(TOPICS))

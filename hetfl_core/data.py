@@ -29,7 +29,7 @@ __all__ = [
     "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root", "stored_arrays",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
     "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
-    "class_counts",
+    "class_counts", "WRITER_ROTATION", "WRITER_SCALE", "writer_styles", "apply_style",
 ]
 
 
@@ -211,6 +211,9 @@ DATASETS = {
                     "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
     "bible-pairs": (lambda root=None: __import__("hetfl_core.bible", fromlist=["_"]).load_bible_pairs(root),
                     "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book (tools/data/bible.sh)"),
+    "bible-topics": (lambda root=None: __import__("hetfl_core.bible", fromlist=["_"]).load_bible_topics(root),
+                     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
+                     "(tools/data/bible.sh)"),
     "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
     "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
                 "CIFAR-10 (torchvision download)"),
@@ -335,7 +338,7 @@ def natural_partition(groups: np.ndarray | None, n_clients: int) -> list[np.ndar
     return [np.flatnonzero(groups == g) for g in range(n_clients)]
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
@@ -345,7 +348,7 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
     labels = np.asarray(labels)
     if partition == "natural":
         return natural_partition(groups, n_clients)
-    if partition == "iid":
+    if partition in ("iid", "writers"):  # writers: IID labels, a style per client (make_federated)
         return iid_partition(len(labels), n_clients, rng)
     if partition == "dirichlet":
         return dirichlet_partition(labels, alpha, n_clients, rng)
@@ -354,6 +357,37 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
     if partition == "quantity":
         return quantity_skew_partition(len(labels), n_clients, rng, alpha)
     raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}")
+
+
+# --------------------------------------------------------------------------- writers
+
+#: the writers partition's style range: rotation in degrees (+-) and scale factors
+WRITER_ROTATION = 30.0
+WRITER_SCALE = (0.8, 1.2)
+
+
+def writer_styles(n_clients: int, seed: int) -> np.ndarray:
+    """Each client's handwriting style, ``(n_clients, 2)``: a rotation in degrees, uniform
+    in +-:data:`WRITER_ROTATION`, and a scale, uniform in :data:`WRITER_SCALE`. Drawn from
+    the run seed alone (its own stream), so the same seed gives the same writers."""
+    rng = np.random.default_rng([seed, 6])
+    angles = rng.uniform(-WRITER_ROTATION, WRITER_ROTATION, n_clients)
+    return np.stack([angles, rng.uniform(*WRITER_SCALE, n_clients)], axis=1)
+
+
+def apply_style(x: torch.Tensor, angle: float, scale: float) -> torch.Tensor:
+    """Images ``(N, C, H, W)`` rotated by ``angle`` degrees and magnified by ``scale`` about
+    their centre (bilinear; uncovered pixels take the nearest border value, the background)."""
+    if x.ndim != 4:
+        raise ConfigError("the writers partition needs images (N, C, H, W); use natural for text")
+    if len(x) == 0:
+        return x
+    a = np.deg2rad(angle)
+    theta = torch.tensor([[np.cos(a), -np.sin(a), 0.0], [np.sin(a), np.cos(a), 0.0]],
+                         dtype=x.dtype) / scale  # output -> input coordinates
+    grid = torch.nn.functional.affine_grid(theta.expand(len(x), 2, 3), list(x.shape), align_corners=False)
+    return torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="border",
+                                           align_corners=False)
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
@@ -400,6 +434,7 @@ class FederatedData:
     dataset: ArrayDataset
     clients: list[ClientData]
     partition_indices: list[np.ndarray]
+    styles: np.ndarray | None = None   # the writers partition: (rotation deg, scale) per client
 
     @property
     def num_classes(self) -> int:
@@ -423,6 +458,10 @@ def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: 
     ``train_samples`` keeps a seeded random subset of the pool first (for fast runs). Each
     client's test split comes from its own share, so personalised accuracy is measured on
     the client's own distribution; the dataset's test set stays the global test set.
+
+    ``partition="writers"`` (a stand-in for FEMNIST's writers) deals the samples IID and
+    gives each client a fixed style, :func:`writer_styles`, applied to all its splits; the
+    global test set keeps the unstyled images. ``"iid"`` is the same deal with no style.
     """
     rng = np.random.default_rng([seed, 1])
     labels = dataset.y_train.numpy()
@@ -434,9 +473,11 @@ def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: 
     groups = None if dataset.groups is None else dataset.groups.numpy()[pool]
     parts = [pool[p] for p in partition_labels(labels[pool], partition, n_clients, rng, alpha=alpha,
                                                 classes_per_client=classes_per_client, groups=groups)]
+    styles = writer_styles(n_clients, seed) if partition == "writers" else None
     clients = []
     for k, part in enumerate(parts):
         tr, va, te = split_client(part, test_fraction, val_fraction, rng)
         x, y = dataset.x_train, dataset.y_train
-        clients.append(ClientData(k, x[tr], y[tr], x[te], y[te], x[va], y[va]))
-    return FederatedData(dataset, clients, parts)
+        style = (lambda i: x[i]) if styles is None else (lambda i: apply_style(x[i], *styles[k]))
+        clients.append(ClientData(k, style(tr), y[tr], style(te), y[te], style(va), y[va]))
+    return FederatedData(dataset, clients, parts, styles)

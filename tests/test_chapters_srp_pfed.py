@@ -89,7 +89,7 @@ def test_ledger_verdicts_come_from_the_runs():
     semi = history([0.5, 0.58], times=[5, 10])
     ledger = ch.build_ledger(results, plan, [sync], [semi], "smoke")
     verdicts = {c.statement[:30]: c.verdict for c in ledger.claims}
-    assert len(ledger.claims) == 9 and all(c.seeds == 1 for c in ledger.claims)
+    assert len(ledger.claims) == 17 and all(c.seeds == 1 for c in ledger.claims)
     assert verdicts["under strong label skew SRP-pF"] == "holds"     # +20 points
     assert verdicts["SRP-pFed uploads less than Fed"] == "holds"     # 0.3x
     assert verdicts["SRP-pFed is the most accurate "] == "holds"
@@ -99,3 +99,63 @@ def test_ledger_verdicts_come_from_the_runs():
     # at 10 s the semi-async run has 58%, the synchronous one 50%
     assert verdicts["at equal simulated time the se"] == "holds"
     assert ledger.claims[-1].values == [pytest.approx(8.0)]
+    # Table IV and Fig. 6 (writers) and Table VI (verse topics): SRP-pFed 20 points above
+    assert verdicts["under the writers' style shift"] == "holds"
+    assert verdicts["SRP-pFed ends above FedRep"] == "holds"
+    assert verdicts["FedRep leads early"] == "fails"
+    top1 = [c for c in ledger.claims if c.statement.startswith("SRP-pFed is the most")]
+    assert [c.ref for c in top1] == ["Table III", "Table IV", "Table VI"]
+    assert all(c.verdict == "holds" for c in top1)
+    tau = [c for c in ledger.claims if c.statement.startswith("the methods' ordering")]
+    assert len(tau) == 2 and all(c.values == [pytest.approx(5 / 15)] for c in tau)
+
+
+def test_plan_has_the_stand_in_tasks_and_fig5_only_when_asked():
+    plan = ch.make_plan("book", "fashion-mnist", 0, 30, SRP)
+    c = plan.configs
+    assert "fig5" not in plan.tasks
+    assert c[("tab4", "writers", "Ditto")].partition == "writers"
+    assert c[("tab4", "iid", "SRP-pFed")].dataset == "mnist-5k"
+    text = c[("tab6", "books", "LG-FedAvg")]
+    assert (text.dataset, text.model, text.partition) == ("bible-topics", "embbag", "natural")
+    assert text.options["head_layers"] == 1 and c[("tab3", "iid", "Ditto", 0)].method == "ditto"
+    with_fig5 = ch.make_plan("book", "fashion-mnist", 0, 30, SRP, cifar100="cifar100")
+    assert with_fig5.configs[("fig5", "dir(0.1)", "SRP-pFed")].dataset == "cifar100"
+    assert len(with_fig5.configs) == len(c) + 4 * len(ch.FIG5_METHODS)
+
+
+def test_kendall_tau():
+    assert ch.kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert ch.kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+    assert ch.kendall_tau([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6)
+
+
+def test_fig5_adds_its_row_only_when_run():
+    plan = ch.make_plan("smoke", "digits", 0, 2, SRP, cifar100="digits")
+    run = history([0.5, 0.6])
+    ledger = ch.build_ledger(fake_results(plan), plan, [run], [run], "smoke")
+    assert [c.ref for c in ledger.claims].count("Fig. 5 / Table III (CIFAR-100)") == 1
+    assert len(ledger.claims) == 18
+
+
+def test_element_weights_and_the_disjoint_halves_counterexample():
+    halves = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    a = ch.element_weights(np.array([10.0, 10.0]), halves)
+    assert np.array_equal(a, halves)                       # each half has one sharer
+    assert ch.paper_mask_bias(a) == 4                      # d_w, not d_w (1 - 1/2)
+    assert ch.paper_mask_bias(halves / 2) == 2             # literal Eq. 4: d_w (1 - p_bar)
+    assert ch.uncovered_fraction(halves) == 0.0
+    partial = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    assert ch.uncovered_fraction(partial) == 0.5
+    assert np.allclose(ch.element_weights(np.array([1.0, 3.0]), partial).sum(0), [1, 1, 0, 0])
+
+
+def test_repaired_bound_holds_on_quadratics_and_fedavg_has_no_mask_terms():
+    kw = dict(reps=2, rounds=10, dim=8)
+    srp = ch.bound_check(**kw)
+    terms = ("start", "hetero", "uncovered", "fused", "steps", "noise")
+    assert srp["lhs"] <= sum(srp[k] for k in terms)
+    assert srp["fused"] > 0
+    fedavg = ch.bound_check(rates=(1.0,), **kw)
+    assert fedavg["uncovered"] == 0 and fedavg["fused"] == 0
+    assert fedavg["lhs"] <= sum(fedavg[k] for k in terms)

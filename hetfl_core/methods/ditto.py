@@ -1,0 +1,86 @@
+"""Ditto (Li et al., 2021): a FedAvg global model and a personal model pulled towards it.
+
+Ditto's personalised objective is, for every client k, the bi-level problem
+
+    min_{v_k}  h_k(v_k; w*) = F_k(v_k) + (lambda/2) ||v_k - w*||^2,
+    s.t.       w* in argmin_w G(F_1(w), ..., F_K(w))        (G: FedAvg's objective)
+
+and its solver (Ditto, Alg. 1) alternates the two levels in each round t: a sampled
+client k (i) runs the global model's local update from the broadcast w^t and uploads it
+(FedAvg), and (ii) takes as many SGD steps on its personal model v_k with the proximal
+gradient nabla F_k(v_k) + lambda (v_k - w^t). lambda = 0 is local training, lambda ->
+infinity pins v_k to the global model. The personal model is v_k; the server never sees
+it. As in the authors' code, the personal steps use the same minibatches as the global
+ones, so the two models differ only by the pull (and by where v_k starts). The authors'
+code starts every v_k at the initial model; here a client that has not yet taken part
+starts from the global model it first receives, and is scored with it until then.
+
+Costs: both trainings' FLOPs, the dense download and the dense upload of w. The Ditto
+paper tunes lambda per data set (the authors' code can also pick it per client from
+{0.1, 1, 2} on validation data) and SRP-pFed does not give its value; the default is 0.1.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import ClientPlan, ClientReport
+from ..errors import ConfigError
+from ..personalization import PrivateStore
+from ..system import dense_bits, training_flops
+from ..training import clone_model, local_sgd, steps_for_epochs
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class Ditto(FedAvg):
+    """FedAvg for the global model, a proximally regularised personal model per client."""
+
+    name = "ditto"
+    summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"
+    defaults = {"lam": 0.1, "personal_epochs": None}
+
+    @classmethod
+    def check_options(cls, options):
+        super(FedAvg, cls).check_options(options)
+        if float(options.get("lam", 0.1)) < 0:
+            raise ConfigError(f"lam must be >= 0, got {options['lam']}")
+        epochs = options.get("personal_epochs")
+        if epochs is not None and float(epochs) <= 0:
+            raise ConfigError(f"personal_epochs must be > 0 or None, got {epochs}")
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.private = PrivateStore()
+        self.names = [n for n, _ in self.model.named_parameters()]
+
+    def personal_steps(self, client, plan: ClientPlan) -> int:
+        """Steps on v_k: the global update's (Alg. 1), or ``personal_epochs`` epochs."""
+        epochs = self.options["personal_epochs"]
+        if epochs is None:
+            return plan.local_steps
+        return steps_for_epochs(client.n_train, self.config.batch_size, float(epochs))
+
+    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Alg. 1: the global update from w^t, then v_k's proximal steps on the same batches."""
+        same_batches = torch.Generator().set_state(generator.get_state())
+        model = clone_model(self.model)
+        result = self.local_train(model, client, plan.local_steps, generator)
+        center = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        personal = self.personal_model(client.client_id)
+        mine = local_sgd(personal, client.x_train, client.y_train,
+                         self.personal_steps(client, plan), self.config.batch_size,
+                         self.config.lr, same_batches, momentum=self.config.momentum,
+                         weight_decay=self.config.weight_decay, prox_center=center,
+                         prox_mu=float(self.options["lam"]))
+        self.private.save(client.client_id, personal, self.names)
+        n_params = sum(p.numel() for p in model.parameters())
+        flops = training_flops(self.costs, result.samples) + training_flops(self.costs, mine.samples)
+        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
+                            flops=flops, uplink_bits=dense_bits(n_params),
+                            downlink_bits=dense_bits(n_params), local_steps=plan.local_steps,
+                            extra={"personal_loss": mine.loss})
+
+    def personal_model(self, client_id):
+        """v_k (the global model for a client that has not taken part yet)."""
+        return self.private.load_into(client_id, clone_model(self.model))
