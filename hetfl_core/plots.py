@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
-           "plot_curves", "grouped_bars", "client_class_heatmap"]
+           "plot_curves", "grouped_bars", "mark_never", "client_class_heatmap", "SPARE_COLOURS"]
 
 #: method key (lower case, letters and digits only) -> (colour, marker). The papers' methods
 #: first, then the baselines family by family.
@@ -43,8 +43,10 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
 }
 #: display names the chapters use -> method key
 ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lthpruning": "ltp",
-           "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc", "fedavgs": "fedavg"}
-_FALLBACK = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+           "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc",
+           "fedavgs": "topk"}   # FedAvg-S: FedAvg with top-k sparsified uploads
+#: colours no method uses, for a chapter's variants (fixed-rate runs, ablations)
+SPARE_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
 
 
 def method_key(name: str) -> str:
@@ -64,7 +66,7 @@ def method_style(name: str) -> dict:
     if key in METHOD_STYLES:
         color, marker = METHOD_STYLES[key]
     else:
-        color, marker = _FALLBACK[sum(map(ord, key)) % len(_FALLBACK)], "o"
+        color, marker = SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"
     return {"color": color, "marker": marker}
 
 #: x-axis key -> (label, scale applied to the history value)
@@ -159,11 +161,31 @@ def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | No
         bars = ax.bar(base + (i - (len(names) - 1) / 2) * width, heights, width, yerr=err, label=name,
                       capsize=2, color=method_style(name)["color"])
         if fmt:
-            ax.bar_label(bars, [fmt.format(h) for h in heights], fontsize=7)
+            ax.bar_label(bars, ["" if not np.isfinite(h) else fmt.format(h) for h in heights], fontsize=9)
     ax.set_xticks(base, groups)
     ax.set_ylabel(ylabel)
-    ax.legend(ncol=min(len(names), 4), fontsize=8)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))    # beside the bars, never over them
+    mark_never(ax)
     return ax
+
+
+def mark_never(ax, text: str = "never", size: float = 0.06) -> None:
+    """Draw every bar of ``ax`` with no height (its runs never reached the target) as a
+    short hatched stub labelled ``text``, in place of a number."""
+    from matplotlib.container import BarContainer
+
+    containers = [c for c in ax.containers if isinstance(c, BarContainer)]
+    heights = [p.get_height() for c in containers for p in c.patches]
+    if not any(np.isfinite(h) for h in heights):
+        ax.set_ylim(0, 1)
+    top = ax.get_ylim()[1]
+    for container in containers:
+        for patch in container.patches:
+            if np.isfinite(patch.get_height()):
+                continue
+            x = patch.get_x() + patch.get_width() / 2
+            ax.bar(x, size * top, patch.get_width(), color="none", hatch="xxx", edgecolor=patch.get_facecolor())
+            ax.text(x, 1.2 * size * top, text, rotation=90, ha="center", va="bottom", fontsize=9)
 
 
 def client_class_heatmap(counts: np.ndarray, ax=None, title: str | None = None, colorbar: bool = True):

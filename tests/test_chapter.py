@@ -53,3 +53,5 @@ def test_a_caption_names_the_settings_and_the_rerun_command():
     results = [{"config": c.to_dict(), "history": []} for c in configs[:1]]
     assert "seed 0;" in caption_text(results, "heroes", "smoke")
     assert "α=" not in caption_text([base.replace(partition="iid")], "x", "book")
+    shards = caption_text([base.replace(partition="shards", clients=c) for c in (10, 20)], "x", "book")
+    assert "α=" not in shards and "2 classes per client" in shards and "10/20 clients" in shards

@@ -36,3 +36,15 @@ def test_curves_and_bars_take_the_palette():
     plots.grouped_bars({"iid": {"FedAvg": 0.5, "HeteroFL": 0.4}}, ax=ax)
     assert matplotlib.colors.to_hex(ax.patches[0].get_facecolor()) == plots.METHOD_STYLES["fedavg"][0]
     plt.close("all")
+
+
+def test_never_reached_bars_get_a_stub_not_a_number():
+    import math
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plots.grouped_bars({"target": {"FedAvg": 12.0, "HeteroFL": math.nan}}, ax=ax, fmt="{:.0f}")
+    texts = [t.get_text() for t in ax.texts]
+    assert "never" in texts and "nan" not in texts and "12" in texts
+    plt.close("all")

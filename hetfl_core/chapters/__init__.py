@@ -116,11 +116,15 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
             raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, got {value!r}")
 
 
-#: RunConfig fields a caption names, in this order, with how to print them
-_CAPTION_FIELDS = (("dataset", "{}"), ("model", "{}"), ("partition", "{}"), ("alpha", "α={}"),
-                   ("clients", "{} clients"), ("participation", "{:.0%} per round"), ("rounds", "{} rounds"),
-                   ("local_steps", "{} local steps"), ("local_epochs", "{} local epochs"), ("lr", "lr {}"),
-                   ("heterogeneity", "{} device heterogeneity"))
+#: RunConfig fields a caption names, in this order: (field, prefix, how a value prints, suffix)
+_CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partition", "", "{}", ""),
+                   ("alpha", "α=", "{}", ""), ("classes_per_client", "", "{}", " classes per client"),
+                   ("clients", "", "{}", " clients"), ("participation", "", "{:.0%}", " per round"),
+                   ("rounds", "", "{}", " rounds"), ("local_steps", "", "{}", " local steps"),
+                   ("local_epochs", "", "{}", " local epochs"), ("lr", "lr ", "{}", ""),
+                   ("heterogeneity", "", "{}", " device heterogeneity"))
+#: which partitions read alpha and classes_per_client
+_USES = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
 
 
 def _values(configs, name: str) -> list:
@@ -129,31 +133,31 @@ def _values(configs, name: str) -> list:
 
 def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
     """What a reproduction ran with, from its run configurations, and the papermill command
-    that reruns the chapter at another scale or seed, e.g. ``"Ran with fashion-mnist, cnn,
-    dirichlet, α=0.5, 20 clients, ... seeds 0-2; methods: fedavg, heterofl. Rerun: ..."``."""
+    that reruns the chapter at another scale or seed, e.g. ``"Ran at scale book with
+    fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds 0–2; methods: fedavg,
+    heterofl. Rerun: ..."``. A field the runs vary prints its values joined by "/"."""
     from ..config import RunConfig
 
     configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
     if not configs:
         raise ValueError("a caption needs the configurations the reproduction ran")
     parts = []
-    for name, form in _CAPTION_FIELDS:
-        values = [v for v in _values(configs, name) if v is not None]
-        if name == "alpha" and set(_values(configs, "partition")) == {"iid"}:
-            continue
-        if name == "local_epochs" and all(c.local_steps is not None for c in configs):
-            continue
+    for name, prefix, form, suffix in _CAPTION_FIELDS:
+        used = [c for c in configs if c.partition in _USES.get(name, (c.partition,))]
+        if name == "local_epochs":
+            used = [c for c in used if c.local_steps is None]
+        values = [v for v in _values(used, name) if v is not None]
         if name == "heterogeneity" and values == ["none"]:
             parts.append("identical devices")
         elif values:
-            parts.append("/".join(form.format(v) for v in values))
+            parts.append(prefix + "/".join(form.format(v) for v in values) + suffix)
     seeds = sorted(_values(configs, "seed"))
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else \
         (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
          else "seeds " + ", ".join(map(str, seeds)))
     methods = ", ".join(_values(configs, "method"))
     other = "paper" if scale != "paper" else "book"
-    command = (f"papermill book/{notebook}.ipynb out.ipynb -p scale {other} -p seed {seed + 1}")
+    command = f"papermill book/{notebook}.ipynb out.ipynb -p scale {other} -p seed {seed + 1}"
     return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
             f"Rerun: `{command}`.")
 

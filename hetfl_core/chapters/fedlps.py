@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .. import masks
 from ..config import RunConfig, by_scale
+from ..data import make_federated
+from ..engine import build_simulation, seeded_generator
 from ..experiments import sweep
 from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
                       is_true, ratio, value_at)
@@ -245,7 +248,6 @@ def pattern_overlap(results: dict, plan: Plan, pool) -> dict[float, dict[str, np
     between clients, between clients sharing no class, and with the client's own
     magnitude pattern; ``random`` is the expected overlap ``s / (2 - s)`` of two random
     patterns."""
-    from ..data import make_federated
 
     out = {}
     for r in plan.pattern_ratios:
@@ -267,8 +269,6 @@ def score_probe(base: RunConfig, seed: int, ratio_: float = 0.5) -> list[dict]:
     """One client visit of FedLPS at a fixed ratio: per masked layer, the mean change of
     the scores, their spread, how many kept units changed, and the range of the target
     ``sigma(|w|_J)`` of the importance loss."""
-    from .. import masks
-    from ..engine import build_simulation, seeded_generator
 
     probe = build_simulation(base.replace(
         method="fedlps", options={"ratio_rule": "fixed", "ratio": ratio_}))

@@ -9,8 +9,11 @@ from __future__ import annotations
 import copy
 import math
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
+from .. import plots
 from ..composition import flanc_block_count, width_blocks
 from ..config import RunConfig
 from ..experiments import sweep
@@ -23,7 +26,7 @@ __all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "vari
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
            "gap_to_best", "claims_cnn", "claims_resnet", "noniid_accuracy", "claims_noniid",
-           "claims_text", "mark_never", "bars", "plot_round_times", "plot_time_and_waiting",
+           "claims_text", "bars", "plot_round_times", "plot_time_and_waiting",
            "plot_reach", "plot_block_counters", "plot_tau", "plot_resnet", "plot_noniid",
            "plot_text"]
 
@@ -388,20 +391,17 @@ def claims_text(ledger: Ledger, results: dict) -> None:
 
 # -- figures ------------------------------------------------------------------------------
 def _plt():
-    import matplotlib.pyplot as plt
 
     return plt
 
 
 def _style(name: str) -> dict:
     """The palette's colour and marker of variant ``name`` (a key of :data:`LABELS`)."""
-    from .. import plots
 
     return plots.method_style(LABELS.get(name, name))
 
 
 def _integer_axis(axis) -> None:
-    from matplotlib.ticker import MaxNLocator
 
     axis.set_major_locator(MaxNLocator(integer=True))
 
@@ -412,27 +412,6 @@ def _legend_below(fig, ax, ncol: int | None = None) -> None:
     if ax.get_legend():
         ax.get_legend().remove()
     fig.legend(handles, labels, loc="outside lower center", ncol=ncol or len(labels))
-
-
-def mark_never(ax, text: str = "never", size: float = 0.06) -> None:
-    """Draw every bar of ``ax`` with no height (its runs never reached the target) as a
-    short hatched stub labelled ``text``, in place of a number."""
-    from matplotlib.container import BarContainer
-
-    heights = [p.get_height() for c in ax.containers if isinstance(c, BarContainer)
-               for p in c.patches]
-    if not any(np.isfinite(h) for h in heights):
-        ax.set_ylim(0, 1)
-    top = ax.get_ylim()[1]
-    for container in [c for c in ax.containers if isinstance(c, BarContainer)]:
-        for patch in container.patches:
-            if np.isfinite(patch.get_height()):
-                continue
-            x = patch.get_x() + patch.get_width() / 2
-            ax.bar(x, size * top, patch.get_width(), color="none", hatch="xxx",
-                   edgecolor=patch.get_facecolor())
-            ax.text(x, 1.2 * size * top, text, rotation=90, ha="center", va="bottom",
-                    fontsize=9)
 
 
 def bars(ax, values: dict[str, float], errors: dict | None = None, ylabel: str = "") -> None:
@@ -473,7 +452,6 @@ def plot_round_times(results: dict, names, seed: int, round_no: int) -> None:
 def plot_time_and_waiting(results: dict, names, budget: float) -> None:
     """Fig. 4a (global accuracy against simulated time, mean and ±1 std over seeds, the
     common budget dotted) and Fig. 5a (mean waiting per client and round)."""
-    from .. import plots
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
@@ -493,7 +471,6 @@ def plot_time_and_waiting(results: dict, names, budget: float) -> None:
 def plot_reach(reach_bits: dict, reach_time: dict, best: float, names) -> None:
     """Fig. 6: traffic and time to each target (mean over the seeds that reached it);
     a target no seed reached is a "never" stub."""
-    from .. import plots
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
@@ -553,7 +530,6 @@ def plot_tau(history: list) -> None:
 def plot_resnet(results: dict, names, budget: float, target: float, seed: int) -> None:
     """Fig. 4b (accuracy against time), 5b (waiting per client and round) and 8a (traffic
     to ``target``; a "never" stub where the run did not reach it) for the ResNet."""
-    from .. import plots
 
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.8), constrained_layout=True)
@@ -575,7 +551,6 @@ def plot_resnet(results: dict, names, budget: float, target: float, seed: int) -
 def plot_noniid(accuracy: dict[str, tuple[float, dict]], names) -> None:
     """Fig. 7: accuracy within each level's time budget, grouped by non-IID level, each
     bar's value written on it ("no value": the run was not evaluated within the budget)."""
-    from .. import plots
 
     plt = _plt()
     values = {f"{lvl}\n({fmt_seconds(b)} s)": {LABELS[n]: 100 * float(np.mean(acc[n]))
@@ -594,7 +569,6 @@ def plot_noniid(accuracy: dict[str, tuple[float, dict]], names) -> None:
 def plot_text(results: dict, names, seed: int) -> None:
     """Fig. 9: next-character accuracy against simulated time (mean, ±1 std) and against
     traffic (one seed)."""
-    from .. import plots
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, constrained_layout=True)

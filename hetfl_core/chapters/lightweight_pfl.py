@@ -14,10 +14,14 @@ import dataclasses
 import math
 from typing import Callable, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
+from .. import data as hd
 from .. import dca, plots  # plots: the book's style for every figure here
 from ..config import RunConfig
+from ..methods.sparse_prune_pfl import split_layers
 from ..report import (Ledger, above_chance, at_least, at_most, compare, first_reach, fmt,
                       fmt_mean_sd, is_true, mean_sd, show_table)
 
@@ -237,19 +241,18 @@ _NEAR_OPT = "#843c39"
 
 def style(name: str) -> dict:
     """The colour and marker of a run's name in this chapter's figures: a method's from
-    the palette (FedAvg-S, FedAvg with top-k sparsified uploads, takes top-k's), a
-    fixed-rate variant's from the palette's spare colours."""
+    the palette (FedAvg-S, FedAvg with top-k sparsified uploads, is top-k's), a fixed-rate
+    variant's from the palette's spare colours."""
     if name in _VARIANTS:
         used = {color for color, _ in plots.METHOD_STYLES.values()} | {_NEAR_OPT}
-        spare = [c for c in plots._FALLBACK if c not in used]
+        spare = [c for c in plots.SPARE_COLOURS if c not in used]
         index, marker = _VARIANTS[name]
         return {"color": spare[index], "marker": marker}
-    return plots.method_style("topk" if name == "FedAvg-S" else name)
+    return plots.method_style(name)
 
 
 def _panels(n: int, height: float = 3.2):
     """A figure of ``n`` panels at most three a row (four: two by two), 10 inches wide."""
-    import matplotlib.pyplot as plt
 
     cols = 2 if n == 4 else min(n, 3)
     rows = -(-n // cols)
@@ -278,7 +281,6 @@ def _legend_below(fig, axes) -> None:
 def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
     """One panel per non-IID case (three a row at most): ``y`` against cumulative latency,
     a band over seeds; one legend under the panels."""
-    import matplotlib.pyplot as plt
 
     fig, axes = _panels(len(cases))
     for ax, case in zip(axes, cases):
@@ -294,7 +296,6 @@ def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
 def plot_round_picture() -> None:
     """The opening picture: what two clients upload (top-k of the base gradient) and keep
     (the largest private weights) in one round."""
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), constrained_layout=True)
     rng = np.random.default_rng(0)
@@ -317,7 +318,6 @@ def plot_round_picture() -> None:
 def plot_tradeoff(system: dca.RoundSystem, slopes=(0.2, 0.6)) -> None:
     """Time to a target for a fixed (k, r), ``T tau ∝ tau(k, r) / (1 - floor(k, r))``, with
     the corrected floor affine in k and in sqrt(1 - r), for two floor slopes."""
-    import matplotlib.pyplot as plt
 
     share = np.full(system.n, 1 / system.n)
     xs = np.linspace(dca.K_MIN, 1, 200)
@@ -366,9 +366,7 @@ def dca_rounds(scenario: dca.WirelessScenario, theta_ratio: float, n_rounds: int
 def show_dca_rounds(rows: list) -> None:
     """The objective (31a) per DCA iteration of each drawn round, and a table per round:
     iterations, DCA's and the best equal-share objective, deadline and band use."""
-    import matplotlib.pyplot as plt
 
-    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 3.2), constrained_layout=True)
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(rows)))
@@ -389,7 +387,6 @@ def show_dca_rounds(rows: list) -> None:
 
 def split_fractions(model, splits: Sequence[str]) -> dict:
     """The percentage of ``model``'s weights each split shares (Table III's bases)."""
-    from ..methods.sparse_prune_pfl import split_layers
 
     total = sum(p.numel() for p in model.parameters())
     out = {}
@@ -486,7 +483,6 @@ FIG10_GROUPS = {"(a) components": ["FedAvg-P", "FedAvg-S", "FedPer"],
 def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
     """Fig. 10's four panels (accuracy against latency, on the seeds every fixed variant
     ran on) and a table: final accuracy, round time and latency to ``target``."""
-    import matplotlib.pyplot as plt
 
     seeds = runs.shared_seeds([case], FIXED_PAIRS)
     fig, axes = _panels(len(FIG10_GROUPS), height=2.9)
@@ -521,7 +517,6 @@ def majority_accuracy(dataset, alpha: float, clients: int, seed: int,
                       train_samples) -> float:
     """Accuracy (%) of clients that each answer their majority training label, on the
     federated split of ``dataset`` (the label prior a private classifier can learn)."""
-    from .. import data as hd
 
     fed = hd.make_federated(dataset, "dirichlet", clients, seed, alpha=alpha,
                             train_samples=train_samples)
@@ -533,7 +528,6 @@ def majority_accuracy(dataset, alpha: float, clients: int, seed: int,
 def show_text_runs(runs: Runs, alphas, majority: dict) -> None:
     """Figs. 6-8 (loss, accuracy, F1 against latency per alpha, the majority-label line
     on accuracy) and a table of final accuracy, F1 and latency per method."""
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, len(alphas), figsize=(min(10, 5 * len(alphas)), 9),
                              constrained_layout=True, squeeze=False)
