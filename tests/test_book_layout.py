@@ -1,0 +1,57 @@
+"""What every stored chapter looks like (CHAPTERS.md, "What a reader sees")."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+PAPERS = ("fedlps", "heroes", "ofa_fl", "srp_pfed", "lightweight_pfl")
+
+
+def cells(path):
+    return json.loads(path.read_text())["cells"]
+
+
+def text(cell):
+    return "".join(cell["source"])
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_first_code_cell_installs_the_library_when_missing(path):
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    first = next(c for c in cells(path) if c["cell_type"] == "code")
+    assert 'find_spec("hetfl_core") is None' in text(first) and f"git+{url}" in text(first)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_code_is_short_stored_clean_and_parameters_typed(path):
+    code = [c for c in cells(path) if c["cell_type"] == "code"]
+    assert all(not c.get("outputs") for c in code), "stored with outputs"
+    assert max(len(text(c).splitlines()) for c in code) <= 40
+    assert max(len(line) for c in code for line in text(c).splitlines()) <= 88
+    params = [c for c in code if "parameters" in c["metadata"].get("tags", [])]
+    assert len(params) == 1
+    assigned = [line for line in text(params[0]).splitlines() if re.match(r"^\w+\s*[:=]", line)]
+    assert assigned and all(re.match(r"^\w+: [\w |\[\]]+ = ", line) for line in assigned), assigned
+    assert any("check_parameters(globals()" in text(c) for c in code)
+
+
+@pytest.mark.parametrize("stem", PAPERS)
+def test_a_paper_chapter_has_its_verdict_box_and_ledger(stem):
+    nb = cells(ROOT / "book" / f"{stem}.ipynb")
+    boxes = [i for i, c in enumerate(nb) if "verdict-box" in c["metadata"].get("tags", [])]
+    first_section = next(i for i, c in enumerate(nb) if c["cell_type"] == "markdown"
+                         and re.search(r"^## ", text(c), re.M))
+    assert len(boxes) == 1 and boxes[0] < first_section             # at the end of the introduction
+    markdown = "\n".join(text(c) for c in nb if c["cell_type"] == "markdown")
+    assert f"({stem}-ledger)=\n## Paper vs this book" in markdown
+    code = "\n".join(text(c) for c in nb if c["cell_type"] == "code")
+    assert ".save()" in code and ".show()" in code
+
+
+def test_the_book_cites_papers_not_specs():
+    for path in [*CHAPTERS, *(ROOT / "hetfl_core").rglob("*.py")]:
+        assert not re.search(r"spec §|paper 00[0-4]|\.\./shared", path.read_text()), path
