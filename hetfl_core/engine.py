@@ -25,6 +25,7 @@ from torch import nn
 
 from .config import RunConfig
 from .data import ClientData, FederatedData, load_dataset, make_federated
+from .devices import place_data, resolve_device
 from .errors import ConfigError, DivergenceError
 from .models import build_model
 from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
@@ -88,6 +89,7 @@ class Method:
         self.options = {**self.defaults, **config.options}
         self.data = data
         self.devices = devices
+        self.device = resolve_device(config.device)
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
@@ -107,8 +109,9 @@ class Method:
 
     # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:
-        """The run's model architecture at ``width``."""
-        return build_model(self.config.model, self.data.input_shape, self.data.num_classes, width=width)
+        """The run's model architecture at ``width``, on the run's device."""
+        return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
+                           width=width).to(self.device)
 
     def local_steps(self, client: ClientData) -> int:
         """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
@@ -165,6 +168,7 @@ def build_simulation(config: RunConfig) -> Simulation:
                           classes_per_client=config.classes_per_client,
                           train_samples=config.train_samples, test_fraction=config.test_fraction,
                           val_fraction=config.val_fraction)
+    data = place_data(data, resolve_device(config.device))
     devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
