@@ -36,3 +36,14 @@ def method_config():
         return RunConfig(method=method, **{**settings, **needs.get(method, {}), **changes})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray (2 CPUs, no dashboard) shared by every test that needs it: starting Ray
+    costs seconds."""
+    from hetfl_core.ray_executor import connect
+
+    ray = connect(cpus=2)
+    yield ray
+    ray.shutdown()
