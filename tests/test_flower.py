@@ -6,8 +6,7 @@ import torch
 
 from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.flower import run_flower
-
-METHODS = ["fedavg", "heterofl", "fedper", "fedlps", "srp-pfed", "heroes", "sparse-prune-pfl"]
+from hetfl_core.methods import METHODS
 
 
 def weights(method, clients):
@@ -16,8 +15,8 @@ def weights(method, clients):
     return [m.state_dict() for m in models if m is not None]
 
 
-def test_methods_on_flower_match_the_engine(method_config):
-    configs = [method_config(m, rounds=2, heterogeneity="high") for m in METHODS]
+def test_every_method_on_flower_matches_the_engine(method_config):
+    configs = [method_config(m, rounds=2, heterogeneity="high") for m in sorted(METHODS)]
     on_flower = {}
     flower = run_flower(configs, on_run=lambda result, method: on_flower.setdefault(
         result["config"]["method"], weights(method, 3)))
