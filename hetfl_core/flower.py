@@ -31,6 +31,7 @@ import time
 import torch
 
 from .config import RunConfig
+from .devices import resolve_device
 from .engine import build_data, build_simulation, run_rounds, seeded_generator
 
 __all__ = ["server_app", "client_app", "run_flower"]
@@ -44,8 +45,8 @@ def _dumps(value) -> bytes:
     return buffer.getvalue()
 
 
-def _loads(blob: bytes):
-    return torch.load(io.BytesIO(blob), weights_only=False)
+def _loads(blob: bytes, device: torch.device):
+    return torch.load(io.BytesIO(blob), map_location=device, weights_only=False)
 
 
 def _fingerprints(state: dict) -> dict:
@@ -110,10 +111,11 @@ def client_app():
         config = RunConfig.from_dict(json.loads(config_json))
         round_idx, k = int(task["round"]), int(task["client"])
         method = object.__new__(get_method(config.method))
-        state = _loads(task["state"])
-        vars(method).update(state, data=_node_data(config_json))
+        device = resolve_device(config.device)   # the node's own GPU, wherever the server computes
+        state = _loads(task["state"], device)
+        vars(method).update(state, data=_node_data(config_json), device=device)
         before = _fingerprints(state)
-        report = method.client_update(method.data.clients[k], _loads(task["plan"]),
+        report = method.client_update(method.data.clients[k], _loads(task["plan"], device),
                                       seeded_generator(config.seed, round_idx, k))
         reply = ConfigRecord({"report": _dumps(report), "changes": _dumps(_changes(before, _method_state(method)))})
         return Message(RecordDict({"hetfl": reply}), reply_to=msg)
@@ -147,8 +149,8 @@ def _grid_updates(grid, nodes: list[int]):
             if reply.has_error():
                 raise RuntimeError(f"client {k} failed on its Flower node in round {round_idx}: {reply.error.reason}")
             result = reply.content["hetfl"]
-            _apply(sim.method, _loads(result["changes"]))
-            yield _loads(result["report"])
+            _apply(sim.method, _loads(result["changes"], sim.method.device))
+            yield _loads(result["report"], sim.method.device)
 
     return updates
 
@@ -175,9 +177,10 @@ def server_app(configs: list[RunConfig], nodes: int, on_run=None):
 
 
 def run_flower(configs: list[RunConfig], nodes: int | None = None, cpus_per_client: float = 1,
-               on_run=None) -> list[dict]:
+               gpus_per_client: float = 0, on_run=None) -> list[dict]:
     """Run ``configs`` in one Flower simulation (``nodes`` virtual nodes, by default one per
-    client of the largest run) and return each ``{"config", "history"}`` as
+    client of the largest run, each client's train step holding ``cpus_per_client`` CPUs and
+    ``gpus_per_client`` GPUs) and return each ``{"config", "history"}`` as
     :func:`hetfl_core.engine.run` does; ``on_run`` as in :func:`server_app`."""
     from flwr.simulation import run_simulation
 
@@ -192,7 +195,7 @@ def run_flower(configs: list[RunConfig], nodes: int | None = None, cpus_per_clie
             on_run(result, method)
 
     run_simulation(server_app(configs, nodes, record), client_app(), num_supernodes=nodes,
-                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
+                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": float(gpus_per_client)},
                                    "init_args": {"include_dashboard": False, "log_to_driver": False}})
     if len(results) < len(configs):
         raise RuntimeError(f"the Flower simulation ended after {len(results)} of {len(configs)} runs "
