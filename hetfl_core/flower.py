@@ -33,6 +33,7 @@ import torch
 from .config import RunConfig
 from .devices import resolve_device
 from .engine import build_data, build_simulation, run_rounds, seeded_generator
+from .errors import HetflError
 
 __all__ = ["server_app", "client_app", "run_flower"]
 
@@ -128,7 +129,7 @@ def _wait_for_nodes(grid, count: int, timeout_s: float = 300) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while len(nodes := sorted(grid.get_node_ids())) < count:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(nodes)} of {count} Flower nodes connected within {timeout_s:.0f} s")
+            raise HetflError(f"{len(nodes)} of {count} Flower nodes connected within {timeout_s:.0f} s")
         time.sleep(0.1)
     return nodes
 
@@ -147,7 +148,7 @@ def _grid_updates(grid, nodes: list[int]):
                               group_id=str(round_idx))
             (reply,) = grid.send_and_receive([message])
             if reply.has_error():
-                raise RuntimeError(f"client {k} failed on its Flower node in round {round_idx}: {reply.error.reason}")
+                raise HetflError(f"client {k} failed on its Flower node in round {round_idx}: {reply.error.reason}")
             result = reply.content["hetfl"]
             _apply(sim.method, _loads(result["changes"], sim.method.device))
             yield _loads(result["report"], sim.method.device)
@@ -198,6 +199,6 @@ def run_flower(configs: list[RunConfig], nodes: int | None = None, cpus_per_clie
                    backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": float(gpus_per_client)},
                                    "init_args": {"include_dashboard": False, "log_to_driver": False}})
     if len(results) < len(configs):
-        raise RuntimeError(f"the Flower simulation ended after {len(results)} of {len(configs)} runs "
+        raise HetflError(f"the Flower simulation ended after {len(results)} of {len(configs)} runs "
                            f"(see Flower's log above)")
     return results

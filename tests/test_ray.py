@@ -1,6 +1,6 @@
 import pytest
 
-from hetfl_core.errors import ConfigError
+from hetfl_core.errors import ConfigError, HetflError
 from hetfl_core.experiments import cache_path, sweep
 
 
@@ -29,7 +29,7 @@ def test_ray_sweep_equals_the_process_pool_and_resumes(configs, local_ray, tmp_p
 def test_a_failing_ray_run_is_reported_after_the_others_finish(method_config, local_ray, tmp_path):
     good = method_config("fedavg")
     bad = method_config("fedavg", lr=1e6, rounds=3, local_steps=20)   # diverges
-    with pytest.raises(Exception, match="1 of 2 runs failed.*diverged"):
+    with pytest.raises(HetflError, match="1 of 2 runs failed.*diverged"):
         sweep([good, bad], executor="ray", directory=tmp_path, progress=False)
     assert cache_path(good, tmp_path).exists()
 
