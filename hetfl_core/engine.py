@@ -264,7 +264,7 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
         plans = method.configure_round(t, sampled)
         reports, clients = [], []
         jobs = [(k, plans[k]) for k in sampled if k in plans]
-        for (k, _), report in zip(jobs, client_updates(sim, t, jobs)):
+        for (k, _), report in zip(jobs, client_updates(sim, t, jobs), strict=True):
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
                                       f"lower lr (now {config.lr})")
