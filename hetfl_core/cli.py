@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="write {config, history} JSON here")
     run.add_argument("--no-cache", action="store_true", help="run even if the result is cached")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--engine", choices=("hetfl", "flower"), default="hetfl",
+                     help="hetfl's round loop, or the same loop in Flower's simulation engine (not cached)")
+    run.add_argument("--executor", choices=("process", "ray"), default=None,
+                     help="where the run executes: this process, or a Ray task (default: $HETFL_EXECUTOR or process)")
+    run.add_argument("--address", help="the Ray cluster's address (default: $HETFL_RAY_ADDRESS, else a local Ray)")
     return parser
 
 
@@ -122,9 +128,16 @@ def main(argv=None) -> int:
         print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
         return 2
     try:
-        from .experiments import run_cached
+        from .experiments import run_cached, sweep
 
-        result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
+        if args.engine == "flower":
+            from .flower import run_flower
+
+            result = run_flower([config])[0]
+        elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
+            result = sweep([config], executor="ray", address=args.address, progress=not args.quiet)[0]
+        else:
+            result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     except HetflError as exc:
         print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
         return 1

@@ -51,6 +51,9 @@ class RunConfig:
     scoring the global model on the dataset's whole test set (the costliest part of an
     evaluation) where only personalised accuracy is read.
 
+    ``device`` is where models and data live (``cpu``, ``cuda``, ``cuda:N``, ``mps``,
+    ``auto``; see :mod:`hetfl_core.devices`).
+
     ``options`` holds the method's own hyperparameters (e.g. ``{"mu": 0.01}`` for FedProx);
     each method lists its options and defaults.
     """
@@ -77,16 +80,19 @@ class RunConfig:
     eval_every: int = 1
     eval_global: bool = True
     seed: int = 0
+    device: str = "cpu"
     options: dict = field(default_factory=dict)
 
     def validate(self) -> "RunConfig":
         """Check every field; raise :class:`ConfigError` with one line naming the first bad one."""
         from .data import PARTITIONS, canonical_dataset_name
+        from .devices import check_device
         from .methods import get_method
         from .models import MODELS
         from .system import HETEROGENEITY
 
         method_cls = get_method(self.method)
+        check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; choose one of: {', '.join(MODELS)}")

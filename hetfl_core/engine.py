@@ -25,12 +25,14 @@ from torch import nn
 
 from .config import RunConfig
 from .data import ClientData, FederatedData, load_dataset, make_federated
+from .devices import place_data, resolve_device
 from .errors import ConfigError, DivergenceError
 from .models import build_model
 from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
 from .training import evaluate, steps_for_epochs
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator"]
+__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
+           "run_rounds", "seeded_generator"]
 
 
 @dataclass
@@ -88,6 +90,7 @@ class Method:
         self.options = {**self.defaults, **config.options}
         self.data = data
         self.devices = devices
+        self.device = resolve_device(config.device)
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
@@ -107,8 +110,9 @@ class Method:
 
     # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:
-        """The run's model architecture at ``width``."""
-        return build_model(self.config.model, self.data.input_shape, self.data.num_classes, width=width)
+        """The run's model architecture at ``width``, on the run's device."""
+        return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
+                           width=width).to(self.device)
 
     def local_steps(self, client: ClientData) -> int:
         """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
@@ -155,16 +159,22 @@ class Simulation:
     method: Method
 
 
-def build_simulation(config: RunConfig) -> Simulation:
-    """Validate ``config`` and build its data, devices and method (no training yet)."""
-    from .methods import get_method
-
-    config.validate()
+def build_data(config: RunConfig) -> FederatedData:
+    """The run's dataset dealt to its clients, on the run's device."""
     dataset = load_dataset(config.dataset)
     data = make_federated(dataset, config.partition, config.clients, config.seed, alpha=config.alpha,
                           classes_per_client=config.classes_per_client,
                           train_samples=config.train_samples, test_fraction=config.test_fraction,
                           val_fraction=config.val_fraction)
+    return place_data(data, resolve_device(config.device))
+
+
+def build_simulation(config: RunConfig) -> Simulation:
+    """Validate ``config`` and build its data, devices and method (no training yet)."""
+    from .methods import get_method
+
+    config.validate()
+    data = build_data(config)
     devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
@@ -215,8 +225,19 @@ def evaluate_method(sim: Simulation) -> dict:
     return {**row, **method.extra_metrics()}
 
 
+def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, ClientPlan]]):
+    """Each planned client's report, in order: ``client_update`` in this process."""
+    for k, plan in plans:
+        yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
+
+
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
-    """Run one configuration and return ``{"config": ..., "history": [...]}``.
+    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see :func:`run_rounds`)."""
+    return run_rounds(build_simulation(config), progress, callback)
+
+
+def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_updates=local_updates) -> dict:
+    """Run a built simulation's rounds and return ``{"config": ..., "history": [...]}``.
 
     Each history row is one round: ``round``, ``time_s`` (simulated wall-clock since the
     start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
@@ -224,9 +245,11 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
     ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits`` and
     ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
     Raises :class:`DivergenceError` when a local loss is not finite.
+
+    ``client_updates(sim, round, [(client, plan), ...])`` yields the clients' reports in
+    order; the default trains them here, :mod:`hetfl_core.flower` on Flower's nodes.
     """
-    sim = build_simulation(config)
-    method, data, devices = sim.method, sim.data, sim.devices
+    config, method, devices = sim.config, sim.method, sim.devices
     sampler = np.random.default_rng([config.seed, 4])
     per_round = max(1, int(round(config.participation * config.clients)))
     history = []
@@ -240,8 +263,8 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
         sampled = sorted(int(k) for k in sampler.choice(config.clients, per_round, replace=False))
         plans = method.configure_round(t, sampled)
         reports, clients = [], []
-        for k in (k for k in sampled if k in plans):
-            report = method.client_update(data.clients[k], plans[k], seeded_generator(config.seed, t, k))
+        jobs = [(k, plans[k]) for k in sampled if k in plans]
+        for (k, _), report in zip(jobs, client_updates(sim, t, jobs), strict=True):
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
                                       f"lower lr (now {config.lr})")

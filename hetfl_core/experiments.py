@@ -22,7 +22,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from .config import RunConfig
-from .errors import HetflError
+from .errors import ConfigError, HetflError
 
 __all__ = ["cache_dir", "source_hash", "cache_path", "load_cached", "log_run", "run_cached", "sweep"]
 
@@ -161,8 +161,15 @@ def _worker_pool(processes: int) -> ProcessPoolExecutor:
 
 
 def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None = None,
-          desc: str = "runs", progress: bool = True) -> list[dict]:
+          desc: str = "runs", progress: bool = True, executor: str | None = None, address: str | None = None,
+          gpus_per_run: float = 0) -> list[dict]:
     """Results of every config, in order: cached ones at once, the rest in ``processes`` workers.
+
+    ``executor="ray"`` sends the missing runs to the Ray cluster at ``address`` instead
+    (a local Ray with ``processes`` CPUs when there is none), each task holding one CPU
+    and ``gpus_per_run`` GPUs (see :mod:`hetfl_core.ray_executor`). The defaults come from
+    ``$HETFL_EXECUTOR`` (``process`` or ``ray``) and ``$HETFL_RAY_ADDRESS``, so a chapter
+    run by papermill sweeps on a cluster without changing a line.
 
     A failing run does not stop the others: every finished run is stored, then the first
     failure is raised as one line naming the config.
@@ -171,6 +178,9 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
     ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
     for the next sweep with the same ``processes``.
     """
+    executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
+    if executor not in ("process", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}; choose process or ray")
     for c in configs:
         c.validate()
     results: list[dict | None] = [load_cached(c, directory) for c in configs]
@@ -186,7 +196,21 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
 
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
     errors = []
-    if processes <= 1 or len(todo) == 1:
+    if executor == "ray":
+        from .ray_executor import ray_outcomes
+
+        directory = Path(directory or cache_dir())
+        for i, outcome in ray_outcomes({i: configs[i] for i in todo}, directory,
+                                       address or os.environ.get("HETFL_RAY_ADDRESS"), gpus_per_run, processes):
+            if isinstance(outcome, HetflError):
+                errors.append((i, outcome))
+            else:
+                results[i] = outcome
+                if not cache_path(configs[i], directory).exists():  # a node without the shared cache
+                    _write_atomic(cache_path(configs[i], directory), outcome)
+            if bar:
+                bar.update()
+    elif processes <= 1 or len(todo) == 1:
         _one_thread()
         for i in todo:
             try:

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from .errors import ConfigError
 
-__all__ = ["MLP", "LeNet5", "SmallCNN", "WidthCNN", "PooledCNN", "ResNet", "CharLSTM", "EmbeddingBagClassifier", "MODELS", "build_model",
+__all__ = ["MLP", "WholeMapConv2d", "LeNet5", "SmallCNN", "WidthCNN", "PooledCNN", "ResNet", "CharLSTM",
+           "EmbeddingBagClassifier", "MODELS", "build_model",
            "structured_units", "count_parameters"]
 
 
@@ -39,6 +40,18 @@ class MLP(nn.Module):
         return self.classifier(x)
 
 
+class WholeMapConv2d(nn.Conv2d):
+    """A convolution whose kernel may cover its whole unpadded input map, as LeNet-5's third
+    layer does (5x5 over 5x5): one output position, so it is computed as the linear layer it
+    is over the flattened map (faster on a CPU), with the same weights, output shape and,
+    for :func:`hetfl_core.system.profile_model`, the same cost."""
+
+    def forward(self, x):
+        if tuple(x.shape[-2:]) == self.kernel_size and self.padding == (0, 0) and self.groups == 1:
+            return F.linear(x.flatten(1), self.weight.flatten(1), self.bias)[:, :, None, None]
+        return super().forward(x)
+
+
 class LeNet5(nn.Module):
     """LeNet-5 (LeCun et al., 1998) as papers 003 and 004 count it.
 
@@ -56,7 +69,7 @@ class LeNet5(nn.Module):
         c1, c2, c3, f1 = (_scaled(n, width) for n in (6, 16, 120, 84))
         self.conv1 = nn.Conv2d(c, c1, 5, padding=pad)
         self.conv2 = nn.Conv2d(c1, c2, 5)
-        self.conv3 = nn.Conv2d(c2, c3, 5)
+        self.conv3 = WholeMapConv2d(c2, c3, 5)   # 5x5 over the 5x5 map of 28x28 inputs
         self.fc1 = nn.Linear(c3, f1)
         self.classifier = nn.Linear(f1, num_classes)
 

@@ -90,7 +90,7 @@ def profile_model(model: nn.Module, in_shape, dtype=torch.float32) -> list[Layer
     model.eval()
     try:
         with torch.no_grad():
-            model(torch.zeros((1, *in_shape), dtype=dtype))
+            model(torch.zeros((1, *in_shape), dtype=dtype, device=next(model.parameters()).device))
     finally:
         for h in handles:
             h.remove()

@@ -45,6 +45,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     """
     model.train()
     named = dict(model.named_parameters())
+    if masks:  # a method may build its masks on the CPU; they act on the model's device
+        masks = {k: m.to(named[k].device) for k, m in masks.items()}
     train_names = list(named) if params is None else list(params)
     optimizer = torch.optim.SGD([named[n] for n in train_names], lr=lr, momentum=momentum,
                                 weight_decay=weight_decay)

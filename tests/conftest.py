@@ -16,3 +16,29 @@ def tiny_config():
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
     return tmp_path / "runs"
+
+
+@pytest.fixture
+def method_config():
+    """``method_config(name, **changes)``: a one-second run of method ``name`` on digits,
+    with the settings the method requires (flanc and heroes compose wcnn; srp-pfed clusters
+    on a validation split)."""
+    from hetfl_core import RunConfig
+
+    def make(method, **changes):
+        needs = {"flanc": {"model": "wcnn"}, "heroes": {"model": "wcnn"}, "srp-pfed": {"val_fraction": 0.2}}
+        settings = dict(dataset="digits", model="cnn", partition="iid", clients=3, rounds=1, local_steps=2)
+        return RunConfig(method=method, **{**settings, **needs.get(method, {}), **changes})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray (2 CPUs, no dashboard) shared by every test that needs it: starting Ray
+    costs seconds."""
+    from hetfl_core.ray_executor import connect
+
+    ray = connect(cpus=2)
+    yield ray
+    ray.shutdown()

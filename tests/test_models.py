@@ -48,3 +48,21 @@ def test_bad_model_arguments():
         models.build_model("vgg99", (1, 28, 28), 10)
     with pytest.raises(ConfigError, match="width"):
         models.build_model("cnn", (1, 28, 28), 10, width=1.5)
+
+
+@pytest.mark.parametrize("map_size", [5, 7])
+def test_a_whole_map_convolution_equals_the_convolution(map_size):
+    torch.manual_seed(0)
+    layer, x = models.WholeMapConv2d(16, 120, 5), torch.randn(8, 16, map_size, map_size)
+    expected = torch.nn.functional.conv2d(x, layer.weight, layer.bias)
+    torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-5)
+    assert layer(x).shape == expected.shape
+
+
+def test_lenet5_third_layer_keeps_its_weights_and_cost():
+    from hetfl_core.system import profile_model
+
+    model = models.build_model("lenet5", (1, 28, 28), 10)
+    assert model.state_dict()["conv3.weight"].shape == (120, 16, 5, 5)
+    conv3 = next(c for c in profile_model(model, (1, 28, 28)) if c.name == "conv3")
+    assert (conv3.kind, conv3.macs, conv3.params) == ("conv", 120 * 16 * 25, 120 * 16 * 25 + 120)
