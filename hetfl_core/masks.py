@@ -99,7 +99,8 @@ def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -
             name = f"{layer}.{suffix}"
             if name in params:
                 shape = (-1,) + (1,) * (params[name].dim() - 1)
-                masks[name] = keep.float().reshape(shape).expand_as(params[name]).clone()
+                keep_here = keep.to(params[name].device).float()      # on the parameters' device
+                masks[name] = keep_here.reshape(shape).expand_as(params[name]).clone()
     return masks
 
 
@@ -129,7 +130,7 @@ def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.
         k = max(1, math.floor(ratio * n + 1e-9))
         # stable descending sort: equal scores keep index order
         order = torch.sort(q.detach(), descending=True, stable=True).indices[:k]
-        keep = torch.zeros(n, dtype=torch.bool)
+        keep = torch.zeros(n, dtype=torch.bool, device=q.device)
         keep[order] = True
         out[name] = keep
     return out

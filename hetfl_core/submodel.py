@@ -87,9 +87,9 @@ def extract(model: nn.Module, state: dict, indices: dict) -> dict:
     for name, (rows, cols) in _slices(model, indices).items():
         t = state[name]
         if rows is not None:
-            t = t.index_select(0, rows)
+            t = t.index_select(0, rows.to(t.device))      # unit indices live on the CPU
         if cols is not None:
-            t = t.index_select(1, cols)
+            t = t.index_select(1, cols.to(t.device))
         result[name] = t.clone()
     return result
 
@@ -106,12 +106,12 @@ def embed(model: nn.Module, sub_state: dict, indices: dict, like: dict | None = 
     for name, (rows, cols) in _slices(model, indices).items():
         full = (like[name].clone() if like is not None else torch.zeros_like(params[name])).detach()
         mask = torch.zeros_like(full)
-        r = rows if rows is not None else torch.arange(full.shape[0])
+        r = (rows if rows is not None else torch.arange(full.shape[0])).to(full.device)
         if full.dim() == 1:
             full[r] = sub_state[name]
             mask[r] = 1
         else:
-            c = cols if cols is not None else torch.arange(full.shape[1])
+            c = (cols if cols is not None else torch.arange(full.shape[1])).to(full.device)
             full[r[:, None], c[None, :]] = sub_state[name]
             mask[r[:, None], c[None, :]] = 1
         values[name], held[name] = full, mask
