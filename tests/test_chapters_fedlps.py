@@ -95,3 +95,29 @@ def test_table2_claims_are_judged_per_seed():
     assert flops.verdict == "inconclusive"                     # Dyn used more on seed 2
     assert acc.verdict == "inconclusive" and acc.values == [-1.5, 1.0]
     assert "s = 0.65" in acc.why
+
+
+def test_fig5_draws_never_reached_as_a_stub_and_methods_in_their_colours(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hetfl_core import plots
+
+    shown = []
+    monkeypatch.setattr(ch.plt, "show", lambda: shown.append(plt.gcf()))
+    tta = {"0.9 x FedAvg": {"FedAvg": np.array([10.0, 20.0]),
+                            "FedLPS": np.array([5.0, math.inf])}}
+    ch.plot_time_to(tta, {"0.9 x FedAvg": 80.0})
+    ax = shown[-1].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "never" in texts and "15" in texts and not any("inf" in t for t in texts)
+    colour = matplotlib.colors.to_hex(ax.patches[0].get_facecolor())
+    assert colour == plots.method_style("FedAvg")["color"]
+    ch.plot_noniid({"FedAvg": np.array([50.0, 60.0]), "FedLPS": np.array([55.0, 58.0])},
+                   ch.make_plan("smoke", "digits", 0, "medium"))
+    lines = shown[-1].axes[0].lines
+    assert [ln.get_color() for ln in lines] == [plots.method_style(n)["color"]
+                                                for n in ("FedAvg", "FedLPS")]
+    plt.close("all")

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
-from .. import masks
+from .. import masks, plots
 from ..config import RunConfig, by_scale
 from ..data import make_federated
 from ..engine import build_simulation, seeded_generator
@@ -24,7 +26,9 @@ __all__ = ["MAIN", "ABLATION", "PATTERNS", "BASELINES", "Plan", "make_plan", "ru
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
            "time_to", "noniid_accuracy", "staleness", "hetero_levels", "table2", "chosen_ratios",
            "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
-           "score_probe", "learned_curve", "build_ledger"]
+           "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES", "legend_below",
+           "plot_pattern_demo", "plot_accuracy_curves", "plot_time_to", "plot_noniid",
+           "plot_hetero", "plot_patterns", "plot_learned_curve"]
 
 #: Table I's methods: label -> (method, options)
 MAIN = {"FedAvg": ("fedavg", {}), "HeteroFL": ("heterofl", {}), "FedRolex": ("fedrolex", {}),
@@ -541,3 +545,140 @@ def build_ledger(scale: str, parameters: dict, plan: Plan, *, t1: dict, lps_rati
     _table2_claims(ledger, t2, bandit_ratios)
     _fig9_claims(ledger, pat, overlap, probe, curve, plan)
     return ledger
+
+
+# -- figures ------------------------------------------------------------------------------
+#: Fig. 9a's patterns: the learned one in FedLPS's colour, the heuristics in spare colours
+PATTERN_STYLES = {"learned": plots.method_style("FedLPS"),
+                  "random": {"color": plots.SPARE_COLOURS[0], "marker": "s"},
+                  "ordered": {"color": plots.SPARE_COLOURS[1], "marker": "^"},
+                  "magnitude": {"color": plots.SPARE_COLOURS[3], "marker": "D"}}
+
+
+def legend_below(fig, ax, ncol: int | None = None) -> None:
+    """One legend for the figure (``ax``'s entries) under its panels, never over a bar or
+    a curve; every panel's own legend is removed."""
+    handles, labels = ax.get_legend_handles_labels()
+    for a in fig.axes:
+        if a.get_legend():
+            a.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or len(labels))
+
+
+def plot_pattern_demo(units: int = 16, seed: int = 1) -> None:
+    """Which half of a layer's ``units`` a client keeps under each pattern: one row per
+    pattern, kept units in FedLPS's colour."""
+    from matplotlib.colors import ListedColormap
+
+    rng = np.random.default_rng(seed)
+    weights = rng.gamma(2.0, 1.0, units)
+    patterns = {"ordered": -np.arange(units), "random": rng.random(units),
+                "magnitude": weights,
+                "learned, client A": weights + 3 * rng.standard_normal(units),
+                "learned, client B": weights + 3 * rng.standard_normal(units)}
+    rows = [masks.top_units({"l": torch.tensor(s, dtype=torch.float32)}, 0.5)["l"].numpy()
+            for s in patterns.values()]
+    fig, ax = plt.subplots(figsize=(8, 2.6), constrained_layout=True)
+    cmap = ListedColormap(["#e0e0e0", plots.method_style("FedLPS")["color"]])
+    ax.imshow(np.array(rows, float), cmap=cmap, aspect="auto", vmin=0, vmax=1)
+    ax.set_xticks(np.arange(units) - 0.5, minor=True)
+    ax.set_yticks(np.arange(len(rows)) - 0.5, minor=True)
+    ax.grid(True, which="minor", color="white", linewidth=1.5)
+    ax.grid(False, which="major")
+    ax.tick_params(which="minor", length=0)
+    ax.set_yticks(range(len(rows)), list(patterns))
+    ax.set_xticks(range(0, units, 3))
+    ax.set_xlabel("unit of a hidden layer")
+    ax.set_title(f"which {units // 2} of {units} units a client keeps (coloured) "
+                 "under each pattern")
+    plt.show()
+
+
+def plot_accuracy_curves(runs: dict[str, list[dict]]) -> None:
+    """Figs. 3 and 4: personalised accuracy against cumulative training FLOPs and against
+    simulated time, one legend under both panels."""
+    everything = [r for rs in runs.values() for r in rs]
+    names = {m: n for n, (m, _) in MAIN.items()}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for ax, x in zip(axes, ("flops", "time_s")):
+        plots.plot_curves(everything, x=x, y="acc_personal", ax=ax,
+                          label=lambda r: names[r["config"]["method"]])
+    axes[0].set_title("Fig. 3: accuracy vs training FLOPs")
+    axes[1].set_title("Fig. 4: accuracy vs simulated time")
+    legend_below(fig, axes[0])
+    plt.show()
+
+
+def plot_time_to(tta: dict, targets: dict) -> None:
+    """Fig. 5: mean simulated seconds to each target; a method whose runs did not all
+    reach a target gets a hatched "never" stub instead of a bar."""
+    bars = {f"{t} ({fmt(v, 0, '%')})": {n: float(np.mean(s)) if np.all(np.isfinite(s))
+                                        else math.nan for n, s in tta[t].items()}
+            for t, v in targets.items()}
+    fig, ax = plt.subplots(figsize=(8.5, 3.6), constrained_layout=True)
+    plots.grouped_bars(bars, ax=ax, ylabel="simulated seconds to target", fmt="{:.3g}")
+    ax.set_title("Fig. 5: time to target accuracy")
+    plt.show()
+
+
+def plot_noniid(noniid: dict[str, np.ndarray], plan: Plan) -> None:
+    """Fig. 6: accuracy against the number of classes a client lacks."""
+    lacking = [10 - c for c in plan.class_levels]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)
+    for name, acc in noniid.items():
+        ax.plot(lacking, acc, label=name, **plots.method_style(name))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("classes each client lacks")
+    ax.set_ylabel("personalised accuracy (%)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("Fig. 6: accuracy vs non-IID level")
+    plt.show()
+
+
+def plot_hetero(acc_lv: dict, time_lv: dict) -> None:
+    """Figs. 7 and 8: accuracy and running time by device heterogeneity level, one
+    legend under both panels."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    plots.grouped_bars(acc_lv, ax=axes[0], ylabel="personalised accuracy (%)", fmt="{:.1f}")
+    plots.grouped_bars(time_lv, ax=axes[1], ylabel="simulated running time (s)",
+                       fmt="{:.3g}")
+    axes[0].set_title("Fig. 7: accuracy by heterogeneity")
+    axes[1].set_title("Fig. 8: running time by heterogeneity")
+    legend_below(fig, axes[0])
+    plt.show()
+
+
+def plot_patterns(pat: dict) -> None:
+    """Fig. 9a: accuracy (mean, min-max over seeds) of each pattern against the ratio."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8), constrained_layout=True)
+    for p, by_ratio in pat.items():
+        vals = np.array(list(by_ratio.values()))
+        mean = vals.mean(1)
+        ax.errorbar(list(by_ratio), mean, yerr=[mean - vals.min(1), vals.max(1) - mean],
+                    capsize=3, label=p, **PATTERN_STYLES[p])
+    ax.set_xlabel("sparse ratio s (fraction of units kept)")
+    ax.set_ylabel("personalised accuracy (%)")
+    ax.set_title("Fig. 9a: accuracy by pattern and ratio")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.show()
+
+
+def plot_learned_curve(curve: tuple, plan: Plan) -> None:
+    """Fig. 9b: the learned pattern's accuracy (left axis, solid) and running time (right
+    axis, dashed) against the ratio."""
+    acc_s, secs_s = (v.mean(1) for v in curve)
+    style = plots.method_style("FedLPS")
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)
+    ax.plot(plan.curve_ratios, acc_s, label="accuracy (left)", **style)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_xlabel("sparse ratio s")
+    ax2 = ax.twinx()
+    ax2.plot(plan.curve_ratios, secs_s, ls="--", color=style["color"], marker="s",
+             label="simulated time (right)")
+    ax2.set_ylabel("simulated time (s)")
+    ax2.grid(False)
+    ax2.spines["right"].set_visible(True)
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
+    ax.set_title("Fig. 9b: learned pattern, accuracy and time vs s")
+    plt.show()
