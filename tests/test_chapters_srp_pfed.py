@@ -159,3 +159,30 @@ def test_repaired_bound_holds_on_quadratics_and_fedavg_has_no_mask_terms():
     fedavg = ch.bound_check(rates=(1.0,), **kw)
     assert fedavg["uncovered"] == 0 and fedavg["fused"] == 0
     assert fedavg["lhs"] <= sum(fedavg[k] for k in terms)
+
+
+def test_cluster_figure_has_at_most_three_panels_a_row_and_a_colour_bar(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = []
+    monkeypatch.setattr(ch.plt, "show", lambda: shown.append(plt.gcf()))
+    plan = ch.make_plan("smoke", "digits", 0, 4, {"candidates": 10, "k": 2, "decay": 0.9})
+
+    def walk(k):
+        return {"history": [{"round": t, "clients": [
+            {"id": i, "cluster": (i + t) % k, "probs": [0.1] * 10} for i in range(3)]}
+            for t in range(1, 5)]}
+
+    results = {("fig7b", kk): walk(kk) for kk in plan.sweep_k}
+    lines = ch.plot_clusters(results, plan, [1, 4], 10)
+    fig = shown[-1]
+    assert len(lines) == len([kk for kk in plan.sweep_k if kk >= 2])
+    assert fig.get_size_inches()[0] <= 10
+    assert max(ax.get_subplotspec().colspan.stop for ax in fig.axes
+               if ax.get_subplotspec()) <= 3
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
+    assert fig.legends and not any(ax.get_legend() for ax in fig.axes)
+    plt.close("all")

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.ticker import MaxNLocator
 
+from .. import plots
 from ..config import RunConfig, by_scale
 from ..experiments import sweep
 from ..methods.srp_pfed import SRPpFed
@@ -20,13 +23,16 @@ from ..partial_update import fuse, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid, reinforcement
 from ..report import (Ledger, at_least, at_most, evaluated, final, first_reach, fmt,
                       fmt_mean_sd, is_true, per_seed, value_at)
+from .fedlps import legend_below
 
 __all__ = ["SPLITS", "METHODS", "ABLATION", "WRITER_SPLITS", "TOPIC_SPLITS", "TASK_METHODS",
            "FIG5_METHODS", "TABLE6_PAPER", "simulate_walks", "reinforcement_change",
            "Plan", "make_plan", "run_plan", "pct", "uplink_mb", "traffic_mb_to",
            "memberships", "table3", "task_table", "kendall_tau", "ablation_table",
            "element_weights", "paper_mask_bias", "uncovered_fraction", "bound_check",
-           "semi_async_runs", "end_time", "equal_time", "late_share", "build_ledger"]
+           "semi_async_runs", "end_time", "equal_time", "late_share", "build_ledger",
+           "plot_fusion", "plot_split_curves", "plot_task_curves", "plot_sweeps",
+           "plot_clusters", "plot_semi_async"]
 
 #: the paper's (alpha, rho) partitions (10, 0.7), (1, 1), (0.1, 1), with IID; rho is
 #: undefined in the paper and not modelled
@@ -641,3 +647,146 @@ def build_ledger(results: dict, plan: Plan, syncs: list, semis: list, scale: str
     _cluster_claims(ledger, results, plan)
     _semi_async_claims(ledger, syncs, semis)
     return ledger
+
+
+# -- figures ------------------------------------------------------------------------------
+def plot_fusion(w_i: dict, w_g: dict, mask: dict, layer: str = "fc1.weight") -> None:
+    """The top-left corner of one layer: the client's magnitudes, the mask, the global
+    weights and the fused model, two by two, each with its colour bar."""
+    panels = [("|w_i| (client)", w_i[layer].abs(), "viridis"),
+              ("mask m at p = 0.3 (1 = shared)", mask[layer], "gray_r"),
+              ("w_g (global)", w_g[layer], "RdBu"),
+              ("fusion m*w_g + (1-m)*w_i", fuse(w_g, w_i, mask)[layer], "RdBu")]
+    fig, axes = plt.subplots(2, 2, figsize=(9, 4.6), constrained_layout=True)
+    for ax, (title, img, cmap) in zip(axes.flat, panels):
+        img = img[:24, :48].numpy()
+        bound = float(np.abs(img).max()) if cmap == "RdBu" else None
+        image = ax.imshow(img, cmap=cmap, aspect="auto", interpolation="nearest",
+                          vmin=-bound if bound else None, vmax=bound)
+        fig.colorbar(image, ax=ax, shrink=0.9)
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    fig.suptitle(f"{layer.split('.')[0]} of a small CNN: the largest weights stay "
+                 "personal, the rest come from the global model")
+    plt.show()
+
+
+def plot_split_curves(results: dict, keys: dict, x: str = "round", title: str = "") -> None:
+    """Accuracy against ``x`` on each split, two by two, one legend under the panels:
+    ``keys`` maps a split to ``{label: result key}``."""
+    n = len(keys)
+    cols = 2 if n in (2, 4) else min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 3.2 * rows + 0.6), squeeze=False,
+                             constrained_layout=True)
+    for ax, (split, by_label) in zip(axes.flat, keys.items()):
+        names = {results[k]["config"]["method"]: m for m, k in by_label.items()}
+        plots.plot_curves([results[k] for k in by_label.values()], x=x, y="acc_personal",
+                          ax=ax, label=lambda r: names[r["config"]["method"]])
+        if x == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(split)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
+    legend_below(fig, axes.flat[0])
+    plt.show()
+
+
+def plot_task_curves(results: dict, task: str, splits, dataset: str,
+                     target: float | None = None) -> None:
+    """A task's curves on each of its ``splits`` side by side, the target dotted."""
+    fig, axes = plt.subplots(1, len(splits), figsize=(10, 3.6), constrained_layout=True)
+    names = {METHODS[m][0]: m for m in TASK_METHODS}
+    for ax, split in zip(np.atleast_1d(axes), splits):
+        runs = [results[(task, split, m)] for m in TASK_METHODS]
+        plots.plot_curves(runs, x="round", y="acc_personal", ax=ax,
+                          label=lambda r: names[r["config"]["method"]])
+        if target is not None:
+            ax.axhline(target, color="gray", ls=":", label="target")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{dataset}, {split}")
+    legend_below(fig, np.atleast_1d(axes)[0], ncol=4)
+    plt.show()
+
+
+def plot_sweeps(results: dict, plan: Plan, candidates: int) -> list[dict]:
+    """Fig. 7: final accuracy against the grid size c (7a) and the sampled rates K (7b),
+    and the FLOPs against K; returns the runs drawn."""
+    style = plots.method_style("SRP-pFed")
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), constrained_layout=True)
+    cs = sorted(set(plan.sweep_c) | {candidates})
+    runs_c = [results.get(("fig7a", c), results[("tab3", "dir(1)", "SRP-pFed", plan.seed)])
+              for c in cs]
+    axes[0].plot(cs, [pct(r) for r in runs_c], **style)
+    axes[0].set(xlabel="candidates c", ylabel="final personalised acc (%)",
+                title="Fig. 7a")
+    runs_k = [results[("fig7b", kk)] for kk in plan.sweep_k]
+    axes[1].plot(plan.sweep_k, [pct(r) for r in runs_k], **style)
+    axes[1].set(xlabel="sampled rates K", ylabel="final personalised acc (%)",
+                title="Fig. 7b")
+    flops = np.array([r["history"][-1]["flops"] for r in runs_k])
+    axes[2].plot(plan.sweep_k, flops / flops[0], label="measured", **style)
+    paper_k = [1 + (kk - plan.sweep_k[0]) / 50 for kk in plan.sweep_k]
+    axes[2].plot(plan.sweep_k, paper_k, "k:", label="1 + (K - 1)/50")
+    axes[2].set(xlabel="sampled rates K", ylabel="FLOPs relative to K=1", title="cost")
+    axes[2].legend(fontsize=9)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    plt.show()
+    return runs_c + runs_k
+
+
+def plot_clusters(results: dict, plan: Plan, checkpoints, candidates: int) -> list[str]:
+    """Fig. 8: for each K >= 2 of the sweep, the share of the clients seen in each cluster
+    at the ``checkpoints`` (stacked bars, a cluster's colour the same in every panel, one
+    legend under the figure), and the first
+    client's memory pi by round at K = 2 (with its colour bar); returns one line per K."""
+    shown = [kk for kk in plan.sweep_k if kk >= 2]
+    n = len(shown) + 1
+    cols = 2 if n in (2, 4) else 3
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 3.1 * rows + 0.5), squeeze=False,
+                             constrained_layout=True)
+    colours = plt.get_cmap("viridis", max(shown, default=1))   # by cluster, any K
+    lines = []
+    for ax, kk in zip(axes.flat, shown):
+        share = memberships(results[("fig7b", kk)], kk, checkpoints)
+        bottom = np.zeros(len(checkpoints))
+        for j in range(kk):
+            ax.bar([str(c) for c in checkpoints], share[:, j], bottom=bottom,
+                   label=f"cluster {j}", color=colours(j))
+            bottom += share[:, j]
+        ax.set(title=f"K = {kk}", xlabel="round", ylabel="share of clients seen")
+        lines.append(f"K={kk}: round {checkpoints[0]} shares {share[0].round(2).tolist()}; "
+                     f"round {checkpoints[-1]} shares {share[-1].round(2).tolist()}")
+    history = results[("fig7b", 2)]["history"]
+    probs = np.array([row["clients"][0]["probs"] for row in history])
+    ax = axes.flat[len(shown)]
+    image = ax.imshow(probs.T, aspect="auto", origin="lower", cmap="magma",
+                      extent=[0.5, len(probs) + 0.5, 0.5 / candidates, 1 + 0.5 / candidates])
+    fig.colorbar(image, ax=ax, label="pi")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="round", ylabel="rate p", title="memory pi, K = 2")
+    ax.grid(False)
+    for extra in axes.flat[n:]:
+        extra.axis("off")
+    if shown:
+        legend_below(fig, axes.flat[len(shown) - 1], ncol=min(shown[-1], 4))
+    plt.show()
+    return lines
+
+
+def plot_semi_async(syncs: list, semis: list) -> None:
+    """Accuracy against simulated time, synchronous (SRP-pFed's colour) and
+    semi-asynchronous (a spare colour, dashed)."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), constrained_layout=True)
+    plots.plot_curves(syncs, x="time_s", y="acc_personal", ax=ax,
+                      label=lambda r: "synchronous",
+                      **plots.method_style("SRP-pFed"))
+    plots.plot_curves(semis, x="time_s", y="acc_personal", ax=ax,
+                      label=lambda r: "semi-async", ls="--",
+                      color=plots.SPARE_COLOURS[4], marker="s")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.show()
