@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
-           "plot_curves", "grouped_bars", "mark_never", "client_class_heatmap", "SPARE_COLOURS"]
+           "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS"]
 
 #: method key (lower case, letters and digits only) -> (colour, marker). The papers' methods
 #: first, then the baselines family by family.
@@ -46,7 +46,7 @@ ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lt
            "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc",
            "fedavgs": "topk"}   # FedAvg-S: FedAvg with top-k sparsified uploads
 #: colours no method uses, for a chapter's variants (fixed-rate runs, ablations)
-SPARE_COLOURS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+SPARE_COLOURS = ("#393b79", "#637939", "#6b6ecf", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
 
 
 def method_key(name: str) -> str:
@@ -167,6 +167,20 @@ def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | No
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))    # beside the bars, never over them
     mark_never(ax)
     return ax
+
+
+def legend_below(fig, axes, ncol: int | None = None) -> None:
+    """One legend for the figure under its panels, never over a bar or a curve: every name
+    drawn in ``axes`` (one axes or several) once, and each panel's own legend removed."""
+    entries = {}
+    for ax in np.atleast_1d(axes).flat:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(name, handle)
+    for ax in fig.axes:
+        if ax.get_legend():
+            ax.get_legend().remove()
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center",
+               ncol=ncol or min(len(entries), max(1, int(fig.get_figwidth() // 1.6))))
 
 
 def mark_never(ax, text: str = "never", size: float = 0.06) -> None:

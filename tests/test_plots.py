@@ -48,3 +48,18 @@ def test_never_reached_bars_get_a_stub_not_a_number():
     texts = [t.get_text() for t in ax.texts]
     assert "never" in texts and "nan" not in texts and "12" in texts
     plt.close("all")
+
+
+def test_spare_colours_are_no_methods_and_one_legend_goes_under_the_figure():
+    import matplotlib.pyplot as plt
+
+    assert not set(plots.SPARE_COLOURS) & {c for c, _ in plots.METHOD_STYLES.values()}
+    fig, axes = plt.subplots(1, 2, layout="constrained")
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="FedAvg")
+        ax.legend()
+    axes[1].plot([0, 1], [1, 0], label="FedLPS")
+    plots.legend_below(fig, axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["FedAvg", "FedLPS"]
+    assert all(ax.get_legend() is None for ax in axes)
+    plt.close("all")

@@ -26,7 +26,7 @@ __all__ = ["MAIN", "ABLATION", "PATTERNS", "BASELINES", "Plan", "make_plan", "ru
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
            "time_to", "noniid_accuracy", "staleness", "hetero_levels", "table2", "chosen_ratios",
            "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
-           "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES", "legend_below",
+           "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES",
            "plot_pattern_demo", "plot_accuracy_curves", "plot_time_to", "plot_noniid",
            "plot_hetero", "plot_patterns", "plot_learned_curve"]
 
@@ -555,16 +555,6 @@ PATTERN_STYLES = {"learned": plots.method_style("FedLPS"),
                   "magnitude": {"color": plots.SPARE_COLOURS[3], "marker": "D"}}
 
 
-def legend_below(fig, ax, ncol: int | None = None) -> None:
-    """One legend for the figure (``ax``'s entries) under its panels, never over a bar or
-    a curve; every panel's own legend is removed."""
-    handles, labels = ax.get_legend_handles_labels()
-    for a in fig.axes:
-        if a.get_legend():
-            a.get_legend().remove()
-    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or len(labels))
-
-
 def plot_pattern_demo(units: int = 16, seed: int = 1) -> None:
     """Which half of a layer's ``units`` a client keeps under each pattern: one row per
     pattern, kept units in FedLPS's colour."""
@@ -605,7 +595,7 @@ def plot_accuracy_curves(runs: dict[str, list[dict]]) -> None:
                           label=lambda r: names[r["config"]["method"]])
     axes[0].set_title("Fig. 3: accuracy vs training FLOPs")
     axes[1].set_title("Fig. 4: accuracy vs simulated time")
-    legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()
 
 
@@ -644,7 +634,7 @@ def plot_hetero(acc_lv: dict, time_lv: dict) -> None:
                        fmt="{:.3g}")
     axes[0].set_title("Fig. 7: accuracy by heterogeneity")
     axes[1].set_title("Fig. 8: running time by heterogeneity")
-    legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()
 
 

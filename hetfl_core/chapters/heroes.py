@@ -406,14 +406,6 @@ def _integer_axis(axis) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _legend_below(fig, ax, ncol: int | None = None) -> None:
-    """One legend for the figure, under its panels (never over a bar or a curve)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if ax.get_legend():
-        ax.get_legend().remove()
-    fig.legend(handles, labels, loc="outside lower center", ncol=ncol or len(labels))
-
-
 def bars(ax, values: dict[str, float], errors: dict | None = None, ylabel: str = "") -> None:
     """One bar per variant (``{name: value}``) in its colour; ``nan``: a "never" stub."""
     names = list(values)
@@ -464,7 +456,7 @@ def plot_time_and_waiting(results: dict, names, budget: float) -> None:
          "waiting per client and round (s)")
     axes[1].tick_params(axis="x", labelrotation=30)
     axes[1].set_title("Fig. 5a: average waiting time (Eq. 20)")
-    _legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()
 
 
@@ -483,7 +475,7 @@ def plot_reach(reach_bits: dict, reach_time: dict, best: float, names) -> None:
         mark_never(ax)
     axes[0].set_title("Fig. 6a: traffic to target")
     axes[1].set_title("Fig. 6b: completion time to target")
-    _legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     axes[1].get_legend().remove()
     plt.show()
 
@@ -506,7 +498,7 @@ def plot_block_counters(counters: dict) -> None:
     for ax in axes:
         ax.set_ylabel("local iterations received")
         _integer_axis(ax.xaxis)
-    _legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()
 
 
@@ -544,7 +536,7 @@ def plot_resnet(results: dict, names, budget: float, target: float, seed: int) -
     axes[2].set_title(f"Fig. 8a: traffic to {fmt(target, 0, '%', 100)}")
     for ax in axes[1:]:
         ax.tick_params(axis="x", labelrotation=30)
-    _legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()
 
 
@@ -562,7 +554,7 @@ def plot_noniid(accuracy: dict[str, tuple[float, dict]], names) -> None:
         ax.bar_label(container, fmt="%.0f", fontsize=9)
     mark_never(ax, "no value")
     ax.set_title("Fig. 7: accuracy within a fixed time vs non-IID level")
-    _legend_below(fig, ax)
+    plots.legend_below(fig, ax)
     plt.show()
 
 
@@ -581,5 +573,5 @@ def plot_text(results: dict, names, seed: int) -> None:
                      markersize=4, label=LABELS[n])
     axes[1].set_xlabel("traffic (MB)")
     axes[1].set_title(f"Fig. 9b: accuracy vs traffic (seed {seed})")
-    _legend_below(fig, axes[0])
+    plots.legend_below(fig, axes[0])
     plt.show()

@@ -268,16 +268,6 @@ def _curves(ax, runs: list, name: str, y: str) -> None:
     ax.get_legend().remove()
 
 
-def _legend_below(fig, axes) -> None:
-    """One legend under the figure with every name drawn in ``axes`` (once each)."""
-    entries = {}
-    for ax in axes:
-        for handle, name in zip(*ax.get_legend_handles_labels()):
-            entries.setdefault(name, handle)
-    fig.legend(list(entries.values()), list(entries), loc="outside lower center",
-               ncol=min(len(entries), max(1, int(fig.get_figwidth() // 2))))
-
-
 def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
     """One panel per non-IID case (three a row at most): ``y`` against cumulative latency,
     a band over seeds; one legend under the panels."""
@@ -288,7 +278,7 @@ def plot_cases(runs: Runs, cases, methods, y: str, title: str) -> None:
             if runs(case, m):
                 _curves(ax, runs(case, m), m, y)
         ax.set_title(case)
-    _legend_below(fig, axes)
+    plots.legend_below(fig, axes)
     fig.suptitle(title)
     plt.show()
 
@@ -491,7 +481,7 @@ def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
             if runs(case, m, seeds):
                 _curves(ax, runs(case, m, seeds), m, "acc_personal")
         ax.set_title(title)
-    _legend_below(fig, axes)
+    plots.legend_below(fig, axes)
     plt.show()
     rows = []
     for m in ["OPT", "OPT, equal shares", *FIXED_PAIRS, "FedAvg-S", "FedAvg-P"]:
@@ -540,7 +530,7 @@ def show_text_runs(runs: Runs, alphas, majority: dict) -> None:
             if y == "acc_personal":
                 ax.axhline(majority[a], color="gray", lw=1, ls=":", label="majority label")
             ax.set_title(f"Fig. {number}: alpha = {a}")
-    _legend_below(fig, axes.flat)
+    plots.legend_below(fig, axes.flat)
     plt.show()
     rows = []
     for m in TEXT_METHODS:

@@ -23,7 +23,6 @@ from ..partial_update import fuse, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid, reinforcement
 from ..report import (Ledger, at_least, at_most, evaluated, final, first_reach, fmt,
                       fmt_mean_sd, is_true, per_seed, value_at)
-from .fedlps import legend_below
 
 __all__ = ["SPLITS", "METHODS", "ABLATION", "WRITER_SPLITS", "TOPIC_SPLITS", "TASK_METHODS",
            "FIG5_METHODS", "TABLE6_PAPER", "simulate_walks", "reinforcement_change",
@@ -690,7 +689,7 @@ def plot_split_curves(results: dict, keys: dict, x: str = "round", title: str = 
         ax.axis("off")
     if title:
         fig.suptitle(title)
-    legend_below(fig, axes.flat[0])
+    plots.legend_below(fig, axes.flat[0])
     plt.show()
 
 
@@ -707,7 +706,7 @@ def plot_task_curves(results: dict, task: str, splits, dataset: str,
             ax.axhline(target, color="gray", ls=":", label="target")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{dataset}, {split}")
-    legend_below(fig, np.atleast_1d(axes)[0], ncol=4)
+    plots.legend_below(fig, np.atleast_1d(axes)[0], ncol=4)
     plt.show()
 
 
@@ -773,7 +772,7 @@ def plot_clusters(results: dict, plan: Plan, checkpoints, candidates: int) -> li
     for extra in axes.flat[n:]:
         extra.axis("off")
     if shown:
-        legend_below(fig, axes.flat[len(shown) - 1], ncol=min(shown[-1], 4))
+        plots.legend_below(fig, axes.flat[len(shown) - 1], ncol=min(shown[-1], 4))
     plt.show()
     return lines
 
