@@ -1,6 +1,5 @@
 """Heroes: neural composition (Eq. 4-5), the frequency controller (Alg. 1, Eqs. 17-27),
 the method plug-ins, and the paper's claims at a small fixed scale."""
-import itertools
 import math
 
 import numpy as np
@@ -16,7 +15,7 @@ from hetfl_core.frequency import (block_variance, completion_times, frequency_wi
                                   tau_calibrated, tau_raw, variance_minimising_tau, waiting_time,
                                   width_for_budget)
 from hetfl_core.models import build_model, count_parameters
-from hetfl_core.system import make_devices, profile_model, training_flops
+from hetfl_core.system import make_devices, profile_model
 
 
 # --------------------------------------------------------------------------- composition

@@ -413,7 +413,7 @@ def bars(ax, values: dict[str, float], errors: dict | None = None, ylabel: str =
            yerr=[errors[n] for n in names] if errors else None,
            color=[_style(n)["color"] for n in names])
     ax.set_ylabel(ylabel)
-    mark_never(ax)
+    plots.mark_never(ax)
 
 
 def plot_round_times(results: dict, names, seed: int, round_no: int) -> None:
@@ -472,11 +472,10 @@ def plot_reach(reach_bits: dict, reach_time: dict, best: float, names) -> None:
                   {LABELS[n]: finite_mean(table[th][n]) * scale for n in names}
                   for th in table}
         plots.grouped_bars(values, ax=ax, ylabel=unit)
-        mark_never(ax)
+        plots.mark_never(ax)
     axes[0].set_title("Fig. 6a: traffic to target")
     axes[1].set_title("Fig. 6b: completion time to target")
     plots.legend_below(fig, axes[0])
-    axes[1].get_legend().remove()
     plt.show()
 
 
@@ -552,7 +551,7 @@ def plot_noniid(accuracy: dict[str, tuple[float, dict]], names) -> None:
     plots.grouped_bars(values, ax=ax, ylabel="accuracy at the time budget (%)")
     for container in ax.containers:
         ax.bar_label(container, fmt="%.0f", fontsize=9)
-    mark_never(ax, "no value")
+    plots.mark_never(ax, "no value")
     ax.set_title("Fig. 7: accuracy within a fixed time vs non-IID level")
     plots.legend_below(fig, ax)
     plt.show()

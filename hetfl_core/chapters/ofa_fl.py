@@ -23,7 +23,7 @@ from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
 from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd,
-                      is_true, markdown_table, more_than)
+                      is_true, more_than)
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
            "Study", "nesting_holds", "idea_figure", "layer_density_bars", "storage_rows",

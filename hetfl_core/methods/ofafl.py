@@ -178,7 +178,6 @@ class OFAFL(FedAvg):
         loss_fn = (lambda m, xb, yb: joint_loss(m, smaller, xb, yb)) if smaller else None
         result = self.local_train(model, client, plan.local_steps, generator, masks=own, loss_fn=loss_fn)
         update, n_held = masked_upload(model, own)
-        n_params = sum(p.numel() for p in model.parameters())
         flops = sum(training_flops(self.costs, result.samples, density=layer_densities(m)) for m in [own, *smaller])
         news = [r for r in self.mask_news if r <= plan.ratio]
         mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
