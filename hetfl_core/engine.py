@@ -23,14 +23,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import RunConfig
+from .config import RunConfig, check_value
 from .data import ClientData, FederatedData, load_dataset, make_federated
 from .errors import ConfigError, DivergenceError
 from .models import build_model
 from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
 from .training import evaluate, steps_for_epochs
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator"]
+__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator", "check_like",
+           "divergence_suspects"]
 
 
 @dataclass
@@ -72,6 +73,23 @@ def seeded_generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def check_like(name: str, value, default) -> None:
+    """Raise :class:`ConfigError` unless option ``name``'s ``value`` has its ``default``'s type:
+    a finite number, an integer, true/false, a name, or a list whose items are like the
+    default's first. A ``None`` default takes anything finite (the method checks the rest)."""
+    if default is None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name} must be finite or None, got {value!r}")
+        return
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} must be a list like {list(default)}, got {value!r}")
+        for item in value:
+            check_like(f"each item of {name}", item, default[0] if default else None)
+        return
+    check_value(name, value, {"kind": type(default)})
+
+
 class Method:
     """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
 
@@ -99,11 +117,14 @@ class Method:
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        """Reject unknown options; subclasses also check ranges."""
+        """Reject unknown options and values unlike their defaults (:func:`check_like`);
+        subclasses also check ranges."""
         unknown = set(options) - set(cls.defaults)
         if unknown:
             known = ", ".join(cls.defaults) or "none"
             raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
+        for key, value in options.items():
+            check_like(key, value, cls.defaults[key])
 
     # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:
@@ -215,6 +236,17 @@ def evaluate_method(sim: Simulation) -> dict:
     return {**row, **method.extra_metrics()}
 
 
+def divergence_suspects(config: RunConfig, options: dict) -> str:
+    """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
+    (a large decay or proximal coefficient blows up SGD as a large step does)."""
+    suspects = [f"lr (now {config.lr})"]
+    if config.weight_decay:
+        suspects.append(f"weight_decay (now {config.weight_decay})")
+    if options.get("mu"):
+        suspects.append(f"mu (now {options['mu']})")
+    return " or ".join(suspects)
+
+
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
     """Run one configuration and return ``{"config": ..., "history": [...]}``.
 
@@ -244,7 +276,7 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
             report = method.client_update(data.clients[k], plans[k], seeded_generator(config.seed, t, k))
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
-                                      f"lower lr (now {config.lr})")
+                                      f"lower {divergence_suspects(config, method.options)}")
             seconds = report.time_s if report.time_s is not None else \
                 client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
             reports.append(report)

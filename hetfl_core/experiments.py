@@ -22,9 +22,10 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from .config import RunConfig
-from .errors import HetflError
+from .errors import ConfigError, HetflError
 
-__all__ = ["cache_dir", "source_hash", "cache_path", "load_cached", "log_run", "run_cached", "sweep"]
+__all__ = ["cache_dir", "check_writable", "single_thread", "source_hash", "cache_path", "load_cached", "log_run",
+           "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
 
@@ -53,6 +54,27 @@ def source_hash() -> str:
             h.update(path.read_bytes())
         _SOURCE_HASH = h.hexdigest()[:12]
     return _SOURCE_HASH
+
+
+def check_writable(directory: Path, what: str, name: str | None = None) -> None:
+    """Raise :class:`ConfigError` unless a file (called ``name``, if given) can be created in
+    ``directory`` or in the directories that would be made for it: checked with a probe file,
+    before any training, so a run is never computed and then lost."""
+    directory = Path(directory)
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{what}: {existing} is not a directory, so {directory} cannot be made")
+    if name is not None and len(name.encode()) > os.pathconf(existing, "PC_NAME_MAX"):
+        raise ConfigError(f"{what}: the file name is {len(name.encode())} bytes, longer than this file "
+                          f"system's {os.pathconf(existing, 'PC_NAME_MAX')}")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".probe-")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write in {existing} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
@@ -122,7 +144,9 @@ def _on_interrupt(signum, frame):
     os._exit(0)
 
 
-def _one_thread():
+def single_thread() -> None:
+    """One torch thread: every run (``run_cached``, the command line, sweeps' workers)
+    computes with the same thread count, so all give the same history."""
     import torch
 
     torch.set_num_threads(1)
@@ -132,7 +156,7 @@ def _worker_init():
     """A pool worker's start: one torch thread, and :func:`_on_interrupt` for SIGINT."""
     import signal
 
-    _one_thread()
+    single_thread()
     signal.signal(signal.SIGINT, _on_interrupt)
 
 
@@ -187,7 +211,7 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
     errors = []
     if processes <= 1 or len(todo) == 1:
-        _one_thread()
+        single_thread()
         for i in todo:
             try:
                 results[i] = run_cached(configs[i], directory)

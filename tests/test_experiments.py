@@ -44,7 +44,7 @@ def test_sweep_in_processes_equals_single_process(tiny_config, cache):
 
 def test_failed_run_in_sweep_keeps_finished_work(tiny_config, cache):
     good = tiny_config
-    bad = tiny_config.replace(lr=1e8, local_steps=20, rounds=3)
+    bad = tiny_config.replace(lr=100.0, local_steps=20, rounds=3)
     with pytest.raises(HetflError) as err:
         sweep([good, bad], processes=1, progress=False)
     assert "1 of 2 runs failed" in str(err.value) and "\n" not in str(err.value)

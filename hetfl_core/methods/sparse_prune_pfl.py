@@ -147,6 +147,8 @@ class SparsePrunePFL(FedPer):
             raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be >= it")
         if o["deadline_s"] is not None and float(o["deadline_s"]) <= 0:
             raise ConfigError(f"deadline_s must be > 0, got {o['deadline_s']}")
+        if o["energy_budget_j"] is not None and float(o["energy_budget_j"]) <= 0:
+            raise ConfigError(f"energy_budget_j must be > 0 joules or None, got {o['energy_budget_j']}")
         if not 0 <= float(o["deadline_position"]) <= 1:
             raise ConfigError(f"deadline_position must be in [0, 1], got {o['deadline_position']}")
         if o["bits"] not in ("approx", "exact"):
