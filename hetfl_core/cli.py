@@ -137,7 +137,8 @@ def _list() -> None:
 
 
 def _describe(name: str) -> None:
-    """One method: its summary, its options with their defaults, and its module's description."""
+    """One method: its summary, its options (default, accepted values, meaning), and its
+    module's description."""
     import inspect
 
     from .methods import METHODS
@@ -146,10 +147,10 @@ def _describe(name: str) -> None:
         raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
     method = METHODS[name]
     print(f"{name}: {method.summary}")
-    if method.defaults:
-        print("options (--option KEY=VALUE; default shown):")
-        for key, value in method.defaults.items():
-            print(f"  {key}={json.dumps(value)}")
+    if method.option_specs:
+        print("options (--option KEY=VALUE; default shown, then the accepted values and the meaning):")
+        for key, spec in method.option_specs.items():
+            print(f"  {key}={json.dumps(spec.default)}  {spec.accepted()}" + (f"; {spec.help}" if spec.help else ""))
     else:
         print("options: none")
     doc = inspect.getdoc(inspect.getmodule(method))

@@ -26,7 +26,8 @@ import torch
 from .errors import ConfigError, DatasetUnavailable
 
 __all__ = [
-    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "DATASET_INFO", "PARTITIONS", "data_root", "stored_arrays",
+    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "DATASET_INFO", "PARTITIONS", "data_root",
+    "stored_arrays",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
     "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
     "class_counts", "WRITER_ROTATION", "WRITER_SCALE", "writer_styles", "apply_style",

@@ -23,14 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import RunConfig, check_value
+from .config import Option, RunConfig
 from .data import ClientData, FederatedData, load_dataset, make_federated
 from .errors import ConfigError, DivergenceError
 from .models import build_model
 from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
 from .training import evaluate, steps_for_epochs
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator", "check_like",
+__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator",
            "divergence_suspects"]
 
 
@@ -73,33 +73,27 @@ def seeded_generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def check_like(name: str, value, default) -> None:
-    """Raise :class:`ConfigError` unless option ``name``'s ``value`` has its ``default``'s type:
-    a finite number, an integer, true/false, a name, or a list whose items are like the
-    default's first. A ``None`` default takes anything finite (the method checks the rest)."""
-    if default is None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name} must be finite or None, got {value!r}")
-        return
-    if isinstance(default, (list, tuple)):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name} must be a list like {list(default)}, got {value!r}")
-        for item in value:
-            check_like(f"each item of {name}", item, default[0] if default else None)
-        return
-    check_value(name, value, {"kind": type(default)})
-
-
 class Method:
     """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
 
-    Subclasses set ``name``, a one-line ``summary`` and ``defaults`` (their options) and
-    override the hooks the paper changes.
+    Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each option
+    declared once as an :class:`~hetfl_core.config.Option`; ``defaults`` follows from it)
+    and override the hooks the paper changes. A plug-in may give ``defaults`` alone: its
+    options are then typed like their defaults.
     """
 
     name = "method"
     summary = ""
+    option_specs: dict[str, Option] = {}
     defaults: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
+        super().__init_subclass__(**kwargs)
+        if "option_specs" in cls.__dict__:
+            cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
+        elif "defaults" in cls.__dict__:
+            cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
     def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
         self.config = config
@@ -117,14 +111,14 @@ class Method:
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        """Reject unknown options and values unlike their defaults (:func:`check_like`);
-        subclasses also check ranges."""
+        """Reject unknown options and values their declarations refuse; subclasses add
+        checks that span several options."""
         unknown = set(options) - set(cls.defaults)
         if unknown:
             known = ", ".join(cls.defaults) or "none"
             raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
         for key, value in options.items():
-            check_like(key, value, cls.defaults[key])
+            cls.option_specs[key].check(key, value)
 
     # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:

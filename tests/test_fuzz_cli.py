@@ -1,5 +1,5 @@
 """Bad command lines, generated from the declarations: every RunConfig field (its type and
-range) and every option of every method (its default's type). Each must exit with code 2
+range) and every option of every method (its type, range and choices). Each must exit with code 2
 and exactly one line on stderr, with no traceback, before any training. A new field or
 option is fuzzed without editing this file."""
 import dataclasses
@@ -57,29 +57,34 @@ def _field_cases():
                 yield pytest.param(["fedavg", *FAST, flag, value], f.name, id=f"{f.name}={value}")
 
 
-def _bad_option_values(default) -> list[str]:
-    """JSON texts that ``default``'s type must refuse."""
-    if default is None:
-        return ["Infinity", "NaN"]
-    if isinstance(default, bool):
-        return ["abc", "3"]
-    if isinstance(default, int):
-        return ["abc", "2.5", "[1]", "null"]
-    if isinstance(default, float):
-        return ["abc", "[1]", "null", "NaN", "Infinity", "1=2"]
-    if isinstance(default, str):
-        return ["3", "[1]"]
+def _bad_option_values(spec) -> list[str]:
+    """JSON texts that the option declaration ``spec`` must refuse: wrong types, non-finite
+    numbers, values just outside its range, a name outside its choices."""
+    default = spec.default
+    if spec.choices:
+        return ['"no-such-choice"', "3"]
     if isinstance(default, (list, tuple)):
         return ["0.5", "abc"] + (['["a"]'] if default and isinstance(default[0], (int, float)) else [])
-    return []
+    kind = spec.kind or type(default)
+    if kind is type(None):
+        return ["Infinity", "NaN"]
+    bad = {bool: ["abc", "3"], int: ["abc", "2.5", "[1]"], float: ["abc", "[1]", "NaN", "Infinity", "1=2"],
+           str: ["3", "[1]"]}[kind]
+    if kind in (int, float):
+        bad += [] if spec.optional or default is None else ["null"]
+        if spec.low is not None:
+            bad.append(repr(spec.low if spec.low_open else spec.low - 1))
+        if spec.high is not None:
+            bad.append(repr(spec.high if spec.high_open else spec.high * 10 + 1))
+    return bad
 
 
 def _option_cases():
     for name in sorted(METHODS):
         base = _base(name)
         yield pytest.param([name, *base, "--option", "no_such_option=1"], "no_such_option", id=f"{name}:unknown")
-        for key, default in METHODS[name].defaults.items():
-            for value in _bad_option_values(default):
+        for key, spec in METHODS[name].option_specs.items():
+            for value in _bad_option_values(spec):
                 yield pytest.param([name, *base, "--option", f"{key}={value}"], key, id=f"{name}:{key}={value}")
 
 
