@@ -24,8 +24,8 @@ from pathlib import Path
 from .config import RunConfig
 from .errors import ConfigError, HetflError
 
-__all__ = ["cache_dir", "check_writable", "single_thread", "source_hash", "cache_path", "load_cached", "log_run",
-           "run_cached", "sweep"]
+__all__ = ["cache_dir", "check_writable", "describe_run", "single_thread", "source_hash", "cache_path",
+           "load_cached", "log_run", "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
 
@@ -152,10 +152,32 @@ def single_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _worker_init():
-    """A pool worker's start: one torch thread, and :func:`_on_interrupt` for SIGINT."""
+def _die_with_parent(parent: int) -> None:
+    """End this worker when the process ``parent`` dies, however it dies (even SIGKILL):
+    Linux's PR_SET_PDEATHSIG signals it at once, and a thread watching the parent's pid
+    covers other systems and a parent that died before the call."""
+    import ctypes
+    import signal
+    import threading
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):       # not Linux: the watchdog alone
+        pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="hetfl-parent-watchdog").start()
+
+
+def _worker_init(parent: int):
+    """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for SIGINT."""
     import signal
 
+    _die_with_parent(parent)
     single_thread()
     signal.signal(signal.SIGINT, _on_interrupt)
 
@@ -180,21 +202,90 @@ def _worker_pool(processes: int) -> ProcessPoolExecutor:
             any(p.exitcode is not None for p in (_POOL._processes or {}).values()):   # a worker has ended
         if _POOL is not None:
             _POOL.shutdown(wait=False, cancel_futures=True)
-        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"), initializer=_worker_init)
+        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"), initializer=_worker_init,
+                                    initargs=(os.getpid(),))
     return _POOL
 
 
-def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None = None,
-          desc: str = "runs", progress: bool = True) -> list[dict]:
-    """Results of every config, in order: cached ones at once, the rest in ``processes`` workers.
+def _bootstrapping_worker() -> bool:
+    """True in a spawned worker while it re-imports the caller's main module: a script
+    without the ``__main__`` guard then reaches :func:`sweep` again."""
+    from multiprocessing import current_process
 
-    A failing run does not stop the others: every finished run is stored, then the first
-    failure is raised as one line naming the config.
+    return bool(getattr(current_process(), "_inheriting", False))
+
+
+def describe_run(configs: list[RunConfig], i: int) -> str:
+    """Config ``i`` named by the fields in which the configs differ (``fedavg (lr=0.1, seed=2)``)."""
+    rows = [c.to_dict() for c in configs]
+    varied = [k for k in rows[i] if len({json.dumps(r[k], sort_keys=True, default=str) for r in rows}) > 1
+              and k != "method"]
+    fields = ", ".join(f"{k}={rows[i][k]!r}" for k in varied) or f"seed={configs[i].seed}"
+    return f"{configs[i].method} ({fields})"
+
+
+def _one_line(exc: Exception) -> str:
+    """An error as one line: a HetflError's message, else its type and first line."""
+    text = (str(exc).splitlines() or [""])[0]
+    return text if isinstance(exc, HetflError) else f"{type(exc).__name__}: {text}"
+
+
+def _run_serially(configs, todo, directory, errors, results, bar) -> None:
+    """The missing runs in this process, one after the other; any failure is recorded."""
+    single_thread()
+    for i in todo:
+        try:
+            results[i] = run_cached(configs[i], directory)
+        except Exception as exc:      # any failure is that run's; the others still run
+            errors.append((i, exc))
+        if bar:
+            bar.update()
+
+
+def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> None:
+    """The missing runs in the kept worker pool; any failure is recorded."""
+    global _POOL
+    pool = _worker_pool(processes)
+    futures = {pool.submit(_worker, configs[i].to_dict(), str(directory) if directory else None): i
+               for i in todo}
+    try:
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                results[i] = fut.result()
+            except BrokenProcessPool:
+                raise
+            except Exception as exc:   # any failure is that run's; the others still run
+                errors.append((i, exc))
+            if bar:
+                bar.update()
+    except BrokenProcessPool:
+        _POOL = None
+        raise HetflError("a worker process died: a script must call sweep() under "
+                         "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
+                         "finished runs are cached") from None
+    except BaseException:       # an interrupt: drop what has not started; running runs still cache
+        for fut in futures:
+            fut.cancel()
+        raise
+
+
+def sweep(configs, processes: int = 2, directory: Path | None = None,
+          desc: str = "runs", progress: bool = True) -> list[dict]:
+    """Results of every config (any iterable), in order: cached ones at once, the rest in
+    ``processes`` workers.
+
+    A failing run, whatever its error, does not stop the others: every finished run is
+    stored, then the first failure is raised as one line naming the config by the fields
+    that set it apart.
 
     Workers are spawned processes that import the caller's main module, so a script calls
     ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
-    for the next sweep with the same ``processes``.
+    for the next sweep with the same ``processes`` and end when the caller's process does.
     """
+    if _bootstrapping_worker():
+        raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
+    configs = list(configs)
     for c in configs:
         c.validate()
     results: list[dict | None] = [load_cached(c, directory) for c in configs]
@@ -209,43 +300,15 @@ def sweep(configs: list[RunConfig], processes: int = 2, directory: Path | None =
         from tqdm import tqdm
 
         bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
-    errors = []
+    errors: list[tuple[int, Exception]] = []
     if processes <= 1 or len(todo) == 1:
-        single_thread()
-        for i in todo:
-            try:
-                results[i] = run_cached(configs[i], directory)
-            except HetflError as exc:
-                errors.append((i, exc))
-            if bar:
-                bar.update()
+        _run_serially(configs, todo, directory, errors, results, bar)
     else:
-        global _POOL
-        pool = _worker_pool(processes)
-        futures = {pool.submit(_worker, configs[i].to_dict(), str(directory) if directory else None): i
-                   for i in todo}
-        try:
-            for fut in as_completed(futures):
-                i = futures[fut]
-                try:
-                    results[i] = fut.result()
-                except HetflError as exc:
-                    errors.append((i, exc))
-                if bar:
-                    bar.update()
-        except BrokenProcessPool:
-            _POOL = None
-            raise HetflError("a worker process died: a script must call sweep() under "
-                             "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
-                             "finished runs are cached") from None
-        except BaseException:       # an interrupt: drop what has not started; running runs still cache
-            for fut in futures:
-                fut.cancel()
-            raise
+        _run_in_pool(configs, todo, processes, directory, errors, results, bar)
     if bar:
         bar.close()
     if errors:
         i, exc = errors[0]
         raise HetflError(f"{len(errors)} of {len(configs)} runs failed (finished runs are cached); "
-                         f"first: {configs[i].method} seed {configs[i].seed}: {exc}")
+                         f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]
