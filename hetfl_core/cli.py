@@ -189,7 +189,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
-    from .experiments import cache_dir, cache_path, check_writable, run_cached, single_thread
+    from .experiments import cache_dir, cache_path, check_writable, run_cached
 
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
               if f.name not in ("method", "options")}
@@ -199,7 +199,6 @@ def _run(args) -> int:
         _check_out(args.out)
     if not args.no_cache:
         check_writable(cache_dir(), "the cache directory ($HETFL_CACHE)")
-    single_thread()
     result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     last = result["history"][-1]
 

@@ -31,7 +31,7 @@ from .system import DeviceProfile, client_time, make_devices, profile_model, rou
 from .training import evaluate, steps_for_epochs
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "run", "seeded_generator",
-           "divergence_suspects"]
+           "divergence_suspects", "single_thread"]
 
 
 @dataclass
@@ -230,6 +230,12 @@ def evaluate_method(sim: Simulation) -> dict:
     return {**row, **method.extra_metrics()}
 
 
+def single_thread() -> None:
+    """One torch thread for every run (:func:`run`, the command line, sweeps' workers): a
+    different count changes float sums in the 8th digit, and the cache key does not hold it."""
+    torch.set_num_threads(1)
+
+
 def divergence_suspects(config: RunConfig, options: dict) -> str:
     """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
     (a large decay or proximal coefficient blows up SGD as a large step does)."""
@@ -251,6 +257,7 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
     ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
     Raises :class:`DivergenceError` when a local loss is not finite.
     """
+    single_thread()
     sim = build_simulation(config)
     method, data, devices = sim.method, sim.data, sim.devices
     sampler = np.random.default_rng([config.seed, 4])

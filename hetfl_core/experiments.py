@@ -1,9 +1,11 @@
 """Running many configurations: an on-disk cache keyed by the whole config, and sweeps.
 
 * :func:`run_cached` returns a finished run from the cache or runs it and stores it,
-  written atomically (temp file + rename), so an interrupted sweep loses no finished run.
+  written atomically (temp file + rename), so an interrupted sweep loses no finished run;
+  an unreadable or wrongly shaped file is a miss and is rewritten, and a lock file per
+  run makes concurrent sweeps into one cache compute each run once.
 * :func:`sweep` runs the missing configs in separate processes, one torch thread each
-  (two threads per process are erratic on 2-core machines), with a progress bar.
+  (as every run has: :func:`hetfl_core.engine.single_thread`), with a progress bar.
 
 The cache key covers the config and a hash of the package's source, so a changed
 algorithm never serves stale numbers. The cache lives in ``$HETFL_CACHE`` or
@@ -11,6 +13,7 @@ algorithm never serves stale numbers. The cache lives in ``$HETFL_CACHE`` or
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -18,13 +21,14 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 
 from .config import RunConfig
 from .errors import ConfigError, HetflError
 
-__all__ = ["cache_dir", "check_writable", "describe_run", "single_thread", "source_hash", "cache_path",
+__all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash", "cache_path",
            "load_cached", "log_run", "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
@@ -83,14 +87,31 @@ def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
 
 
 def load_cached(config: RunConfig, directory: Path | None = None) -> dict | None:
-    """The stored result of ``config``, or ``None``."""
+    """The stored result of ``config``, or ``None``: a file that cannot be read, is not JSON
+    or lacks the config and a history is a miss, and the next run rewrites it."""
     path = cache_path(config, directory)
-    if path.exists():
+    try:
+        result = json.loads(path.read_bytes().decode())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not (isinstance(result, dict) and isinstance(result.get("config"), dict)
+            and isinstance(result.get("history"), list) and result["history"]):
+        return None
+    return result
+
+
+@contextmanager
+def run_lock(config: RunConfig, directory: Path | None = None):
+    """Hold ``config``'s lock file while it is computed, so concurrent sweeps into one cache
+    compute it once. ``flock`` locks die with their holder: a killed run blocks nobody."""
+    path = cache_path(config, directory).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            return None
-    return None
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _write_atomic(path: Path, result: dict) -> None:
@@ -121,16 +142,21 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
 
     config.validate()
     start = time.perf_counter()
-    if use_cache:
-        cached = load_cached(config, directory)
-        if cached is not None:
-            log_run(config, True, time.perf_counter() - start)
-            return cached
-    result = run(config, progress=progress)
-    if use_cache:
-        _write_atomic(cache_path(config, directory), result)
-    log_run(config, False, time.perf_counter() - start)
-    return result
+    if not use_cache:
+        result = run(config, progress=progress)
+        log_run(config, False, time.perf_counter() - start)
+        return result
+    cached = load_cached(config, directory)
+    if cached is None:
+        with run_lock(config, directory):
+            cached = load_cached(config, directory)      # another process may have run it meanwhile
+            if cached is None:
+                result = run(config, progress=progress)
+                _write_atomic(cache_path(config, directory), result)
+                log_run(config, False, time.perf_counter() - start)
+                return result
+    log_run(config, True, time.perf_counter() - start)
+    return cached
 
 
 _RUNNING = False     # in a worker: a run is under way
@@ -142,14 +168,6 @@ def _on_interrupt(signum, frame):
     if _RUNNING:
         raise KeyboardInterrupt
     os._exit(0)
-
-
-def single_thread() -> None:
-    """One torch thread: every run (``run_cached``, the command line, sweeps' workers)
-    computes with the same thread count, so all give the same history."""
-    import torch
-
-    torch.set_num_threads(1)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -176,6 +194,8 @@ def _die_with_parent(parent: int) -> None:
 def _worker_init(parent: int):
     """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for SIGINT."""
     import signal
+
+    from .engine import single_thread
 
     _die_with_parent(parent)
     single_thread()
@@ -232,7 +252,6 @@ def _one_line(exc: Exception) -> str:
 
 def _run_serially(configs, todo, directory, errors, results, bar) -> None:
     """The missing runs in this process, one after the other; any failure is recorded."""
-    single_thread()
     for i in todo:
         try:
             results[i] = run_cached(configs[i], directory)
