@@ -189,7 +189,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
-    from .experiments import cache_dir, cache_path, check_writable, run_cached
+    from .experiments import cache_path, run_cached
 
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
               if f.name not in ("method", "options")}
@@ -197,8 +197,6 @@ def _run(args) -> int:
     config = RunConfig(method=args.method, options=options, **fields).validate()
     if args.out is not None:
         _check_out(args.out)
-    if not args.no_cache:
-        check_writable(cache_dir(), "the cache directory ($HETFL_CACHE)")
     result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     last = result["history"][-1]
 

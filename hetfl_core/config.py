@@ -188,7 +188,7 @@ class RunConfig:
     local_steps: int | None = _field(None, "exactly this many local SGD steps per round", int, 1, 10_000_000,
                                      optional=True)
     batch_size: int = _field(32, "local mini-batch size", int, 1, 1_000_000)
-    lr: float = _field(0.05, "SGD learning rate", float, 0, 100, low_open=True)
+    lr: float = _field(0.05, "SGD learning rate", float, 0, 1e9, low_open=True)   # huge lr diverges in one line
     momentum: float = _field(0.0, "SGD momentum", float, 0, 1, high_open=True)
     weight_decay: float = _field(0.0, "SGD weight decay (L2 coefficient)", float, 0, 100)
     train_samples: int | None = _field(None, "a seeded subset of the training pool (None: all)", int,

@@ -148,6 +148,7 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
         return result
     cached = load_cached(config, directory)
     if cached is None:
+        check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)")   # before training
         with run_lock(config, directory):
             cached = load_cached(config, directory)      # another process may have run it meanwhile
             if cached is None:
@@ -314,6 +315,7 @@ def sweep(configs, processes: int = 2, directory: Path | None = None,
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results  # type: ignore[return-value]
+    check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)")
     bar = None
     if progress:
         from tqdm import tqdm

@@ -92,7 +92,7 @@ def test_run_help_gives_each_field_its_meaning_and_choices(capsys):
         main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())      # argparse wraps lines
     assert exc.value.code == 0
-    assert "SGD learning rate; in (0, 100]" in out
+    assert "SGD learning rate; in (0, 1e+09]" in out
     assert "how the training pool is dealt to clients; one of: iid, dirichlet" in out
 
 

@@ -147,3 +147,17 @@ def test_every_run_computes_with_one_torch_thread(tiny_config):
     torch.set_num_threads(2)
     run(tiny_config.replace(rounds=1))
     assert torch.get_num_threads() == 1
+
+
+def test_an_unwritable_cache_is_refused_before_training(tiny_config, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("HETFL_CACHE", str(blocker / "runs"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained although the result could not be stored")
+
+    monkeypatch.setattr(engine, "run", refuse)
+    for attempt in (lambda: run_cached(tiny_config), lambda: sweep([tiny_config], processes=1, progress=False)):
+        with pytest.raises(HetflError, match="cache directory"):
+            attempt()

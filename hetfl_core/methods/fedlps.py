@@ -135,8 +135,8 @@ class FedLPS(FedAvg):
     name = "fedlps"
     summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
     option_specs = {
-        "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eq. 7)", 0, 1e4),
-        "lam": Option(1.0, "lambda of the importance loss L_ir (Eq. 8)", 0, 1e4),
+        "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
+        "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),
         "pattern": Option("learned", "which units a ratio keeps", choices=PATTERNS),
         "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen", choices=RATIO_RULES),
         "ratio": Option(0.5, "every client's ratio under ratio_rule fixed", 0, 1, low_open=True),
