@@ -25,6 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parse_option(text: str):
+    """``KEY=VALUE`` as ``(key, value)``: the value read as JSON where it parses, else a string."""
     if "=" not in text:
         raise ConfigError(f"--option takes KEY=VALUE, got {text!r}")
     key, value = text.split("=", 1)
@@ -34,30 +35,48 @@ def _parse_option(text: str):
         return key, value
 
 
+def _field_help(f: dataclasses.Field, default) -> str:
+    """A field's meaning, accepted values and default, for ``run --help``."""
+    from .config import accepted
+
+    choices = _choices().get(f.name)
+    values = f"one of: {', '.join(choices)}" if choices else accepted(f.metadata)
+    return f"{f.metadata['help']}; {values} (default: {default})"
+
+
+def _choices() -> dict:
+    """The names each named field accepts."""
+    from .data import DATASETS, PARTITIONS
+    from .methods import METHODS
+    from .models import MODELS
+    from .system import HETEROGENEITY
+
+    return {"method": sorted(METHODS), "dataset": list(DATASETS), "model": list(MODELS),
+            "partition": list(PARTITIONS), "heterogeneity": list(HETEROGENEITY)}
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m hetfl_core", description="Heterogeneous federated learning simulator.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     listing = sub.add_parser("list", help="list methods, datasets, models and partitions, or one method's options")
     listing.add_argument("method", nargs="?", help="show this method's options (--option KEY=VALUE) and description")
     run = sub.add_parser("run", help="run one method and write its history as JSON")
-    run.add_argument("method")
+    run.add_argument("method", help=f"the federated method; one of: {', '.join(_choices()['method'])}")
     defaults = RunConfig()
     for f in dataclasses.fields(RunConfig):
         if f.name in ("method", "options"):
             continue
         default = getattr(defaults, f.name)
-        if isinstance(default, bool):
-            run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, action=argparse.BooleanOptionalAction,
-                             default=default, help=f"(default: {default})")
+        flag = "--" + f.name.replace("_", "-")
+        if f.metadata["kind"] is bool:
+            run.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
+                             help=_field_help(f, default))
             continue
-        kind = {int: int, float: float, str: str}.get(type(default), None)
-        if f.name in ("local_steps", "train_samples"):
-            kind = int
-        run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kind, default=default,
-                         help=f"(default: {default})")
+        run.add_argument(flag, dest=f.name, type=f.metadata["kind"], default=default, metavar=f.name.upper(),
+                         help=_field_help(f, default))
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="a method option, e.g. --option mu=0.01 (repeatable)")
-    run.add_argument("--out", type=Path, help="write {config, history} JSON here")
+                     help="a method option, e.g. --option mu=0.01 (repeatable; see 'list METHOD')")
+    run.add_argument("--out", help="write {config, history} JSON here (checked writable before training)")
     run.add_argument("--no-cache", action="store_true", help="run even if the result is cached")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--engine", choices=("hetfl", "flower"), default="hetfl",
@@ -66,6 +85,44 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="where the run executes: this process, or a Ray task (default: $HETFL_EXECUTOR or process)")
     run.add_argument("--address", help="the Ray cluster's address (default: $HETFL_RAY_ADDRESS, else a local Ray)")
     return parser
+
+
+def _join_negative(argv: list[str]) -> list[str]:
+    """``--lr -inf`` as ``--lr=-inf``: argparse reads a value that starts with ``-`` and is
+    not a plain number (``-inf``, ``-1e5``) as an unknown option."""
+    out = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and token.startswith("-"):
+            try:
+                float(token)
+            except ValueError:
+                pass
+            else:
+                out[-1] += "=" + token
+                continue
+        out.append(token)
+    return out
+
+
+def _check_out(text: str) -> None:
+    """Refuse an ``--out`` that cannot be written, before any training."""
+    from .experiments import check_writable
+
+    if not text:
+        raise ConfigError("--out needs a file name, got an empty path")
+    path = Path(text)
+    check_writable(path.parent, "--out", path.name)
+    if path.is_dir():
+        raise ConfigError(f"--out {path} is a directory; give a file name such as {path / 'run.json'}")
+    if path.exists() and not path.is_file():
+        try:                       # a device: an empty write reaches it (/dev/full refuses even that)
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ConfigError(f"--out {path} cannot be written: {exc.strerror}") from None
 
 
 def _list() -> None:
@@ -85,7 +142,8 @@ def _list() -> None:
 
 
 def _describe(name: str) -> None:
-    """One method: its summary, its options with their defaults, and its module's description."""
+    """One method: its summary, its options (default, accepted values, meaning), and its
+    module's description."""
     import inspect
 
     from .methods import METHODS
@@ -94,10 +152,10 @@ def _describe(name: str) -> None:
         raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
     method = METHODS[name]
     print(f"{name}: {method.summary}")
-    if method.defaults:
-        print("options (--option KEY=VALUE; default shown):")
-        for key, value in method.defaults.items():
-            print(f"  {key}={json.dumps(value)}")
+    if method.option_specs:
+        print("options (--option KEY=VALUE; default shown, then the accepted values and the meaning):")
+        for key, spec in method.option_specs.items():
+            print(f"  {key}={json.dumps(spec.default)}  {spec.accepted()}" + (f"; {spec.help}" if spec.help else ""))
     else:
         print("options: none")
     doc = inspect.getdoc(inspect.getmodule(method))
@@ -106,49 +164,66 @@ def _describe(name: str) -> None:
         print(doc)
 
 
+def _error(exc: Exception) -> None:
+    print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
-    """Entry point; returns the exit code."""
-    args = _build_parser().parse_args(argv)
+    """Entry point; returns the exit code: 0, 2 for a bad configuration (one line, before any
+    training where it can be known), 1 for a failure while running, 130 on Ctrl-C."""
+    args = _build_parser().parse_args(_join_negative(sys.argv[1:] if argv is None else list(argv)))
     if args.command == "list":
         try:
-            _describe(args.method) if args.method else _list()
+            _describe(args.method) if args.method is not None else _list()
         except ConfigError as exc:
-            print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+            _error(exc)
             return 2
         return 0
     try:
-        import torch
-
-        torch.set_num_threads(1)
-        fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-                  if f.name not in ("method", "options")}
-        options = dict(_parse_option(o) for o in args.option)
-        config = RunConfig(method=args.method, options=options, **fields).validate()
-    except ConfigError as exc:
-        print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+        return _run(args)
+    except ConfigError as exc:        # also one found only once the data is loaded
+        _error(exc)
         return 2
-    try:
-        from .experiments import run_cached, sweep
-
-        if args.engine == "flower":
-            from .flower import run_flower
-
-            result = run_flower([config])[0]
-        elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
-            result = sweep([config], executor="ray", address=args.address, progress=not args.quiet)[0]
-        else:
-            result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     except HetflError as exc:
-        print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
+    except KeyboardInterrupt:
+        print("python -m hetfl_core: interrupted (finished runs are cached)", file=sys.stderr)
+        return 130
+
+
+def _run(args) -> int:
+    """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
+    from .experiments import cache_path, run_cached, sweep
+
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+              if f.name not in ("method", "options")}
+    options = dict(_parse_option(o) for o in args.option)
+    config = RunConfig(method=args.method, options=options, **fields).validate()
+    if args.out is not None:
+        _check_out(args.out)
+    if args.engine == "flower":
+        from .flower import run_flower
+
+        result = run_flower([config])[0]
+    elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
+        result = sweep([config], executor="ray", address=args.address, progress=not args.quiet)[0]
+    else:
+        result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     last = result["history"][-1]
+
     def pct(value):
         return "n/a" if value is None else f"{100 * value:.2f}%"
 
     print(f"{config.method}: {last['round']} rounds, global accuracy {pct(last['acc_global'])}, "
           f"personalised accuracy {pct(last['acc_personal'])}, simulated time {last['time_s']:.1f} s, "
           f"uplink {last['uplink_bits'] / 8e6:.2f} MB", file=sys.stderr)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    if args.out is not None:
+        out = Path(args.out)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=1))
+        except OSError as exc:
+            kept = f"the run is cached at {cache_path(config)}" if not args.no_cache else "the run was not cached"
+            raise HetflError(f"could not write --out {out}: {exc.strerror or exc}; {kept}") from None
     return 0

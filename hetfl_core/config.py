@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
-__all__ = ["RunConfig", "SCALES", "check_scale", "by_scale"]
+__all__ = ["RunConfig", "SCALES", "check_scale", "by_scale", "check_value", "accepted", "MODEL_INPUTS",
+           "Option"]
 
 SCALES = ("smoke", "book", "paper")
 
@@ -30,6 +32,120 @@ def by_scale(scale: str, *, smoke, book, paper=None):
     ``paper`` defaults to the ``book`` value where a chapter has no larger setting.
     """
     return {"smoke": smoke, "book": book, "paper": book if paper is None else paper}[check_scale(scale)]
+
+
+#: what each model reads: "image" (C, H, W), "chars" (character ids) or "tokens" (word ids)
+MODEL_INPUTS = {"mlp": "image", "lenet5": "image", "cnn": "image", "wcnn": "image", "pcnn": "image",
+                "resnet": "image", "charlstm": "chars", "charlstm-s": "chars", "embbag": "tokens",
+                "lora-transformer": "tokens"}
+#: the smallest image side a model reads (LeNet-5's three 5x5 convolutions need 28x28)
+MIN_IMAGE_SIDE = {"lenet5": 28}
+#: the upper bound of a seed (numpy's SeedSequence and torch take 32-bit seeds)
+SEED_LIMIT = 2 ** 32
+
+
+def _field(default, help: str, kind, low=None, high=None, *, low_open=False, high_open=False,
+           optional=False):
+    """A config field declared once: its default, one-line meaning, type and range.
+
+    ``kind`` is ``int``, ``float``, ``str`` or ``bool``; ``low``/``high`` bound a number
+    (open where ``low_open``/``high_open``); ``optional`` also allows ``None``. The command
+    line's ``--help`` and :meth:`RunConfig.validate` both read these.
+    """
+    return field(default=default, metadata={"help": help, "kind": kind, "low": low, "high": high,
+                                            "low_open": low_open, "high_open": high_open, "optional": optional})
+
+
+def accepted(meta: dict) -> str:
+    """The accepted values of a declared field or option, in words (``an integer in [1, 1000000]``)."""
+    kind = {int: "an integer", float: "a number", bool: "true or false", str: "a name"}[meta["kind"]]
+    low, high = meta.get("low"), meta.get("high")
+    if low is not None or high is not None:
+        left = "(" if meta.get("low_open") else "["
+        right = ")" if meta.get("high_open") else "]"
+        interval = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
+        kind = f"{'an integer ' if meta['kind'] is int else ''}in {interval}"   # a number is implied
+    return kind + (" or None" if meta.get("optional") else "")
+
+
+def check_value(name: str, value, meta: dict):
+    """Raise :class:`ConfigError` unless ``value`` has the declared type, is finite and in range."""
+    import numbers
+
+    kind = meta["kind"]
+    if value is None and meta.get("optional"):
+        return
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is str:
+        ok = isinstance(value, str)
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        ok = False          # True is an int to Python, never a count or a rate here
+    elif kind is int:
+        ok = isinstance(value, numbers.Integral)
+    else:
+        ok = math.isfinite(value)
+    if ok and kind in (int, float):
+        low, high = meta.get("low"), meta.get("high")
+        ok = (low is None or (value > low if meta.get("low_open") else value >= low)) and \
+             (high is None or (value < high if meta.get("high_open") else value <= high))
+    if not ok:
+        raise ConfigError(f"{name} must be {accepted(meta)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method option declared once: its ``default``, one-line ``help`` and accepted values.
+
+    The type is the default's (``kind`` names it where the default is ``None``); a list
+    option's items are checked like its default's first item. ``low``/``high`` bound a
+    number (open ends where ``low_open``/``high_open``), ``choices`` lists the names a
+    string may take, ``optional`` also allows ``None``.
+    """
+
+    default: object
+    help: str = ""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple = ()
+    optional: bool = False
+    kind: type | None = None
+
+    @property
+    def meta(self) -> dict:
+        """The declaration as :func:`check_value` reads it."""
+        kind = self.kind or type(self.default)
+        return {"kind": kind, "low": self.low, "high": self.high, "low_open": self.low_open,
+                "high_open": self.high_open, "optional": self.optional or self.default is None}
+
+    def accepted(self) -> str:
+        """The values it accepts, in words."""
+        if self.choices:
+            return "one of: " + ", ".join(map(str, self.choices))
+        if isinstance(self.default, (list, tuple)):
+            return f"a list like {json.dumps(list(self.default))}"
+        if self.default is None and self.kind is None:
+            return "see the method's description"
+        return accepted(self.meta)
+
+    def check(self, name: str, value) -> None:
+        """Raise :class:`ConfigError` unless ``value`` is one this option accepts."""
+        if self.choices:
+            if value not in self.choices:
+                raise ConfigError(f"{name} must be {self.accepted()}; got {value!r}")
+        elif isinstance(self.default, (list, tuple)):
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{name} must be {self.accepted()}, got {value!r}")
+            item = dataclasses.replace(self, default=self.default[0] if self.default else None)
+            for v in value:
+                item.check(f"each item of {name}", v)
+        elif self.default is None and self.kind is None:   # untyped: the method's own check decides
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{name} must be finite or None, got {value!r}")
+        else:
+            check_value(name, value, self.meta)
 
 
 @dataclass
@@ -56,76 +172,94 @@ class RunConfig:
 
     ``options`` holds the method's own hyperparameters (e.g. ``{"mu": 0.01}`` for FedProx);
     each method lists its options and defaults.
+
+    Each field's type and range are declared beside it and checked by :meth:`validate`.
     """
 
-    method: str = "fedavg"
-    dataset: str = "fashion-mnist"
-    model: str = "cnn"
-    partition: str = "dirichlet"
-    alpha: float = 0.5
-    classes_per_client: int = 2
-    clients: int = 20
-    participation: float = 1.0
-    rounds: int = 20
-    local_epochs: float = 1.0
-    local_steps: int | None = None
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    train_samples: int | None = None
-    test_fraction: float = 0.2
-    val_fraction: float = 0.0
-    heterogeneity: str = "none"
-    eval_every: int = 1
-    eval_global: bool = True
-    seed: int = 0
-    device: str = "cpu"
-    options: dict = field(default_factory=dict)
+    method: str = _field("fedavg", "the federated method (see 'list')", str)
+    dataset: str = _field("fashion-mnist", "the dataset (see 'list')", str)
+    model: str = _field("cnn", "the model architecture", str)
+    partition: str = _field("dirichlet", "how the training pool is dealt to clients", str)
+    alpha: float = _field(0.5, "Dirichlet / quantity-skew concentration (smaller: more skewed)", float,
+                          0, 1e6, low_open=True)
+    classes_per_client: int = _field(2, "classes per client under the shards partition", int, 1, 100_000)
+    clients: int = _field(20, "number of clients", int, 1, 100_000)
+    participation: float = _field(1.0, "fraction of clients sampled each round", float, 0, 1, low_open=True)
+    rounds: int = _field(20, "communication rounds", int, 1, 1_000_000)
+    local_epochs: float = _field(1.0, "local epochs per round (unless local_steps is set)", float,
+                                 0, 10_000, low_open=True)
+    local_steps: int | None = _field(None, "exactly this many local SGD steps per round", int, 1, 10_000_000,
+                                     optional=True)
+    batch_size: int = _field(32, "local mini-batch size", int, 1, 1_000_000)
+    lr: float = _field(0.05, "SGD learning rate", float, 0, 1e9, low_open=True)   # huge lr diverges in one line
+    momentum: float = _field(0.0, "SGD momentum", float, 0, 1, high_open=True)
+    weight_decay: float = _field(0.0, "SGD weight decay (L2 coefficient)", float, 0, 100)
+    train_samples: int | None = _field(None, "a seeded subset of the training pool (None: all)", int,
+                                       1, 10 ** 9, optional=True)
+    test_fraction: float = _field(0.2, "each client's share held out for personalised testing", float,
+                                  0, 1, high_open=True)
+    val_fraction: float = _field(0.0, "each client's share held out for validation", float, 0, 1, high_open=True)
+    heterogeneity: str = _field("none", "spread of device speeds", str)
+    eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
+    eval_global: bool = _field(True, "score the global model on the whole test set", bool)
+    seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
+                       high_open=True)
+    device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
+    options: dict = field(default_factory=dict, metadata={"help": "the method's own options (see 'list METHOD')"})
 
     def validate(self) -> "RunConfig":
-        """Check every field; raise :class:`ConfigError` with one line naming the first bad one."""
-        from .data import PARTITIONS, canonical_dataset_name
+        """Check every field's type and range, the names, the model/dataset/partition fit and
+        the method's options, before any data is loaded; raise :class:`ConfigError` with one
+        line naming the first bad field and the values it accepts."""
+        from .data import DATASET_INFO, PARTITIONS, canonical_dataset_name
         from .devices import check_device
         from .methods import get_method
-        from .models import MODELS
         from .system import HETEROGENEITY
 
+        for f in dataclasses.fields(self):
+            if "kind" in f.metadata:
+                check_value(f.name, getattr(self, f.name), f.metadata)
+        if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
+            raise ConfigError(f"options must be a dict of option name: value, got {self.options!r}")
         method_cls = get_method(self.method)
         check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
-        if self.model not in MODELS:
-            raise ConfigError(f"unknown model {self.model!r}; choose one of: {', '.join(MODELS)}")
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"unknown partition {self.partition!r}; choose one of: {', '.join(PARTITIONS)}")
-        if self.heterogeneity not in HETEROGENEITY:
-            raise ConfigError(f"unknown heterogeneity {self.heterogeneity!r}; "
-                              f"choose one of: {', '.join(HETEROGENEITY)}")
-        checks = [
-            (self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}"),
-            (self.clients >= 1, f"clients must be >= 1, got {self.clients}"),
-            (self.alpha > 0, f"alpha must be > 0, got {self.alpha}"),
-            (self.classes_per_client >= 1, f"classes_per_client must be >= 1, got {self.classes_per_client}"),
-            (0 < self.participation <= 1, f"participation must be in (0, 1], got {self.participation}"),
-            (self.local_epochs > 0, f"local_epochs must be > 0, got {self.local_epochs}"),
-            (self.local_steps is None or self.local_steps >= 1, f"local_steps must be >= 1, got {self.local_steps}"),
-            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
-            (self.lr > 0, f"lr must be > 0, got {self.lr}"),
-            (0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}"),
-            (self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}"),
-            (self.train_samples is None or self.train_samples >= 1,
-             f"train_samples must be >= 1, got {self.train_samples}"),
-            (0 <= self.test_fraction < 1, f"test_fraction must be in [0, 1), got {self.test_fraction}"),
-            (0 <= self.val_fraction < 1 and self.test_fraction + self.val_fraction < 1,
-             f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}"),
-            (self.eval_every >= 1, f"eval_every must be >= 1, got {self.eval_every}"),
-            (isinstance(self.eval_global, bool), f"eval_global must be true or false, got {self.eval_global!r}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
-        method_cls.check_config(self)
+        for name, value, allowed in (("model", self.model, MODEL_INPUTS), ("partition", self.partition, PARTITIONS),
+                                     ("heterogeneity", self.heterogeneity, HETEROGENEITY)):
+            if value not in allowed:
+                raise ConfigError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+        if self.test_fraction + self.val_fraction >= 1:
+            raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
+        self._check_fit(DATASET_INFO[self.dataset])
+        try:
+            method_cls.check_config(self)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:   # a method's own check met a value it cannot read
+            raise ConfigError(f"{self.method} option value not understood ({exc}); "
+                              f"see 'python -m hetfl_core list {self.method}'") from None
         return self
+
+    def _check_fit(self, info) -> None:
+        """The model, partition and client count against the dataset's metadata (no loading)."""
+        reads, side, classes, train_size = info
+        if MODEL_INPUTS[self.model] != reads:
+            fits = ", ".join(m for m, r in MODEL_INPUTS.items() if r == reads)
+            raise ConfigError(f"model {self.model!r} cannot read {self.dataset} ({reads}); choose one of: {fits}")
+        if side is not None and side < MIN_IMAGE_SIDE.get(self.model, 0):
+            raise ConfigError(f"model {self.model!r} needs images of at least {MIN_IMAGE_SIDE[self.model]}x"
+                              f"{MIN_IMAGE_SIDE[self.model]}, {self.dataset} has {side}x{side}: use --model cnn")
+        if self.partition == "natural" and reads == "image":
+            raise ConfigError(f"partition 'natural' needs a text corpus with natural clients, {self.dataset} has "
+                              f"none; choose one of: iid, dirichlet, shards, quantity, writers")
+        if self.partition == "writers" and reads != "image":
+            raise ConfigError(f"partition 'writers' styles images, {self.dataset} is text; use natural or iid")
+        if self.partition == "shards" and classes is not None and self.classes_per_client > classes:
+            raise ConfigError(f"classes_per_client must be in 1..{classes} ({self.dataset} has {classes} "
+                              f"classes), got {self.classes_per_client}")
+        pool = [n for n in (train_size, self.train_samples) if n is not None]
+        if pool and self.clients > min(pool):
+            raise ConfigError(f"clients must be at most the {min(pool)} training samples, got {self.clients}")
 
     def replace(self, **changes) -> "RunConfig":
         """A copy with some fields changed (``options`` merged, not replaced)."""
@@ -133,10 +267,14 @@ class RunConfig:
         return dataclasses.replace(self, options=options, **changes)
 
     def to_dict(self) -> dict:
+        """Every field as a plain dict (JSON-ready)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict) -> "RunConfig":
+        """A config from a ``{field: value}`` dict (as :meth:`to_dict` writes it)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"a config must be a dict of field: value, got {type(values).__name__} {values!r:.60}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(values) - names
         if unknown:

@@ -26,7 +26,8 @@ import torch
 from .errors import ConfigError, DatasetUnavailable
 
 __all__ = [
-    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "PARTITIONS", "data_root", "stored_arrays",
+    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "DATASET_INFO", "PARTITIONS", "data_root",
+    "stored_arrays",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
     "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
     "class_counts", "WRITER_ROTATION", "WRITER_SCALE", "writer_styles", "apply_style",
@@ -221,6 +222,16 @@ DATASETS = {
                  "CIFAR-100 (torchvision download)"),
     "svhn": (lambda root=None: _from_torchvision_rgb("SVHN", _RGB_HINT, root, 10),
              "SVHN (torchvision download)"),
+}
+#: name -> (what a sample is: "image", "chars" or "tokens"; image side; classes; training samples),
+#: ``None`` where only loading tells: a config is checked against it before any data is loaded
+DATASET_INFO = {
+    "fashion-mnist": ("image", 28, 10, 60000), "mnist": ("image", 28, 10, 60000),
+    "mnist-5k": ("image", 28, 10, 4000), "mnist-5k-14": ("image", 14, 10, 4000),
+    "fashion-mnist-14": ("image", 14, 10, 60000), "shakespeare": ("chars", None, None, None),
+    "bible-pairs": ("tokens", None, 2, None), "bible-topics": ("tokens", None, 4, None),
+    "digits": ("image", 8, 10, 1438), "cifar10": ("image", 32, 10, 50000),
+    "cifar100": ("image", 32, 100, 50000), "svhn": ("image", 32, 10, 73257),
 }
 _ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
 _CACHE: dict[tuple[str, str], ArrayDataset] = {}

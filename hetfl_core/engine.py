@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import RunConfig
+from .config import Option, RunConfig
 from .data import ClientData, FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
 from .errors import ConfigError, DivergenceError
@@ -32,7 +32,7 @@ from .system import DeviceProfile, client_time, make_devices, profile_model, rou
 from .training import evaluate, steps_for_epochs
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
-           "run_rounds", "seeded_generator"]
+           "run_rounds", "seeded_generator", "divergence_suspects", "single_thread"]
 
 
 @dataclass
@@ -77,13 +77,24 @@ def seeded_generator(*keys: int) -> torch.Generator:
 class Method:
     """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
 
-    Subclasses set ``name``, a one-line ``summary`` and ``defaults`` (their options) and
-    override the hooks the paper changes.
+    Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each option
+    declared once as an :class:`~hetfl_core.config.Option`; ``defaults`` follows from it)
+    and override the hooks the paper changes. A plug-in may give ``defaults`` alone: its
+    options are then typed like their defaults.
     """
 
     name = "method"
     summary = ""
+    option_specs: dict[str, Option] = {}
     defaults: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
+        super().__init_subclass__(**kwargs)
+        if "option_specs" in cls.__dict__:
+            cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
+        elif "defaults" in cls.__dict__:
+            cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
     def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
         self.config = config
@@ -102,11 +113,14 @@ class Method:
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        """Reject unknown options; subclasses also check ranges."""
+        """Reject unknown options and values their declarations refuse; subclasses add
+        checks that span several options."""
         unknown = set(options) - set(cls.defaults)
         if unknown:
             known = ", ".join(cls.defaults) or "none"
             raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
+        for key, value in options.items():
+            cls.option_specs[key].check(key, value)
 
     # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:
@@ -231,6 +245,23 @@ def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, Client
         yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
 
 
+def single_thread() -> None:
+    """One torch thread for every run (:func:`run`, the command line, sweeps' workers): a
+    different count changes float sums in the 8th digit, and the cache key does not hold it."""
+    torch.set_num_threads(1)
+
+
+def divergence_suspects(config: RunConfig, options: dict) -> str:
+    """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
+    (a large decay or proximal coefficient blows up SGD as a large step does)."""
+    suspects = [f"lr (now {config.lr})"]
+    if config.weight_decay:
+        suspects.append(f"weight_decay (now {config.weight_decay})")
+    if options.get("mu"):
+        suspects.append(f"mu (now {options['mu']})")
+    return " or ".join(suspects)
+
+
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
     """Run one configuration and return ``{"config": ..., "history": [...]}`` (see :func:`run_rounds`)."""
     return run_rounds(build_simulation(config), progress, callback)
@@ -249,6 +280,7 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
     ``client_updates(sim, round, [(client, plan), ...])`` yields the clients' reports in
     order; the default trains them here, :mod:`hetfl_core.flower` on Flower's nodes.
     """
+    single_thread()
     config, method, devices = sim.config, sim.method, sim.devices
     sampler = np.random.default_rng([config.seed, 4])
     per_round = max(1, int(round(config.participation * config.clients)))
@@ -267,7 +299,7 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
         for (k, _), report in zip(jobs, client_updates(sim, t, jobs), strict=True):
             if not math.isfinite(report.loss):
                 raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
-                                      f"lower lr (now {config.lr})")
+                                      f"lower {divergence_suspects(config, method.options)}")
             seconds = report.time_s if report.time_s is not None else \
                 client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
             reports.append(report)

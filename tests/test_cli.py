@@ -83,3 +83,35 @@ def test_every_method_runs_from_the_command_line(method, tmp_path, monkeypatch):
                  "--heterogeneity", "medium", "--quiet", "--out", str(path)]) == 0
     history = json.loads(path.read_text())["history"]
     assert len(history) == 2 and history[-1]["acc_personal"] is not None
+
+
+def test_run_help_gives_each_field_its_meaning_and_choices(capsys):
+    from hetfl_core.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())      # argparse wraps lines
+    assert exc.value.code == 0
+    assert "SGD learning rate; in (0, 1e+09]" in out
+    assert "how the training pool is dealt to clients; one of: iid, dirichlet" in out
+
+
+def test_list_of_an_empty_name_is_an_error(capsys):
+    from hetfl_core.cli import main
+
+    assert main(["list", ""]) == 2
+    assert "unknown method ''" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
+    proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
+                             "--rounds", "100000", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    time.sleep(8)          # past the imports, into training
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
+                                                                   "(finished runs are cached)"], err

@@ -44,7 +44,7 @@ def test_sweep_in_processes_equals_single_process(tiny_config, cache):
 
 def test_failed_run_in_sweep_keeps_finished_work(tiny_config, cache):
     good = tiny_config
-    bad = tiny_config.replace(lr=1e8, local_steps=20, rounds=3)
+    bad = tiny_config.replace(lr=100.0, local_steps=20, rounds=3)
     with pytest.raises(HetflError) as err:
         sweep([good, bad], processes=1, progress=False)
     assert "1 of 2 runs failed" in str(err.value) and "\n" not in str(err.value)
@@ -85,3 +85,79 @@ def test_a_script_without_a_main_guard_gets_one_line_naming_it(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode != 0
     assert "if __name__ ==" in out.stderr.strip().splitlines()[-1]
+    assert out.stderr.count("Traceback") == 1, out.stderr     # the parent's own: no worker's tracebacks
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\x00\xff\xfe garbage", b"[]", b"{}", b'{"config": {}, "history": []}',
+                                     b'{"config": {}'])
+def test_a_broken_cache_file_is_a_miss_and_is_rewritten(content, tiny_config, cache):
+    path = cache_path(tiny_config)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    assert experiments.load_cached(tiny_config) is None
+    result = run_cached(tiny_config)
+    assert json.loads(path.read_text()) == result and result["history"]
+
+
+def _run_log(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _run_cached_in_a_process(config, log: Path, cache: Path) -> subprocess.Popen:
+    code = (f"from hetfl_core import RunConfig, run_cached\n"
+            f"run_cached(RunConfig.from_dict({config.to_dict()!r}))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HETFL_CACHE": str(cache),
+           "HETFL_RUN_LOG": str(log)}
+    return subprocess.Popen([sys.executable, "-c", code], env=env)
+
+
+def test_a_run_computed_elsewhere_under_the_lock_is_not_computed_again(tiny_config, cache, tmp_path):
+    import fcntl
+
+    log = tmp_path / "runs.log"
+    result = run(tiny_config)
+    lock = cache_path(tiny_config).with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)           # as a concurrent sweep computing this run
+        waiter = _run_cached_in_a_process(tiny_config, log, cache)
+        time.sleep(8)                              # it has imported and now waits for the lock
+        assert waiter.poll() is None
+        experiments._write_atomic(cache_path(tiny_config), result)
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert waiter.wait(timeout=120) == 0
+    assert [row["cached"] for row in _run_log(log)] == [True]   # read, not computed twice
+
+
+def test_a_lock_holder_that_dies_blocks_nobody(tiny_config, cache, tmp_path):
+    lock = cache_path(tiny_config).with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", f"import fcntl, time\nf = open({str(lock)!r}, 'a')\n"
+                               "fcntl.flock(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert run_cached(tiny_config)["history"]
+
+
+def test_every_run_computes_with_one_torch_thread(tiny_config):
+    import torch
+
+    torch.set_num_threads(2)
+    run(tiny_config.replace(rounds=1))
+    assert torch.get_num_threads() == 1
+
+
+def test_an_unwritable_cache_is_refused_before_training(tiny_config, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("HETFL_CACHE", str(blocker / "runs"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained although the result could not be stored")
+
+    monkeypatch.setattr(engine, "run", refuse)
+    for attempt in (lambda: run_cached(tiny_config), lambda: sweep([tiny_config], processes=1, progress=False)):
+        with pytest.raises(HetflError, match="cache directory"):
+            attempt()

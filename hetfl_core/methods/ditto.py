@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
-from ..errors import ConfigError
 from ..personalization import PrivateStore
 from ..system import dense_bits, training_flops
 from ..training import clone_model, local_sgd, steps_for_epochs
@@ -38,16 +38,9 @@ class Ditto(FedAvg):
 
     name = "ditto"
     summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"
-    defaults = {"lam": 0.1, "personal_epochs": None}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        if float(options.get("lam", 0.1)) < 0:
-            raise ConfigError(f"lam must be >= 0, got {options['lam']}")
-        epochs = options.get("personal_epochs")
-        if epochs is not None and float(epochs) <= 0:
-            raise ConfigError(f"personal_epochs must be > 0 or None, got {epochs}")
+    option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
+                    "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
+                                              0, 10_000, low_open=True, kind=float)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport, Method
-from ..errors import ConfigError
 from ..system import dense_bits, training_flops
 from ..training import LocalResult, clone_model, local_sgd
 from . import register
@@ -31,13 +31,6 @@ class FedAvg(Method):
 
     name = "fedavg"
     summary = "FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"
-    defaults = {"mu": 0.0}
-
-    @classmethod
-    def check_options(cls, options):
-        super().check_options(options)
-        if options.get("mu", 0.0) < 0:
-            raise ConfigError(f"mu must be >= 0, got {options['mu']}")
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                     params=None, masks: dict | None = None, loss_fn=None) -> LocalResult:
@@ -76,4 +69,5 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     summary = "FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"
-    defaults = {"mu": 0.01}
+    option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",
+                                 0, 1e4)}

@@ -7,8 +7,8 @@ the global model is the body with the frozen head.
 """
 from __future__ import annotations
 
+from ..config import Option
 from ..engine import seeded_generator
-from ..errors import ConfigError
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import clone_model
@@ -22,13 +22,9 @@ class FedBABU(FedPer):
 
     name = "fedbabu"
     summary = "FedBABU: body trained under a frozen head, head fine-tuned locally (Oh et al. 2022)"
-    defaults = {"head_layers": 1, "finetune_steps": 10}
-
-    @classmethod
-    def check_options(cls, options):
-        super().check_options(options)
-        if int(options.get("finetune_steps", 10)) < 0:
-            raise ConfigError(f"finetune_steps must be >= 0, got {options['finetune_steps']}")
+    option_specs = {**FedPer.option_specs,
+                    "finetune_steps": Option(10, "SGD steps fine-tuning the head before each evaluation", 0,
+                                             1_000_000)}
 
     def client_update(self, client, plan, generator):
         """Train only the body (the head stays at its shared random init); upload the body."""

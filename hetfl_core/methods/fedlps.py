@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bandits import PUCBV, pucbv_reward
+from ..config import Option
 from ..engine import ClientPlan, ClientReport, seeded_generator
 from ..errors import ConfigError
 from ..masks import top_units, unit_keep_fractions, unit_magnitudes, unit_masks_to_parameters
@@ -133,9 +134,23 @@ class FedLPS(FedAvg):
 
     name = "fedlps"
     summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
-    defaults = {"mu": 1e-3, "lam": 1.0, "pattern": "learned", "ratio_rule": "pucbv", "ratio": 0.5,
-                "capability": "fixed", "aggregation": "eq13", "q_grad": "all", "alpha": 1.0,
-                "arm_range": [0.5, 1.0], "intervals": 5, "rho": 0.5, "delta": -0.05, "explore": False}
+    option_specs = {
+        "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
+        "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),
+        "pattern": Option("learned", "which units a ratio keeps", choices=PATTERNS),
+        "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen", choices=RATIO_RULES),
+        "ratio": Option(0.5, "every client's ratio under ratio_rule fixed", 0, 1, low_open=True),
+        "capability": Option("fixed", "device tiers fixed or redrawn every round", choices=("fixed", "dynamic")),
+        "aggregation": Option("eq13", "Eq. (13), or each entry averaged over its holders",
+                              choices=("eq13", "holders")),
+        "q_grad": Option("all", "units whose scores get the straight-through gradient", choices=("all", "kept")),
+        "alpha": Option(1.0, "weight of the upload time in the local cost T (Eq. 14)", 0, 1e6),
+        "arm_range": Option([0.5, 1.0], "[low, high] of P-UCBV's ratios (Alg. 2)", 0, 1),
+        "intervals": Option(5, "P-UCBV's intervals over arm_range (Alg. 2)", 1, 10_000),
+        "rho": Option(0.5, "P-UCBV's Efficient-UCBV constant rho (Alg. 2)", 0, 1e6, low_open=True),
+        "delta": Option(-0.05, "P-UCBV's elimination threshold on the change of training accuracy", -1, 0),
+        "explore": Option(False, "the authors' code's epsilon-greedy step (a random interval w.p. 1/n)"),
+    }
 
     @classmethod
     def check_config(cls, config):
@@ -145,25 +160,10 @@ class FedLPS(FedAvg):
 
     @classmethod
     def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        o = {**cls.defaults, **options}
-        choices = {"pattern": PATTERNS, "ratio_rule": RATIO_RULES, "capability": ("fixed", "dynamic"),
-                   "aggregation": ("eq13", "holders"), "q_grad": ("all", "kept")}
-        for key, allowed in choices.items():
-            if o[key] not in allowed:
-                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {o[key]!r}")
-        lo, hi = (float(v) for v in o["arm_range"])
-        checks = [(o["mu"] >= 0, f"mu must be >= 0, got {o['mu']}"),
-                  (o["lam"] >= 0, f"lam must be >= 0, got {o['lam']}"),
-                  (0 < float(o["ratio"]) <= 1, f"ratio must be in (0, 1], got {o['ratio']}"),
-                  (o["alpha"] >= 0, f"alpha must be >= 0, got {o['alpha']}"),
-                  (0 <= lo < hi <= 1, f"arm_range must be [low, high] with 0 <= low < high <= 1, got {o['arm_range']}"),
-                  (int(o["intervals"]) >= 1, f"intervals must be >= 1, got {o['intervals']}"),
-                  (o["rho"] > 0, f"rho must be > 0, got {o['rho']}"),
-                  (o["delta"] <= 0, f"delta must be <= 0 (an accuracy drop), got {o['delta']}")]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
+        super().check_options(options)
+        arms = {**cls.defaults, **options}["arm_range"]
+        if len(arms) != 2 or not arms[0] < arms[1]:
+            raise ConfigError(f"arm_range must be [low, high] with 0 <= low < high <= 1, got {arms}")
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
-from ..errors import ConfigError
 from ..personalization import PrivateStore, body_parameter_names
 from ..system import dense_bits, training_flops
 from ..training import clone_model
@@ -24,13 +24,7 @@ class FedPer(FedAvg):
 
     name = "fedper"
     summary = "FedPer: shared body, private head (Arivazhagan et al. 2019)"
-    defaults = {"head_layers": 1}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        if int(options.get("head_layers", 1)) < 1:
-            raise ConfigError(f"head_layers must be >= 1, got {options['head_layers']}")
+    option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -7,10 +7,10 @@ The paper uses 10 head epochs and 1 body epoch on CIFAR; the option takes that v
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import steps_for_epochs
+from ..config import Option
 from . import register
 from .fedper import FedPer
 
@@ -21,13 +21,9 @@ class FedRep(FedPer):
 
     name = "fedrep"
     summary = "FedRep: private head trained first, then the shared body (Collins et al. 2021)"
-    defaults = {"head_layers": 1, "head_epochs": 1.0}
-
-    @classmethod
-    def check_options(cls, options):
-        super().check_options(options)
-        if float(options.get("head_epochs", 1.0)) <= 0:
-            raise ConfigError(f"head_epochs must be > 0, got {options['head_epochs']}")
+    option_specs = {**FedPer.option_specs,
+                    "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
+                                          low_open=True)}
 
     def client_update(self, client, plan, generator):
         model = self.working_model(client.client_id)

@@ -11,6 +11,7 @@ off (the paper's comparison gives every width method the same widths).
 from __future__ import annotations
 
 from ..composition import Selection, flanc_block_count, width_blocks
+from ..config import Option
 from . import register
 from .heroes import Heroes
 
@@ -21,15 +22,9 @@ class Flanc(Heroes):
 
     name = "flanc"
     summary = "Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)"
-    defaults = {**Heroes.defaults, "frequency": "fixed"}
-
-    @classmethod
-    def check_options(cls, options):
-        super().check_options(options)
-        if options.get("frequency", "fixed") != "fixed" or options.get("selection", "free") != "free":
-            from ..errors import ConfigError
-            raise ConfigError("flanc has fixed blocks per width and a fixed frequency: "
-                              "set neither frequency nor selection")
+    option_specs = {**Heroes.option_specs,
+                    "frequency": Option("fixed", "local steps: always fixed in Flanc", choices=("fixed",)),
+                    "selection": Option("free", "blocks: always the width's own in Flanc", choices=("free",))}
 
     def n_blocks(self) -> int:
         return flanc_block_count(self.P)

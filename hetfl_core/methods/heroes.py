@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from ..composition import (COMPOSED_MODELS, Selection, aggregate_blocks, build_composed, least_trained,
                            subgrid_selection)
+from ..config import Option
 from ..engine import ClientPlan, ClientReport, seeded_generator
 from ..errors import ConfigError
 from ..frequency import block_variance, plan_frequencies, tau_calibrated, tau_eps, tau_raw, width_for_budget
@@ -48,31 +49,30 @@ class Heroes(FedAvg):
 
     name = "heroes"
     summary = "Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)"
-    defaults = {"max_width": 4, "selection": "free", "frequency": "adaptive", "tau_mode": "calibrated",
-                "tau0": None, "tau_max": None, "width_budget": 1.2, "rho": 0.1, "eps": None, "beta2": 0.0,
-                "estimator_batches": 4}
+    option_specs = {
+        "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
+                            1, 1024),
+        "selection": Option("free", "how a client's blocks are chosen", choices=SELECTIONS),
+        "frequency": Option("adaptive", "local steps: adaptive per client (Alg. 1 l. 12-22) or fixed",
+                            choices=FREQUENCIES),
+        "tau_mode": Option("calibrated", "how the first client's steps tau* are set (Eq. 25 calibrated, raw, "
+                           "or to reach a loss eps)", choices=TAU_MODES),
+        "tau0": Option(None, "first-round local steps (None: the run's local steps)", 1, 10_000_000, kind=int),
+        "tau_max": Option(None, "most local steps a client runs (None: 2 tau0)", 1, 10_000_000, kind=int),
+        "width_budget": Option(1.2, "per-iteration time budget mu_max, in units of the full model's time on "
+                               "the fastest device", 0, 1e6, low_open=True),
+        "rho": Option(0.1, "fraction of the window Eq. (24) allows around tau*", 0, 1, high_open=True),
+        "eps": Option(None, "the loss target of tau_mode eps", 0, 1e6, low_open=True, kind=float),
+        "beta2": Option(0.0, "the gradient-noise term of tau_mode eps", 0, 1e6),
+        "estimator_batches": Option(4, "batches estimating the loss, smoothness and noise", 2, 10_000),
+    }
 
     @classmethod
     def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
+        super().check_options(options)
         o = {**cls.defaults, **options}
-        checks = [
-            (int(o["max_width"]) >= 1, f"max_width must be >= 1, got {o['max_width']}"),
-            (o["selection"] in SELECTIONS, f"selection must be one of {', '.join(SELECTIONS)}, got {o['selection']!r}"),
-            (o["frequency"] in FREQUENCIES,
-             f"frequency must be one of {', '.join(FREQUENCIES)}, got {o['frequency']!r}"),
-            (o["tau_mode"] in TAU_MODES, f"tau_mode must be one of {', '.join(TAU_MODES)}, got {o['tau_mode']!r}"),
-            (o["tau0"] is None or int(o["tau0"]) >= 1, f"tau0 must be >= 1, got {o['tau0']}"),
-            (o["tau_max"] is None or int(o["tau_max"]) >= 1, f"tau_max must be >= 1, got {o['tau_max']}"),
-            (float(o["width_budget"]) > 0, f"width_budget must be > 0, got {o['width_budget']}"),
-            (0 <= float(o["rho"]) < 1, f"rho must be in [0, 1), got {o['rho']}"),
-            (o["tau_mode"] != "eps" or (o["eps"] is not None and float(o["eps"]) > 0),
-             "tau_mode='eps' needs a loss target eps > 0"),
-            (int(o["estimator_batches"]) >= 2, f"estimator_batches must be >= 2, got {o['estimator_batches']}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
+        if o["tau_mode"] == "eps" and o["eps"] is None:
+            raise ConfigError("tau_mode='eps' needs a loss target eps > 0")
 
     @classmethod
     def check_config(cls, config):

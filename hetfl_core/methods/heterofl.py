@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, unit_keep_fractions
@@ -46,14 +47,14 @@ class HeteroFL(FedAvg):
 
     name = "heterofl"
     summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"
-    defaults = {"widths": [1.0, 0.5, 0.25]}
+    option_specs = {"widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its capability "
+                                     "allows", 0, 1, low_open=True)}
 
     @classmethod
     def check_config(cls, config):
         super().check_config(config)
-        widths = config.options.get("widths", cls.defaults["widths"])
-        if not widths or not all(0 < float(w) <= 1 for w in widths):
-            raise ConfigError(f"widths must be a non-empty list of values in (0, 1], got {widths}")
+        if not config.options.get("widths", cls.defaults["widths"]):
+            raise ConfigError("widths must be a non-empty list of values in (0, 1], got []")
         if config.model not in SUPPORTED_MODELS:
             raise ConfigError(f"{cls.name} needs a model of {', '.join(SUPPORTED_MODELS)}, got {config.model!r}")
 

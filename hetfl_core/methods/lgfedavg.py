@@ -6,6 +6,7 @@ LeNet-5's first two layers private, i.e. ``head_layers=3``.
 """
 from __future__ import annotations
 
+from ..config import Option
 from ..personalization import head_parameter_names
 from . import register
 from .fedper import FedPer
@@ -17,7 +18,8 @@ class LGFedAvg(FedPer):
 
     name = "lg-fedavg"
     summary = "LG-FedAvg: private local body, shared global head (Liang et al. 2020)"
-    defaults = {"head_layers": 1}
+    option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",
+                                          1, 1000)}
 
     def choose_shared(self):
         """The parameters the server aggregates: the head."""

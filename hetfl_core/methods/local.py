@@ -19,7 +19,7 @@ class LocalOnly(FedAvg):
 
     name = "local"
     summary = "Local-only training: no communication, the personalisation floor"
-    defaults = {}
+    option_specs = {}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientReport
-from ..errors import ConfigError
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model, evaluate
@@ -30,15 +30,9 @@ class LotteryFL(FedAvg):
 
     name = "lotteryfl"
     summary = "LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)"
-    defaults = {"prune_rate": 0.2, "target_density": 0.5, "acc_threshold": 0.5}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        for key in ("prune_rate", "target_density", "acc_threshold"):
-            value = float(options.get(key, cls.defaults[key]))
-            if not 0 <= value <= 1:
-                raise ConfigError(f"{key} must be in [0, 1], got {value}")
+    option_specs = {"prune_rate": Option(0.2, "fraction of the remaining weights pruned at each pruning", 0, 1),
+                    "target_density": Option(0.5, "density at which a client stops pruning", 0, 1),
+                    "acc_threshold": Option(0.5, "local accuracy a client must reach before it prunes", 0, 1)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..lottery import ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within, rewind
@@ -76,25 +77,27 @@ class OFAFL(FedAvg):
 
     name = "ofafl"
     summary = "OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"
-    defaults = {"ratios": [1.0, 0.8, 0.6, 0.4, 0.2], "capacities": None, "scope": "global",
-                "schedule": "fixed", "warmup": 200, "every": 50, "delta": 1e-3, "min_gap": 5,
-                "rewind_unmasked": True, "test_samples": None}
+    option_specs = {
+        "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
+                         low_open=True),
+        "capacities": Option(None, "each client's capacity C[i], one of the ratios (None: spread evenly)"),
+        "scope": Option("global", "prune over the whole model or layer by layer", choices=("global", "layer")),
+        "schedule": Option("fixed", "prune on a fixed schedule or when the validation loss converges",
+                           choices=("fixed", "convergence")),
+        "warmup": Option(200, "W: rounds before the first pruning", 0, 10_000_000),
+        "every": Option(50, "P: rounds between prunings (schedule fixed)", 1, 10_000_000),
+        "delta": Option(1e-3, "the validation-loss change that counts as converged", 0, 1e6),
+        "min_gap": Option(5, "fewest rounds between prunings (schedule convergence)", 0, 10_000_000),
+        "rewind_unmasked": Option(True, "rewind the weights a pruning removes to theta_init (Alg. 3)"),
+        "test_samples": Option(None, "score on this many global test samples (None: all)", 1, 10 ** 9, kind=int),
+    }
     joint = True   # Alg. 4's averaged loss; LTP sets False
 
     @classmethod
     def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
+        super().check_options(options)
         o = {**cls.defaults, **options}
         ratios = check_ratios(o["ratios"])
-        if o["scope"] not in ("global", "layer"):
-            raise ConfigError(f"scope must be 'global' or 'layer', got {o['scope']!r}")
-        if o["schedule"] not in ("fixed", "convergence"):
-            raise ConfigError(f"schedule must be 'fixed' or 'convergence', got {o['schedule']!r}")
-        if int(o["warmup"]) < 0 or int(o["every"]) < 1 or int(o["min_gap"]) < 0:
-            raise ConfigError(f"need warmup >= 0, every >= 1, min_gap >= 0; got {o['warmup']}, {o['every']}, "
-                              f"{o['min_gap']}")
-        if o["test_samples"] is not None and int(o["test_samples"]) < 1:
-            raise ConfigError(f"test_samples must be >= 1 or None, got {o['test_samples']}")
         if o["capacities"] is not None and not all(float(c) in ratios for c in o["capacities"]):
             raise ConfigError(f"every capacity must be one of the ratios {ratios}, got {o['capacities']}")
 
@@ -225,7 +228,8 @@ class OFAOneShot(OFAFL):
 
     name = "ofa-oneshot"
     summary = "One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"
-    defaults = {**OFAFL.defaults, "oneshot_rewind": True}
+    option_specs = {**OFAFL.option_specs,
+                    "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}
 
     def prune_next(self) -> None:
         """All of R[1:] from |theta_g| at once (nested); rewind the smallest mask's weights."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
-from ..errors import ConfigError
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
@@ -25,17 +25,10 @@ class OneShotPruning(FedAvg):
 
     name = "oneshot"
     summary = "One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"
-    defaults = {"density": 0.5, "scope": "global", "prune_round": 2}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        if not 0 < float(options.get("density", 0.5)) <= 1:
-            raise ConfigError(f"density must be in (0, 1], got {options['density']}")
-        if options.get("scope", "global") not in ("global", "layer"):
-            raise ConfigError(f"scope must be 'global' or 'layer', got {options['scope']!r}")
-        if int(options.get("prune_round", 2)) < 1:
-            raise ConfigError(f"prune_round must be >= 1, got {options['prune_round']}")
+    option_specs = {"density": Option(0.5, "fraction of prunable weights kept", 0, 1, low_open=True),
+                    "scope": Option("global", "rank weights over the whole model or layer by layer",
+                                    choices=("global", "layer")),
+                    "prune_round": Option(2, "the round in which the server prunes", 1, 1_000_000)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

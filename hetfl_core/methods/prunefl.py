@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport, seeded_generator
-from ..errors import ConfigError
 from ..masks import layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
@@ -61,19 +61,12 @@ class PruneFL(FedAvg):
 
     name = "prunefl"
     summary = "PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)"
-    defaults = {"initial_density": 0.5, "reconfigure_every": 5, "overhead": 1.0, "min_density": 0.1}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        for key in ("initial_density", "min_density"):
-            value = float(options.get(key, cls.defaults[key]))
-            if not 0 < value <= 1:
-                raise ConfigError(f"{key} must be in (0, 1], got {value}")
-        if int(options.get("reconfigure_every", 5)) < 1:
-            raise ConfigError(f"reconfigure_every must be >= 1, got {options['reconfigure_every']}")
-        if float(options.get("overhead", 1.0)) < 0:
-            raise ConfigError(f"overhead must be >= 0, got {options['overhead']}")
+    option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
+                                              low_open=True),
+                    "reconfigure_every": Option(5, "rounds between adaptive reconfigurations", 1, 1_000_000),
+                    "overhead": Option(1.0, "the fixed part of a round's time, in the unit of its per-weight cost",
+                                       0, 1e6),
+                    "min_density": Option(0.1, "the lowest density adaptive pruning may reach", 0, 1, low_open=True)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

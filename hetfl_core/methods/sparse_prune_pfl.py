@@ -46,6 +46,7 @@ from torch import nn
 
 from .. import dca
 from ..compression import flatten, top_k, unflatten
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..masks import magnitude_mask
@@ -116,41 +117,42 @@ class SparsePrunePFL(FedPer):
 
     name = "sparse-prune-pfl"
     summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)"
-    defaults = {"split": "conv", "allocation": "dca", "k": 1.0, "r": 1.0, "prune_scope": "private",
-                "theta_ratio": 10.0, "bandwidth_mhz": None, "bandwidth_high_mhz": None,
-                "deadline_s": None, "deadline_position": 0.5, "energy_budget_j": None, "bits": "approx",
-                "calibration_split": "paper"}
+    option_specs = {
+        "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
+        "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",
+                             choices=ALLOCATIONS),
+        "k": Option(1.0, "top-k fraction of base gradients uploaded (allocation fixed)", dca.K_MIN, 1),
+        "r": Option(1.0, "density of the pruned private part (allocation fixed)", dca.R_MIN, 1),
+        "prune_scope": Option("private", "prune the private part, or the whole model (FedAvg-P)",
+                              choices=("private", "all")),
+        "theta_ratio": Option(10.0, "theta1 / theta2 of the objective (31a): pruning against sparsification", 0, 1e9,
+                              low_open=True),
+        "bandwidth_mhz": Option(None, "total uplink bandwidth W (None: 10 MHz per 100 clients, Sec. VI)", 0, 1e6,
+                                low_open=True, kind=float),
+        "bandwidth_high_mhz": Option(None, "with it W ~ U[bandwidth_mhz, this] each round", 0, 1e6,
+                                     low_open=True, kind=float),
+        "deadline_s": Option(None, "the round deadline tau_max (None: calibrated)", 0, 1e9, low_open=True,
+                             kind=float),
+        "deadline_position": Option(0.5, "where the calibrated deadline sits between the least feasible one "
+                                    "at (k_min, r_min) and at (1, 1)", 0, 1),
+        "energy_budget_j": Option(None, "each client's energy budget per round, joules (None: none)", 0, 1e9,
+                                  low_open=True, kind=float),
+        "bits": Option("approx", "upload bits: Eq. (9) approx or Eq. (8) exact", choices=("approx", "exact")),
+        "calibration_split": Option("paper", "the split that calibrates the CPU constant C of (12)"),
+    }
 
     @classmethod
     def check_options(cls, options):
-        super(FedPer, cls).check_options(options)
+        super().check_options(options)
         o = {**cls.defaults, **options}
-        _check_split("split", str(o["split"]))
+        _check_split("split", o["split"])
         if o["calibration_split"] != "paper":
-            _check_split("calibration_split", str(o["calibration_split"]))
-        if o["allocation"] not in ALLOCATIONS:
-            raise ConfigError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {o['allocation']!r}")
-        if not dca.K_MIN <= float(o["k"]) <= 1:
-            raise ConfigError(f"k must be in [{dca.K_MIN}, 1], got {o['k']}")
-        if not dca.R_MIN <= float(o["r"]) <= 1:
-            raise ConfigError(f"r must be in [{dca.R_MIN}, 1], got {o['r']}")
-        if o["prune_scope"] not in ("private", "all"):
-            raise ConfigError(f"prune_scope must be private or all, got {o['prune_scope']!r}")
+            _check_split("calibration_split", o["calibration_split"])
         if o["prune_scope"] == "all" and o["allocation"] != "fixed":
             raise ConfigError("prune_scope=all (FedAvg-P) needs allocation=fixed")
-        if float(o["theta_ratio"]) <= 0:
-            raise ConfigError(f"theta_ratio must be > 0, got {o['theta_ratio']}")
-        if o["bandwidth_mhz"] is not None and float(o["bandwidth_mhz"]) <= 0:
-            raise ConfigError(f"bandwidth_mhz must be > 0, got {o['bandwidth_mhz']}")
         if o["bandwidth_high_mhz"] is not None and (o["bandwidth_mhz"] is None
-                                                    or float(o["bandwidth_high_mhz"]) < float(o["bandwidth_mhz"])):
+                                                    or o["bandwidth_high_mhz"] < o["bandwidth_mhz"]):
             raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be >= it")
-        if o["deadline_s"] is not None and float(o["deadline_s"]) <= 0:
-            raise ConfigError(f"deadline_s must be > 0, got {o['deadline_s']}")
-        if not 0 <= float(o["deadline_position"]) <= 1:
-            raise ConfigError(f"deadline_position must be in [0, 1], got {o['deadline_position']}")
-        if o["bits"] not in ("approx", "exact"):
-            raise ConfigError(f"bits must be approx (Eq. 9) or exact (Eq. 8), got {o['bits']!r}")
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
@@ -45,10 +46,6 @@ from ..training import clone_model, evaluate
 from . import register
 from .fedavg import FedAvg
 
-_CHOICES = {"sampler": ("rm", "rd", "fixed"), "scope": ("global", "layer"), "personal": ("largest", "smallest"),
-            "agg": ("element", "paper_eq4"), "loss_agg": ("mean", "sum"), "credit": ("shared", "per_rate"),
-            "cluster_eval": ("val", "train", "test")}
-
 
 @register
 class SRPpFed(FedAvg):
@@ -56,20 +53,32 @@ class SRPpFed(FedAvg):
 
     name = "srp-pfed"
     summary = "SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"
-    defaults = {"candidates": 10, "k": 2, "decay": 0.9, "sampler": "rm", "fixed_rates": None,
-                "scope": "global", "personal": "largest", "agg": "element", "loss_agg": "mean",
-                "credit": "shared", "replacement": False, "cluster_eval": "val", "window": None}
+    option_specs = {
+        "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),
+        "k": Option(2, "K: rates drawn each round (Eq. 7), at most candidates", 1, 10_000),
+        "decay": Option(0.9, "lambda of the walk's update h <- lambda h + b (Eq. 6)", 0, 1,
+                        low_open=True, high_open=True),
+        "sampler": Option("rm", "the rate sampler: reinforced walk, random, or fixed rates",
+                          choices=("rm", "rd", "fixed")),
+        "fixed_rates": Option(None, "the rates of sampler fixed (None otherwise)"),
+        "scope": Option("global", "rank the whole model or layer by layer (Eq. 2)", choices=("global", "layer")),
+        "personal": Option("largest", "which entries stay personal (Eq. 2: the largest |w|)",
+                           choices=("largest", "smallest")),
+        "agg": Option("element", "element-wise normalised aggregation, or Eq. (4) as printed",
+                      choices=("element", "paper_eq4")),
+        "loss_agg": Option("mean", "L_t: data-weighted mean or sum of losses (Eq. 6)", choices=("mean", "sum")),
+        "credit": Option("shared", "one credit for all drawn rates, or per rate", choices=("shared", "per_rate")),
+        "replacement": Option(False, "draw the K rates with replacement (Sec. III-B's inverse-CDF draws)"),
+        "cluster_eval": Option("val", "the split CLIENTCLUSTERING scores fusions on (Eq. 8)",
+                               choices=("val", "train", "test")),
+        "window": Option(None, "seconds of a semi-asynchronous window (Sec. III-D; None: synchronous)", 0, 1e9,
+                         low_open=True, kind=float),
+    }
 
     @classmethod
     def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        o = {**cls.defaults, **options}
-        for key, allowed in _CHOICES.items():
-            if o[key] not in allowed:
-                raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {o[key]!r}")
-        if o["window"] is not None and not float(o["window"]) > 0:
-            raise ConfigError(f"window must be > 0 seconds or None, got {o['window']}")
-        cls.make_walk(o)  # range checks of candidates, k, decay, fixed_rates
+        super().check_options(options)
+        cls.make_walk({**cls.defaults, **options})  # k within candidates, fixed_rates
 
     @classmethod
     def check_config(cls, config):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..compression import ErrorFeedback, flatten, top_k, unflatten
+from ..config import Option
 from ..engine import ClientReport
-from ..errors import ConfigError
 from ..system import dense_bits, sparse_bits, training_flops
 from ..training import clone_model
 from . import register
@@ -25,14 +25,9 @@ class TopK(FedAvg):
 
     name = "topk"
     summary = "FedAvg with top-k sparsified updates (values + indices on the uplink)"
-    defaults = {"k": 0.1}
+    option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
+                                low_open=True)}
     error_feedback = False
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        if not 0 < float(options.get("k", 0.1)) <= 1:
-            raise ConfigError(f"k must be in (0, 1], got {options['k']}")
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

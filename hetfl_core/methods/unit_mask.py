@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ..config import Option
 from ..engine import ClientPlan, ClientReport, seeded_generator
-from ..errors import ConfigError
 from ..masks import ordered_units, random_units, unit_keep_fractions, unit_masks_to_parameters
 from ..system import dense_bits, training_flops
 from ..training import clone_model
@@ -28,14 +28,8 @@ class OrderedMask(FedAvg):
 
     name = "ordered-mask"
     summary = "Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"
-    defaults = {"ratio": None}
-
-    @classmethod
-    def check_options(cls, options):
-        super(FedAvg, cls).check_options(options)
-        ratio = options.get("ratio")
-        if ratio is not None and not 0 < float(ratio) <= 1:
-            raise ConfigError(f"ratio must be in (0, 1], got {ratio}")
+    option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
+                                    low_open=True, kind=float)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -1,0 +1,75 @@
+"""RunConfig.validate(): every bad field, option and misfit is one ConfigError line naming
+the field, raised before any data is loaded."""
+import math
+
+import pytest
+
+from hetfl_core import RunConfig
+from hetfl_core import data as data_module
+from hetfl_core.config import MODEL_INPUTS
+from hetfl_core.data import DATASET_INFO, DATASETS, load_dataset
+from hetfl_core.engine import run
+from hetfl_core.errors import ConfigError, DivergenceError
+from hetfl_core.models import MODELS
+
+BAD_FIELDS = [
+    ("rounds", "3"), ("rounds", None), ("lr", [0.1]), ("lr", "0.1"), ("rounds", 2.5), ("batch_size", 2.5),
+    ("seed", 1.5), ("seed", None), ("seed", -1), ("seed", 2 ** 32), ("seed", 10 ** 31), ("clients", True),
+    ("local_epochs", math.inf), ("local_epochs", 1e308), ("lr", math.inf), ("lr", 1e308), ("lr", math.nan),
+    ("weight_decay", math.inf), ("weight_decay", 1e308), ("alpha", 1e308), ("rounds", 10 ** 31),
+    ("local_steps", 10 ** 31), ("eval_global", 1), ("dataset", None), ("model", 3), ("participation", 0),
+    ("momentum", 1.0), ("train_samples", 0),
+]
+
+
+@pytest.mark.parametrize("name, value", BAD_FIELDS, ids=[f"{n}={v!r}" for n, v in BAD_FIELDS])
+def test_bad_field_is_one_config_error_naming_it(name, value):
+    with pytest.raises(ConfigError) as err:
+        RunConfig(**{"dataset": "digits", name: value}).validate()
+    assert name in str(err.value) and "\n" not in str(err.value)
+
+
+MISFITS = [
+    (dict(partition="natural"), "natural"), (dict(clients=2000), "clients"),
+    (dict(partition="shards", classes_per_client=11), "classes_per_client"), (dict(model="lenet5"), "lenet5"),
+    (dict(model="charlstm"), "charlstm"), (dict(train_samples=10, clients=11), "clients"),
+]
+
+
+@pytest.mark.parametrize("fields, named", MISFITS, ids=[n for _, n in MISFITS])
+def test_misfit_is_refused_before_loading(fields, named, monkeypatch):
+    monkeypatch.setattr(data_module, "_CACHE", {})
+    with pytest.raises(ConfigError, match=named):
+        RunConfig(dataset="digits", **fields).validate()
+    assert data_module._CACHE == {}
+
+
+def test_image_model_on_text_is_refused_before_loading(monkeypatch):
+    monkeypatch.setattr(data_module, "_CACHE", {})
+    with pytest.raises(ConfigError, match="cannot read shakespeare"):
+        RunConfig(dataset="shakespeare", model="cnn").validate()
+    assert data_module._CACHE == {}
+
+
+def test_metadata_covers_every_model_and_dataset_and_matches_digits():
+    assert set(MODEL_INPUTS) == set(MODELS) and set(DATASET_INFO) == set(DATASETS)
+    ds = load_dataset("digits")
+    reads, side, classes, train_size = DATASET_INFO["digits"]
+    assert (side, classes, train_size) == (ds.x_train.shape[-1], ds.num_classes, len(ds.y_train))
+
+
+@pytest.mark.parametrize("options", [{"mu": "abc"}, {"mu": [1]}, {"mu": None}, {"mu": math.nan},
+                                     {"mu": math.inf}, {"mu": -1.0}])
+def test_bad_option_value_is_a_config_error(options):
+    with pytest.raises(ConfigError, match="mu"):
+        RunConfig(method="fedprox", dataset="digits", options=options).validate()
+
+
+def test_from_dict_refuses_a_non_dict():
+    with pytest.raises(ConfigError, match="must be a dict"):
+        RunConfig.from_dict("fedavg")
+
+
+def test_divergence_names_weight_decay_when_it_is_set(tiny_config):
+    with pytest.raises(DivergenceError, match="weight_decay"):
+        run(tiny_config.replace(weight_decay=100.0, rounds=2, local_steps=20).validate())
