@@ -55,3 +55,34 @@ def test_a_caption_names_the_settings_and_the_rerun_command():
     assert "α=" not in caption_text([base.replace(partition="iid")], "x", "book")
     shards = caption_text([base.replace(partition="shards", clients=c) for c in (10, 20)], "x", "book")
     assert "α=" not in shards and "2 classes per client" in shards and "10/20 clients" in shards
+
+
+def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
+    """A real papermill run of a two-cell chapter: a bad seed and an unknown name stop it in
+    the first code cell, with one line naming the parameter."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cells = [{"cell_type": "code", "execution_count": None, "id": "p", "metadata": {"tags": ["parameters"]},
+              "outputs": [], "source": "scale: str = \"smoke\"\nseed: int = 0\n"},
+             {"cell_type": "code", "execution_count": None, "id": "c", "metadata": {}, "outputs": [],
+              "source": "from hetfl_core.chapters import check_parameters\ncheck_parameters(globals())\n"
+                        "print('ran with seed', seed)"}]
+    nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                       "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "ch.ipynb").write_text(json.dumps(nb))
+    papermill = Path(sys.executable).parent / "papermill"
+
+    def run(*params):
+        proc = subprocess.run([str(papermill), "ch.ipynb", "out.ipynb", "-k", "python3", "--no-progress-bar",
+                               *params], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        return proc.returncode, proc.stderr
+
+    assert run("-p", "seed", "3")[0] == 0
+    code, err = run("-p", "seed", "-1")
+    assert code != 0 and "ConfigError: parameter seed must be in [0, 2**32), got -1" in err
+    code, err = run("-p", "sed", "1")
+    assert code != 0 and "ConfigError: unknown parameter(s) sed" in err

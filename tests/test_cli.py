@@ -115,3 +115,30 @@ def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
                                                                    "(finished runs are cached)"], err
+
+
+def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cache, monkeypatch, capsys):
+    """The disk fills up between the check and the write: one line says where the run is."""
+    import errno
+    import pathlib
+
+    from hetfl_core import RunConfig
+    from hetfl_core.cli import main
+    from hetfl_core.experiments import cache_path, load_cached
+
+    out = tmp_path / "run.json"
+    real_write = pathlib.Path.write_text
+
+    def full_disk(self, *args, **kwargs):
+        if self == out:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    argv = ["run", "fedavg", "--dataset", "digits", "--clients", "3", "--rounds", "1", "--local-steps", "1",
+            "--quiet", "--out", str(out)]
+    assert main(argv) == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    config = RunConfig(method="fedavg", dataset="digits", clients=3, rounds=1, local_steps=1).validate()
+    assert "No space left on device" in line and str(cache_path(config)) in line
+    assert load_cached(config) is not None and not out.exists()
