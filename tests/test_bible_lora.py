@@ -202,4 +202,5 @@ def test_the_text_task_runs_from_the_command_line(tmp_path):
     last = json.loads(path.read_text())["history"][-1]
     assert last["f1_personal"] is not None and last["acc_global"] is None   # a private part: no global model
     out = cli("run", "fedavg", "--dataset", "digits", "--model", "lora-transformer", tmp_path=tmp_path)
-    assert out.returncode == 1 and "bible-pairs" in out.stderr.strip().splitlines()[-1]
+    line = out.stderr.strip().splitlines()[-1]          # refused before any data is loaded
+    assert out.returncode == 2 and "'lora-transformer' cannot read digits" in line
