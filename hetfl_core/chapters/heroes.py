@@ -317,8 +317,8 @@ def _claims_costs(ledger: Ledger, results: dict, target: float, others) -> None:
                measured=ratio_text(values, other=LABELS[n]), section="heroes-fig6",
                headline=i == 0,
                why=f"time to {fmt(target, 1, '%', 100)}: Heroes "
-                   f"{fmt_mean_sd(t['heroes'], 0, seeds=False)} s, {LABELS[n]} "
-                   f"{fmt_mean_sd(t[n], 0, seeds=False)} s")
+                   f"{fmt_mean_sd(t['heroes'], 0, ' s', seeds=False)}, {LABELS[n]} "
+                   f"{fmt_mean_sd(t[n], 0, ' s', seeds=False)}")
     lean = np.min([b[n] for n in others], axis=0)
     values = ratio(lean, b["heroes"])
     _claim(ledger, "Fig. 6a", "Heroes needs less traffic to the target than "

@@ -728,8 +728,8 @@ def ablation_claims(ledger: Ledger, runs: Runs, target: float) -> None:
                  paper="no fixed pair beats OPT",
                  values=[sooner(o, f) for o, f in zip(lat["OPT"], fixed)],
                  criterion=is_true("OPT reaches X2 no later than the fastest fixed pair"),
-                 measured=f"OPT {fmt_mean_sd(lat['OPT'], seeds=False)} s, fastest fixed "
-                          f"{fastest} {fmt_mean_sd(lat[fastest], seeds=False)} s "
+                 measured=f"OPT {fmt_mean_sd(lat['OPT'], 1, ' s', seeds=False)}, fastest fixed "
+                          f"{fastest} {fmt_mean_sd(lat[fastest], 1, ' s', seeds=False)} "
                           f"({_seeds_note(seeds)})",
                  why="latency to X2 per seed, OPT vs the fastest fixed pair: "
                      + "; ".join(compare(o, f, 1, " s") for o, f in zip(lat["OPT"], fixed)),
