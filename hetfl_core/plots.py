@@ -17,6 +17,8 @@ from collections import defaultdict
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .report import evaluated, row_value
+
 __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
            "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS"]
 
@@ -102,9 +104,11 @@ use_style()
 
 
 def series(result: dict, x: str = "round", y: str = "acc_personal") -> tuple[np.ndarray, np.ndarray]:
-    """The (x, y) points of one run, skipping rounds where ``y`` was not evaluated."""
-    rows = [r for r in result["history"] if r.get(y) is not None]
-    return np.array([r[x] for r in rows], float), np.array([r[y] for r in rows], float)
+    """The (x, y) points of one run, skipping rounds where ``y`` was not evaluated; ``x``
+    may be a derived history key such as ``traffic_bits``."""
+    rows = evaluated(result, y)
+    return (np.array([row_value(r, x) for r in rows], float),
+            np.array([row_value(r, y) for r in rows], float))
 
 
 def _label(result: dict) -> str:

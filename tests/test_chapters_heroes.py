@@ -7,7 +7,7 @@ import pytest
 
 from hetfl_core import RunConfig
 from hetfl_core.chapters import heroes as ch
-from hetfl_core import report
+from hetfl_core import plots, report
 from hetfl_core.report import Ledger
 
 
@@ -61,7 +61,7 @@ def test_queries_on_a_hand_made_history():
     counts = ch.block_counters(r, 4)
     np.testing.assert_array_equal(counts[-1], [4, 10, 6, 0])   # two clients per round
     assert ch.least_and_spread(counts) == (0.0, pytest.approx(10 / 5))
-    xs, ys = ch.curve(r, x="traffic_bits")
+    xs, ys = plots.series(r, x="traffic_bits", y=ch.Y)
     np.testing.assert_array_equal(xs, [16e6, 16e6])
     results = {("heroes", 0): r}
     assert ch.reach(results, ["heroes"], 0.5)["heroes"][0] == 20.0

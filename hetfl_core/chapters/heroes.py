@@ -17,11 +17,11 @@ from .. import plots
 from ..composition import flanc_block_count, width_blocks
 from ..config import RunConfig
 from ..experiments import sweep
-from ..report import (Criterion, Ledger, at_least, at_most, evaluated, first_reach, fmt,
+from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
 __all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "variant",
-           "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at", "curve",
+           "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
            "finite_mean", "waiting_per_round", "round_clients", "idle_share", "block_counters",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
@@ -89,14 +89,6 @@ def common_budget(results) -> float:
 def accuracy_at(results: dict, names, budget: float) -> dict[str, np.ndarray]:
     """Per-seed global accuracy of each variant at the simulated time ``budget``."""
     return {n: per_seed(runs(results, n), value_at, budget, y=Y) for n in names}
-
-
-def curve(result: dict, x: str = "time_s", y: str = Y) -> tuple[np.ndarray, np.ndarray]:
-    """The ``(x, y)`` points of one run where ``y`` was evaluated; ``x`` may be a derived
-    history key such as ``traffic_bits``."""
-    rows = evaluated(result, y)
-    return (np.array([row_value(r, x) for r in rows], float),
-            np.array([row_value(r, y) for r in rows], float))
 
 
 def finite_mean(values) -> float:
@@ -567,7 +559,7 @@ def plot_text(results: dict, names, seed: int) -> None:
                       spread="std")
     axes[0].set_title("Fig. 9a: accuracy vs time")
     for n in names:
-        xs, ys = curve(results[(n, seed)], x="traffic_bits")
+        xs, ys = plots.series(results[(n, seed)], x="traffic_bits", y=Y)
         axes[1].plot(xs / 8e6, 100 * ys, **_style(n), markevery=max(1, len(xs) // 8),
                      markersize=4, label=LABELS[n])
     axes[1].set_xlabel("traffic (MB)")
