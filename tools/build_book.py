@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.report import load_ledgers, scorecard_markdown, verdict_box_markdown
+from hetfl_core.report import load_ledgers, markdown_table, scorecard_markdown, verdict_box_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -209,15 +209,20 @@ def fill_verdicts(staging: Path, notebooks: list[Path], ledgers: dict) -> list[s
     return missing
 
 
+def fill_page(page: Path, mark: str, text: str) -> bool:
+    """Replace what follows ``mark`` in a staged page with ``text``; ``False`` if there is no
+    such page (a book without it)."""
+    if not page.exists():
+        return False
+    page.write_text(page.read_text().split(mark)[0] + text + "\n")
+    return True
+
+
 def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool:
     """Fill the staged ``book/scorecard.md`` below its marker with every chapter's claims,
     in the order of the table of contents; ``False`` if there is no such page."""
-    page = staging / "book" / "scorecard.md"
-    if not page.exists():
-        return False
-    head = page.read_text().split(SCORECARD_MARK)[0]
-    page.write_text(head + scorecard_markdown(ledgers, [nb.stem for nb in notebooks]) + "\n")
-    return True
+    return fill_page(staging / "book" / "scorecard.md", SCORECARD_MARK,
+                     scorecard_markdown(ledgers, [nb.stem for nb in notebooks]))
 
 
 SOLUTION_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}")
@@ -341,16 +346,10 @@ def versions() -> str:
 
 def write_execution_report(staging: Path, rows: list[list]) -> bool:
     """Fill the staged ``book/execution.md`` below its marker; ``False`` if there is no such page."""
-    from hetfl_core.report import markdown_table
-
-    page = staging / "book" / "execution.md"
-    if not page.exists():
-        return False
-    head = page.read_text().split(EXECUTION_MARK)[0]
     table = markdown_table(rows, ["chapter", "executed (UTC)", "wall time", "scale", "parameters", "seeds run",
                                   "runs from cache", "runs computed"], ["l", "l", "r", "l", "l", "l", "r", "r"])
-    page.write_text(f"{head}{table}\n\nComputed with {versions()}.\n")
-    return True
+    return fill_page(staging / "book" / "execution.md", EXECUTION_MARK,
+                     f"{table}\n\nComputed with {versions()}.")
 
 
 def render(staging: Path, build_dir: Path) -> int:
