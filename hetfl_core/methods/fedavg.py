@@ -12,11 +12,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, Method
+from ..options import Option
 from ..system import dense_bits, training_flops
 from ..training import LocalResult, clone_model, local_sgd
-from . import register
+from .base import ClientPlan, ClientReport, Method, register
 
 
 def weighted_average(states: list[dict], weights: list[float]) -> dict:

@@ -41,14 +41,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bandits import PUCBV, pucbv_reward
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..options import Option
 from ..errors import ConfigError
 from ..masks import top_units, unit_keep_fractions, unit_magnitudes, unit_masks_to_parameters
 from ..models import structured_units
 from ..system import client_time, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate, local_sgd
-from . import register
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
 #: Models whose hidden unit layers form a chain (each layer feeds the next one).

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import ClientReport
 from ..submodel import embed, extract, unit_keep_fractions
 from ..system import dense_bits, training_flops
-from . import register
+from .base import ClientReport, register
 from .heterofl import HeteroFL
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
 from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, unit_keep_fractions
 from ..system import dense_bits, training_flops
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientReport
+from ..options import Option
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model, evaluate
-from . import register
+from .base import ClientReport, register
 from .fedavg import FedAvg
 from .heterofl import average_over_holders, masked_upload
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..masks import layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..options import Option
 from ..masks import layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg, weighted_average
 
 

@@ -43,13 +43,12 @@ import torch
 
 from .. import dca
 from ..compression import flatten, top_k, unflatten
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
 from ..masks import magnitude_mask
 from ..personalization import split_parameter_names
 from ..system import FLOAT_BITS, index_bits, training_flops
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedper import FedPer
 
 ALLOCATIONS = ("dca", "uniform", "fixed")

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..options import Option
 from ..masks import ordered_units, random_units, unit_keep_fractions, unit_masks_to_parameters
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 from .heterofl import average_over_holders, masked_upload
 
