@@ -85,7 +85,7 @@ def test_smaller_width_costs_less_and_is_charged_by_the_formulas():
         idx = sim.method.indices(r.width, 1)
         model = build_model("cnn", (1, 8, 8), 10, width=r.width)
         assert r.uplink_bits == dense_bits(sum(p.numel() for p in model.parameters()))
-        per_sample = training_flops(sim.method.costs, 1, keep=sm.unit_keep_fractions(sim.method.model, idx))
+        per_sample = training_flops(sim.method.costs, 1, keep=sm.kept_fractions_of_indices(sim.method.model, idx))
         samples = r.flops / per_sample  # charged for exactly the samples it trained on
         assert samples == pytest.approx(round(samples)) and 0 < round(samples) <= r.local_steps * 32
     widths = sorted({r.width for r in reports})

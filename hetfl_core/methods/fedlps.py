@@ -43,7 +43,7 @@ from torch import nn
 from ..bandits import PUCBV, pucbv_reward
 from ..options import Option
 from ..errors import ConfigError
-from ..masks import top_units, unit_keep_fractions, unit_magnitudes, unit_masks_to_parameters
+from ..masks import top_units, kept_fractions_of_units, unit_magnitudes, unit_masks_to_parameters
 from ..models import structured_units
 from ..system import client_time, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate, local_sgd
@@ -294,7 +294,7 @@ class FedLPS(FedAvg):
             residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
             self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
         n_params = sum(p.numel() for p in self.model.parameters())
-        flops = training_flops(self.costs, result.samples, keep=unit_keep_fractions(keep))
+        flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         down = dense_bits(n_params)
         device = self.round_devices.get(k, self.devices[k])

@@ -12,7 +12,7 @@ import torch
 
 from ..options import Option
 from ..errors import ConfigError
-from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, unit_keep_fractions
+from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, kept_fractions_of_indices
 from ..system import dense_bits, training_flops
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
@@ -88,7 +88,7 @@ class HeteroFL(FedAvg):
         values, held = embed(self.model, model.state_dict(), idx)
         n_params = sum(p.numel() for p in model.parameters())
         return ClientReport(client.client_id, client.n_train, (values, held), result.loss,
-                            flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(self.model, idx)),
+                            flops=training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx)),
                             uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)
 

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from ..options import Option
-from ..masks import layer_densities, magnitude_mask, mask_density, prunable
+from ..compression import unflatten
+from ..masks import apply_mask, layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -47,11 +48,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
     k = first + int(torch.argmax(score[first - 1:]))
     keep = torch.zeros(n)
     keep[order[:k]] = 1.0
-    masks, pos = {}, 0
-    for name, v in importance.items():
-        masks[name] = keep[pos:pos + v.numel()].reshape(v.shape)
-        pos += v.numel()
-    return masks
+    return unflatten(keep, importance)
 
 
 @register
@@ -142,7 +139,4 @@ class PruneFL(FedAvg):
             importance = weighted_average([r.update[1] for r in reports], weights)
             self.masks = adaptive_mask(importance, float(self.options["overhead"]), float(self.options["min_density"]))
             self.mask_news = True
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                if n in self.masks:
-                    p.mul_(self.masks[n])  # pruned weights are zero; rejoining ones restart from zero
+        apply_mask(self.model, self.masks)   # pruned weights are zero; rejoining ones restart from zero
