@@ -47,6 +47,8 @@ class Simulation:
     totals: dict = field(default_factory=lambda: dict.fromkeys(("time_s", "uplink_bits", "downlink_bits", "flops",
                                                                  "energy_j"), 0.0))
     sampler: np.random.Generator | None = None
+    plans: dict = field(default_factory=dict)
+    reports: list = field(default_factory=list)
 
     def sample(self, round_idx: int) -> list[int]:
         """The round's participants: ``participation`` x ``clients`` of them, without replacement
@@ -56,8 +58,14 @@ class Simulation:
         per_round = max(1, int(round(self.config.participation * self.config.clients)))
         return sorted(int(k) for k in self.sampler.choice(self.config.clients, per_round, replace=False))
 
-    def round(self, round_idx: int, client_updates=None) -> dict:
+    def round(self, round_idx: int, client_updates=None, *, clients: list[int] | None = None,
+              evaluate: bool | None = None) -> dict:
         """One round: sample, plan, train, charge, aggregate, and evaluate when due.
+
+        ``clients`` fixes the participants instead of sampling them (a test or a chapter
+        that follows given clients); ``evaluate`` forces the scoring on or off (default:
+        every ``eval_every`` rounds and after the last). The round's plans and reports stay
+        on the simulation as ``plans`` and ``reports``.
 
         Returns the history row: ``round``, ``time_s`` (simulated wall-clock since the
         start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
@@ -68,7 +76,7 @@ class Simulation:
         each participant's tier, time, energy, steps, width and ratio.
         """
         config, method = self.config, self.method
-        sampled = self.sample(round_idx)
+        sampled = self.sample(round_idx) if clients is None else sorted(int(k) for k in clients)
         self.cost_model.start_round(round_idx, sampled)
         plans = method.configure_round(round_idx, sampled)
         jobs = [(k, plans[k]) for k in sampled if k in plans]
@@ -78,6 +86,7 @@ class Simulation:
                 raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
                                       f"lower {divergence_suspects(config, method.options)}")
         reports = [report for _, report in reports]
+        self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
         clients = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
                     "local_steps": report.local_steps, "width": report.width, "ratio": report.ratio,
@@ -97,7 +106,7 @@ class Simulation:
                "loss": float(np.mean([r.loss for r in reports])),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
-        if round_idx % config.eval_every == 0 or round_idx == config.rounds:
+        if evaluate if evaluate is not None else (round_idx % config.eval_every == 0 or round_idx == config.rounds):
             row.update(evaluate_method(self))
         else:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)

@@ -9,7 +9,7 @@ import torch
 
 from hetfl_core import RunConfig
 from hetfl_core import submodel as sm
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
 from hetfl_core.errors import ConfigError
 from hetfl_core.models import build_model
 from hetfl_core.system import dense_bits, training_flops
@@ -50,10 +50,8 @@ def one_round(method, ids, rounds_done=0, **overrides):
     sim = build_simulation(config)
     for t in range(1, rounds_done + 2):
         before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
-        plans = sim.method.configure_round(t, ids)
-        reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, t, k)) for k in ids]
-        sim.method.aggregate(t, reports)
-    return sim, before, reports, plans
+        sim.round(t, clients=ids, evaluate=False)
+    return sim, before, sim.reports, sim.plans
 
 
 def test_heterofl_widths_follow_capability():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
-from ..system import dense_bits, training_flops
+from ..system import capability, dense_bits, training_flops
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 from .heterofl import average_over_holders, masked_upload
@@ -30,9 +30,8 @@ class OrderedMask(FedAvg):
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
-        fastest = max(d.flops_per_s for d in devices)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else d.flops_per_s / fastest
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, devices)
                        for k, d in enumerate(devices)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
