@@ -15,13 +15,8 @@ from torch import nn
 from ..options import Option
 from ..system import dense_bits, training_flops
 from ..training import LocalResult, clone_model, local_sgd
+from .aggregate import weighted_average
 from .base import ClientPlan, ClientReport, Method, register
-
-
-def weighted_average(states: list[dict], weights: list[float]) -> dict:
-    """sum_k w_k state_k / sum_k w_k, tensor by tensor."""
-    total = float(sum(weights))
-    return {name: sum(s[name] * (w / total) for s, w in zip(states, weights)) for name in states[0]}
 
 
 @register

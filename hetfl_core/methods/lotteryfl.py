@@ -20,7 +20,7 @@ from ..system import dense_bits, training_flops
 from ..training import evaluate
 from .base import ClientReport, register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 @register

@@ -39,7 +39,7 @@ from ..system import dense_bits, training_flops
 from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 def default_capacities(ratios: list[float], n_clients: int) -> list[float]:

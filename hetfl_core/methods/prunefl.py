@@ -30,7 +30,8 @@ from ..masks import apply_mask, layer_densities, magnitude_mask, mask_density, p
 from ..system import dense_bits, training_flops
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register, seeded_generator
-from .fedavg import FedAvg, weighted_average
+from .aggregate import weighted_average
+from .fedavg import FedAvg
 
 
 def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_density: float) -> dict[str, torch.Tensor]:

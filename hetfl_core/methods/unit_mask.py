@@ -16,7 +16,7 @@ from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_
 from ..system import capability, dense_bits, training_flops
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 @register
