@@ -161,3 +161,15 @@ def test_fig5_draws_never_reached_as_a_stub_and_methods_in_their_colours(monkeyp
     assert [ln.get_color() for ln in lines] == [plots.method_style(n)["color"]
                                                 for n in ("FedAvg", "FedLPS")]
     plt.close("all")
+
+
+def test_explore_table_reads_the_greedy_and_exploring_runs_on_the_fig9_seeds():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")
+    visits = [{"ratio": 0.5, "capability": 1.0}, {"ratio": 0.25, "capability": 0.25}]
+    results = {("ablation", "P-UCBV-Fix", 0): run([0.5, 0.6], clients=visits)}
+    results.update({("explore", n, 0): run([0.7, 0.8], clients=visits)
+                    for n in ch.EXPLORATION})
+    table = ch.explore_table(results, plan)
+    greedy, *exploring = table.values()
+    assert np.allclose(greedy["acc"], [55.0]) and np.allclose(greedy["share"], [75.0])
+    assert all(np.allclose(v["acc"], [75.0]) for v in exploring)

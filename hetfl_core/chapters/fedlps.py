@@ -57,7 +57,7 @@ class Plan:
     """Every run of the chapter: ``configs`` maps a result key to its config; keys
     ``("main", label, seed)``, ``("ablation", label, seed)``, ``("pattern", p, s, seed)``,
     ``("noniid", label, classes)``, ``("hetero", label, level)``, ``("explore", label,
-    seed)`` (P-UCBV with exploration) and ``("long", label)`` (Table I's methods in
+    seed)`` (P-UCBV with exploration, the Fig. 9 seeds) and ``("long", label)`` (Table I's methods in
     :data:`PROBE` at ``probe_rounds``, the first seed)."""
 
     base: RunConfig          # Table I, Figs. 3-5
@@ -109,7 +109,7 @@ def make_plan(scale: str, dataset: str, seed: int, heterogeneity: str,
         for s in plan.few:
             plan.add(("ablation", name, s), "fedlps", o, side, seed=s)
     for name, o in EXPLORATION.items():
-        for s in plan.few:
+        for s in plan.pattern_seeds:
             plan.add(("explore", name, s), "fedlps", o, side, seed=s)
     for name in PROBE:
         plan.add(("long", name), *MAIN[name], base, rounds=plan.probe_rounds)
@@ -261,11 +261,13 @@ def table2(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
 
 
 def explore_table(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
-    """P-UCBV-Fix beside its two exploring variants: accuracy (%), GFLOPs, time (s) per
-    seed, and ``share``: the mean ratio a client trained at over its capability (%)."""
+    """P-UCBV-Fix beside its two exploring variants on the Fig. 9 seeds: accuracy (%),
+    GFLOPs, time (s) per seed, and ``share``: the mean ratio a client trained at over its
+    capability (%)."""
+    seeds = plan.pattern_seeds
     runs = {"P-UCBV-Fix (xi = R/(K eps))": [results[("ablation", "P-UCBV-Fix", s)]
-                                            for s in plan.few]}
-    runs.update({n: [results[("explore", n, s)] for s in plan.few] for n in EXPLORATION})
+                                            for s in seeds]}
+    runs.update({n: [results[("explore", n, s)] for s in seeds] for n in EXPLORATION})
     out = {}
     for name, rs in runs.items():
         share = [np.mean([c["ratio"] / c["capability"] for h in r["history"]
