@@ -54,14 +54,17 @@ def test_fig6_rows_report_the_iid_end():
     ledger = Ledger("fedlps", "FedLPS")
     noniid = {"FedAvg": np.array([40.0, 90.0]), "FedPer": np.array([60.0, 50.0]),
               "FedLPS": np.array([70.0, 46.0])}
-    chain = {"10 classes": {n: np.array([60.0 - 10 * i]) for i, n in enumerate(ch.DECOMPOSITION)}}
+    chain = {"10 classes": {n: np.array([60.0 - 10 * i - (i == 3)])
+                            for i, n in enumerate(ch.DECOMPOSITION)}}
     ch._fig6_claims(ledger, noniid, plan, stale=2.5, chain=chain)
     grows, every = ledger.claims
     assert grows.verdict == "holds" and "x=0 (the IID end)" in grows.measured
     assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
     assert every.verdict == "fails" and every.values == [-44.0]
     assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
-    assert "10 classes: 60.0 → 50.0 → 40.0 → 30.0%" in every.why and "conjecture" not in every.why
+    assert "10 classes: 60.0 → 50.0 → 40.0 → 29.0% (the mask -10.0" in every.why
+    assert "largest loss: the age of the kept model" in every.why
+    assert "conjecture" not in every.why
 
 
 def test_staleness_counts_rounds_since_the_last_visit():

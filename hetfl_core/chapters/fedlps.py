@@ -25,7 +25,8 @@ from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
 __all__ = ["MAIN", "ABLATION", "EXPLORATION", "PROBE", "explore_table", "probe_accuracy",
            "bonus_schedule", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
-           "time_to", "noniid_accuracy", "staleness", "DECOMPOSITION", "mask_decomposition",
+           "time_to", "noniid_accuracy", "staleness", "DECOMPOSITION", "STEPS",
+           "mask_decomposition", "chain_summary",
            "hetero_levels", "table2", "chosen_ratios",
            "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
            "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES",
@@ -521,8 +522,17 @@ def _fig345_claims(ledger: Ledger, within: dict, budget: float, tta: dict,
                                f"{times}")
 
 
-def _chain(parts: dict) -> str:
-    return " → ".join(fmt(v.mean()) for v in parts.values()) + "%"
+#: the cause of each step of :data:`DECOMPOSITION`
+STEPS = ("the mask", "the visit", "the age of the kept model")
+
+
+def chain_summary(parts: dict) -> str:
+    """The decomposition's means, each step's change and the step that loses most."""
+    means = [float(np.mean(parts[n])) for n in DECOMPOSITION]
+    drops = [a - b for a, b in zip(means, means[1:])]
+    steps = ", ".join(f"{s} {fmt(-d)}" for s, d in zip(STEPS, drops))
+    return (" → ".join(fmt(m) for m in means) + f"% ({steps} points; largest loss: "
+            f"{STEPS[int(np.argmax(drops))]})")
 
 
 def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float,
@@ -548,11 +558,8 @@ def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float,
                f"{fmt(noniid['FedAvg'][lo])}%, FedPer {fmt(noniid['FedPer'][lo])}%; "
                "measured, per client, dense global → global under the client's own "
                "pattern → after a visit now → the kept model scored: "
-               + "; ".join(f"{k}: {_chain(v)}" for k, v in chain.items())
-               + f" (kept models {fmt(stale)} rounds old on average): masking the "
-               "shared model with a personal pattern and the age of the kept model "
-               "cost most without label skew, while under it the masked, retrained "
-               "model is a two-class specialist")
+               + "; ".join(f"{k}: {chain_summary(v)}" for k, v in chain.items())
+               + f"; kept models {fmt(stale)} rounds old on average at x={x[lo]}")
 
 
 def _fig78_claims(ledger: Ledger, acc_lv: dict, time_lv: dict, plan: Plan) -> None:
