@@ -64,6 +64,8 @@ def test_fig6_rows_report_the_iid_end():
     assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
     assert "10 classes: 60.0 → 50.0 → 40.0 → 29.0% (the mask -10.0" in every.why
     assert "largest loss: the age of the kept model" in every.why
+    rising = {n: np.array([10.0 * i]) for i, n in enumerate(ch.DECOMPOSITION)}
+    assert ch.chain_summary(rising).endswith("; no step loses)")
     assert "conjecture" not in every.why
 
 

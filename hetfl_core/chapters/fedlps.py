@@ -531,8 +531,9 @@ def chain_summary(parts: dict) -> str:
     means = [float(np.mean(parts[n])) for n in DECOMPOSITION]
     drops = [a - b for a, b in zip(means, means[1:])]
     steps = ", ".join(f"{s} {fmt(-d)}" for s, d in zip(STEPS, drops))
-    return (" → ".join(fmt(m) for m in means) + f"% ({steps} points; largest loss: "
-            f"{STEPS[int(np.argmax(drops))]})")
+    worst = (f"largest loss: {STEPS[int(np.argmax(drops))]}" if max(drops) > 0
+             else "no step loses")
+    return " → ".join(fmt(m) for m in means) + f"% ({steps} points; {worst})"
 
 
 def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float,
