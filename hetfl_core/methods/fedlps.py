@@ -31,7 +31,10 @@ Options beyond the paper, for its ablations: ``pattern`` (``learned`` or the heu
 (``pucbv``; ``capability``: s = z, the RCR rule; ``fixed``: s = ``ratio`` for every
 client, uncapped), ``capability`` (``fixed`` tiers or ``dynamic``: a client's tier is
 redrawn every round) and ``aggregation`` (``eq13`` or ``holders``: each entry averaged
-over the clients that trained it, as HeteroFL does).
+over the clients that trained it, as HeteroFL does). For P-UCBV: ``explore`` (the
+authors' code's epsilon-greedy step) and ``ucb_xi`` (xi of Eq. 17 set by hand; with the
+paper's xi = R / (K eps) a short run has xi psi eps < 1 from the first index, so the
+bonus is zero and the bandit is greedy).
 """
 from __future__ import annotations
 
@@ -54,6 +57,11 @@ from .fedavg import FedAvg
 SUPPORTED_MODELS = ("mlp", "cnn", "lenet5", "wcnn")
 PATTERNS = ("learned", "random", "ordered", "magnitude")
 RATIO_RULES = ("pucbv", "capability", "fixed")
+
+
+def pucbv_horizon(config) -> float:
+    """xi = R / (K eps) of Alg. 2, line 1: the rounds per selected-client slot of a run."""
+    return config.rounds / max(1, round(config.participation * config.clients))
 
 
 def pattern_string(keep: dict[str, torch.Tensor]) -> str:
@@ -149,6 +157,8 @@ class FedLPS(FedAvg):
         "rho": Option(0.5, "P-UCBV's Efficient-UCBV constant rho (Alg. 2)", 0, 1e6, low_open=True),
         "delta": Option(-0.05, "P-UCBV's elimination threshold on the change of training accuracy", -1, 0),
         "explore": Option(False, "the authors' code's epsilon-greedy step (a random interval w.p. 1/n)"),
+        "ucb_xi": Option(None, "P-UCBV's xi of Eq. (17); None: R / (K eps) of this run (Alg. 2, line 1)",
+                         0, 1e9, low_open=True, kind=float),
     }
 
     @classmethod
@@ -178,8 +188,7 @@ class FedLPS(FedAvg):
                 g = seeded_generator(config.seed, 41, k)
                 self.scores[k] = {n: torch.sigmoid(t) + 1e-3 * torch.randn(t.shape, generator=g)
                                   for n, t in target.items()}
-        per_round = max(1, round(config.participation * config.clients))
-        horizon = config.rounds / per_round   # xi = R / (K eps)
+        horizon = o["ucb_xi"] or pucbv_horizon(config)
         self.agents, self.proposed = {}, {}
         for k, d in enumerate(devices):
             if o["ratio_rule"] == "pucbv":
