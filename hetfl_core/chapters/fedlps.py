@@ -218,7 +218,7 @@ def mask_decomposition(config: RunConfig) -> dict[str, np.ndarray]:
     (Alg. 1 lines 17-24 from omega^R); and the sparse model the client kept at its last
     visit (line 24), which is what the chapter scores. Each step down is one cause:
     masking, local training, staleness."""
-    from ..training import clone_model, evaluate
+    from ..training import evaluate
 
     sim = build_simulation(config.replace(method="fedlps"))
     run_rounds(sim)
@@ -229,12 +229,8 @@ def mask_decomposition(config: RunConfig) -> dict[str, np.ndarray]:
 
     out = {name: [] for name in DECOMPOSITION}
     for c in clients:
-        masked = clone_model(lps.model)
-        with torch.no_grad():
-            params = dict(masked.named_parameters())
-            pattern = lps.unit_pattern(c.client_id)
-            for n, m in masks.unit_masks_to_parameters(lps.model, pattern).items():
-                params[n].mul_(m)
+        pattern = lps.unit_pattern(c.client_id)
+        masked = masks.masked_copy(lps.model, masks.unit_masks_to_parameters(lps.model, pattern))
         out[DECOMPOSITION[0]].append(acc(lps.model, c))
         out[DECOMPOSITION[1]].append(acc(masked, c))
         out[DECOMPOSITION[3]].append(acc(lps.personal_model(c.client_id), c))

@@ -46,9 +46,9 @@ from torch import nn
 from ..bandits import PUCBV, pucbv_reward
 from ..options import Option
 from ..errors import ConfigError
-from ..masks import top_units, kept_fractions_of_units, unit_magnitudes, unit_masks_to_parameters
+from ..masks import kept_fractions_of_units, masked_copy, top_units, unit_magnitudes, unit_masks_to_parameters
 from ..models import structured_units
-from ..system import client_time, compute_time, dense_bits, training_flops, transfer_time
+from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate, local_sgd
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
@@ -179,7 +179,6 @@ class FedLPS(FedAvg):
         o = self.options
         self.layers = [name for name, _, _ in structured_units(self.model)]
         self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
-        self.fastest = max(d.flops_per_s for d in devices)
         self.tiers = list({d.tier: d for d in devices}.values())
         self.scores = {}
         if o["pattern"] == "learned":
@@ -203,11 +202,10 @@ class FedLPS(FedAvg):
         self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
                        else self.proposed[k] for k, d in enumerate(devices)}
         self.personal: dict[int, dict] = {}
-        self.round_devices: dict[int, object] = {}
 
     def capability(self, device) -> float:
         """z_k: the device's FLOP/s relative to the fastest device."""
-        return device.flops_per_s / self.fastest
+        return capability(device, self.devices)
 
     # -- server ------------------------------------------------------------------------------
     def configure_round(self, round_idx, client_ids):
@@ -218,13 +216,13 @@ class FedLPS(FedAvg):
             if self.options["capability"] == "dynamic":   # resources change between rounds
                 rng = np.random.default_rng([self.config.seed, 47, round_idx, k])
                 device = self.tiers[int(rng.integers(len(self.tiers)))]
-            self.round_devices[k] = device
             z, rule = self.capability(device), self.options["ratio_rule"]
             proposed = z if rule == "capability" else self.proposed[k]
             ratio = {"pucbv": min(proposed, z), "capability": z, "fixed": proposed}[rule]
             self.ratios[k] = ratio
             plans[k] = ClientPlan(self.local_steps(self.data.clients[k]), ratio=ratio,
-                                  extra={"proposed": proposed, "capability": z})
+                                  extra={"proposed": proposed, "capability": z},
+                                  device=None if device is self.devices[k] else device)   # the engine charges it
         return plans
 
     def aggregate(self, round_idx, reports):
@@ -306,7 +304,7 @@ class FedLPS(FedAvg):
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         down = dense_bits(n_params)
-        device = self.round_devices.get(k, self.devices[k])
+        device = plan.device or self.devices[k]
         cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)   # Eq. (14)
         acc = seen["correct"] / max(seen["total"], 1)
         return ClientReport(k, client.n_train, (residual, held), result.loss, flops=flops, uplink_bits=up,
@@ -314,8 +312,7 @@ class FedLPS(FedAvg):
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
                                    "train_acc": acc, "cost_s": cost, "units": pattern_string(keep),
                                    "magnitude_units": pattern_string(top_units(unit_magnitudes(scored.net),
-                                                                               plan.ratio))},
-                            time_s=client_time(device, flops, up, down))
+                                                                               plan.ratio))})
 
     # -- models --------------------------------------------------------------------------------
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
@@ -329,13 +326,11 @@ class FedLPS(FedAvg):
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""
+        if client_id not in self.personal:
+            return masked_copy(self.model, unit_masks_to_parameters(self.model, self.unit_pattern(client_id)))
         model = clone_model(self.model)
         with torch.no_grad():
             params = dict(model.named_parameters())
-            if client_id in self.personal:
-                for n, value in self.personal[client_id].items():
-                    params[n].copy_(value)
-            else:
-                for n, m in unit_masks_to_parameters(self.model, self.unit_pattern(client_id)).items():
-                    params[n].mul_(m)
+            for n, value in self.personal[client_id].items():
+                params[n].copy_(value)
         return model
