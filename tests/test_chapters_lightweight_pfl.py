@@ -184,3 +184,9 @@ def test_scale_probe_reads_the_long_runs_at_each_horizon():
     assert sorted(grid) == [("alpha=0.1", "FedPer", 1), ("alpha=0.1", "OPT", 1)]
     assert {c.rounds for c in grid.values()} == {15}
     assert grid[("alpha=0.1", "FedPer", 1)].method == "fedper"
+
+
+def test_widest_gap_case_is_where_opt_trails_fedper_most():
+    runs = lp.Runs({("a", "OPT", 0): fake_run([0.7]), ("a", "FedPer", 0): fake_run([0.75]),
+                    ("b", "OPT", 0): fake_run([0.6]), ("b", "FedPer", 0): fake_run([0.8])})
+    assert lp.widest_gap_case(runs, ["a", "b"]) == "b"

@@ -36,7 +36,7 @@ from ..report import (Ledger, above_chance, at_least, at_most, compare, first_re
 __all__ = ["CASES", "METHODS", "ABLATION", "FIXED_PAIRS", "RES_METHODS", "TEXT_METHODS",
            "BASELINES", "COSTS", "PAPER_TABLE6", "method_config", "baseline_config",
            "baseline_split", "config_for", "image_grid", "Runs", "scale_probe_grid",
-           "scale_probe", "probe_text",
+           "scale_probe", "probe_text", "widest_gap_case",
            "cost_to", "sooner", "final_pct", "fedper_targets",
            "cost_rows", "show_cost_tables", "chosen", "plot_cases", "plot_round_picture",
            "plot_tradeoff", "dca_rounds", "show_dca_rounds", "split_fractions",
@@ -272,6 +272,13 @@ def scale_probe(runs: Runs, case: str, seed: int, horizons: Sequence[int]) -> di
         out[h] = {"gap": final_pct(opt) - final_pct(fedper),
                   "ratio": _ratio(cost_to(opt, target), cost_to(fedper, target))}
     return out
+
+
+def widest_gap_case(runs: Runs, cases) -> str:
+    """The case where OPT ends furthest below FedPer (mean over their shared seeds): the
+    one the scale probe lengthens."""
+    seeds = runs.shared_seeds(cases, PROBE_METHODS)
+    return min(cases, key=lambda c: float(np.mean(_gaps(runs, [c], *PROBE_METHODS, seeds))))
 
 
 def probe_text(probe: dict, case: str, what: str = "gap") -> str:
@@ -604,7 +611,7 @@ def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
 def text_grid(base: RunConfig, alphas, seeds) -> dict:
     """The runs of Figs. 6-8 keyed ``(alpha, method, seed)``; OPT and FedPer on every
     seed, the other two on the first."""
-    return {(a, m, s): method_config(base, **opts, alpha=a, seed=s)
+    return {(a, m, s): config_for(base, opts, alpha=a, seed=s)
             for a in alphas for m, opts in TEXT_METHODS.items()
             for s in (seeds if m in SPREAD_METHODS else seeds[:1])}
 
