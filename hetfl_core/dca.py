@@ -229,18 +229,23 @@ def _subproblem(n, with_energy, k_min, r_min, r_max) -> _Subproblem:
     return _SUBPROBLEMS[key]
 
 
-def _repair(system: RoundSystem, k, r, share, k_min):
-    """Lower k where solver tolerance left tau_all a hair above the deadline (S increases in k)."""
-    budget = _rate(system, share) * (system.deadline_s - system.compute_time(r))
-    lo, hi = np.full(system.n, k_min), np.asarray(k, float).copy()
-    bad = upload_bits(hi, system.d_base, system.value_bits) > budget
-    if not bad.any():
-        return k
-    for _ in range(60):
+def largest_k(system: RoundSystem, budget, lo, hi, iters: int = 60):
+    """The largest k in [lo, hi] whose upload S(k) (Eq. 9) fits ``budget`` bits, element-wise
+    (bisection: S increases in k); ``lo`` where even it does not fit."""
+    for _ in range(iters):
         mid = (lo + hi) / 2
         fits = upload_bits(mid, system.d_base, system.value_bits) <= budget
         lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
-    return np.where(bad, lo, k)
+    return lo
+
+
+def _repair(system: RoundSystem, k, r, share, k_min):
+    """Lower k where solver tolerance left tau_all a hair above the deadline (S increases in k)."""
+    budget = _rate(system, share) * (system.deadline_s - system.compute_time(r))
+    bad = upload_bits(np.asarray(k, float), system.d_base, system.value_bits) > budget
+    if not bad.any():
+        return k
+    return np.where(bad, largest_k(system, budget, np.full(system.n, k_min), np.asarray(k, float).copy(), 60), k)
 
 
 def _feasible(system: RoundSystem, k, r, share, k_min, rtol: float = 1e-9):
@@ -358,13 +363,8 @@ def best_for_shares(system: RoundSystem, share, theta1: float, theta2: float = 1
     def evaluate(s):                                     # s: (N, G) values of sqrt(1 - r)
         r = 1 - s ** 2
         budget = rate * (system.deadline_s - system.compute_time(r.T).T)
-        lo, hi = np.full(s.shape, k_min), np.ones(s.shape)
-        full = upload_bits(hi, system.d_base, system.value_bits) <= budget
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            fits = upload_bits(mid, system.d_base, system.value_bits) <= budget
-            lo, hi = np.where(fits, mid, lo), np.where(fits, hi, mid)
-        k = np.where(full, 1.0, lo)
+        full = upload_bits(np.ones(s.shape), system.d_base, system.value_bits) <= budget
+        k = np.where(full, 1.0, largest_k(system, budget, np.full(s.shape, k_min), np.ones(s.shape), 50))
         ok = upload_bits(np.full(s.shape, k_min), system.d_base, system.value_bits) <= budget
         f = np.where(ok, theta1 * s - theta2 * k, np.inf)
         return k, r, f
