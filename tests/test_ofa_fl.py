@@ -237,6 +237,28 @@ def test_ltp_has_no_joint_loss_and_oneshot_prunes_all_at_once():
     assert all(torch.equal(expected[j][n], sim.method.masks[r][n]) for j, r in enumerate(PAPER_R) for n in weights)
 
 
+def test_flops_models_differ_by_the_density_factor():
+    """masked-dense (default): J dense passes per batch; sparse: each pass scaled by layer density."""
+    from hetfl_core.system import training_flops
+
+    flops = {}
+    for model in ("masked-dense", "sparse"):
+        sim = simulation(scope="layer", flops_model=model)
+        train_rounds(sim, 4)
+        _, reports = one_round(sim, 5)
+        flops[model] = {r.client_id: r.flops for r in reports}
+    m = sim.method
+    samples = 2 * 16                                              # local_steps * batch_size
+    dense = training_flops(m.costs, samples)
+    assert flops["masked-dense"][9] == pytest.approx(dense)       # the 0.2 client: one dense pass
+    assert flops["masked-dense"][0] == pytest.approx(5 * dense)   # a full client: five losses
+    # layerwise masks hold every layer at r, so an ideal sparse kernel costs r of a dense pass
+    assert flops["sparse"][9] == pytest.approx(0.2 * dense, rel=1e-3)
+    assert flops["sparse"][0] == pytest.approx(sum(PAPER_R) * dense, rel=1e-3)
+    with pytest.raises(ConfigError):
+        simulation(flops_model="dense")
+
+
 def test_options_are_checked():
     for bad in ({"ratios": [0.8, 0.5]}, {"ratios": [1.0, 0.5, 0.6]}, {"scope": "row"}, {"schedule": "never"},
                 {"capacities": [1.0, 0.3]}, {"every": 0}):
