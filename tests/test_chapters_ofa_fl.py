@@ -34,9 +34,9 @@ def test_lead_above_chance_needs_the_winner_to_clear_chance():
     assert "chance 10 + 5" in crit.text and "OFA-FL − LTP > 0" in crit.text
     assert "ahead on 2 of 2 seeds" in why
     passes, _, _, why = ofa.lead_above_chance([11.0], [10.0], 10, 5, "OFA-FL", "LTP")
-    assert passes == [False] and "OFA-FL and LTP" in why and "near chance" in why
+    assert passes == [False] and "OFA-FL and LTP within 5 points of chance" in why
     passes, _, _, why = ofa.lead_above_chance([60.0], [10.0], 10, 5, "OFA-FL", "LTP")
-    assert passes == [True] and "LTP near chance" in why
+    assert passes == [True] and "LTP within 5 points of chance" in why
 
 
 def test_study_grid_and_schedule():
@@ -120,7 +120,7 @@ def test_ledger_judges_each_seed_and_the_chance_margin():
     small = [c for c in led.claims if c.statement.startswith("smallest sub-network")]
     # OFA-FL's 10% beats LTP's 9% on every seed, but it is at chance: no win
     assert [c.verdict for c in small] == ["fails", "fails"]
-    assert all("near chance" in c.why for c in small)
+    assert all("points of chance" in c.why for c in small)
     mean = [c for c in led.claims if "highest mean" in c.statement][0]
     assert mean.verdict == "fails" and "one-shot" in mean.why
     assert sum(c.headline for c in led.claims) in (2, 3, 4)

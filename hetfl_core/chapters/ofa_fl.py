@@ -353,9 +353,10 @@ def lead_above_chance(ours, theirs, chance: float, margin: float, who: str, riva
         why = f"{who} ahead on {wins} of {len(ours)} seeds"
         if low:
             why += (f"; {' and '.join(low)} within {fmt(margin)} points of chance "
-                    f"({fmt(chance)}%): {'both' if len(low) == 2 else 'it'} near chance")
+                    f"({fmt(chance)}%): not learned")
     elif low:
-        why = f"{rival} near chance ({fmt(theirs.mean())}% vs chance {fmt(chance)}%)"
+        why = (f"{rival} within {fmt(margin)} points of chance ({fmt(theirs.mean())}% vs "
+               f"chance {fmt(chance)}%)")
     return passes, crit, measured, why
 
 
