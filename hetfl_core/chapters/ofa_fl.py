@@ -22,15 +22,16 @@ from ..experiments import sweep
 from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
-from ..system import profile_model, training_flops
 from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd,
                       is_true, more_than)
+from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
            "STRETCH", "Study", "nesting_holds", "idea_figure", "layer_density_bars",
-           "storage_rows", "flops_rows", "ratio_panels", "fig2_rows", "table_rows", "table_header", "curve_panels",
-           "prune_rounds", "drops", "peak_round", "replay_densities", "lead_above_chance",
-           "stretch_note", "stretch_label", "build_ledger"]
+           "storage_rows", "flops_rows", "ratio_panels", "fig2_rows", "table_rows",
+           "table_header", "curve_panels", "prune_rounds", "drops", "peak_round",
+           "replay_densities", "lead_above_chance", "stretch_note", "stretch_label",
+           "build_ledger"]
 
 PAPER_R = [1.0, 0.8, 0.6, 0.4, 0.2]      # the paper's ratios (Figs. 2-3, Table 1)
 STRESS_R = [1.0, 0.5, 0.25, 0.1, 0.05]   # stress ratios: small models separate the methods
