@@ -59,6 +59,7 @@ def test_study_grid_and_schedule():
 def test_stretch_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     crit = report.at_least(0, " points", "gap")
     assert "closes" in ofa.stretch_note([-5.0], [0.5], crit, [0])
+    assert "passes at both lengths" in ofa.stretch_note([0.2], [0.5], crit, [0])
     assert "narrows" in ofa.stretch_note([-5.0], [-2.0], crit, [0])
     assert "stays" in ofa.stretch_note([-5.0], [-5.5], crit, [0])
     assert "widens" in ofa.stretch_note([-5.0], [-8.0], crit, [0])

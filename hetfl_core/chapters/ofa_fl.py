@@ -365,18 +365,18 @@ def stretch_note(base, stretched, criterion: Criterion, seeds, unit: str = " poi
                  higher_is_better: bool = True) -> str:
     """What a probe at ``STRETCH`` times the rounds shows for a row that blames the run
     length: the value on the probe ``seeds`` at the book's schedule (``base``) and at the
-    stretched one, and whether the gap *closes* (the criterion passes on every probe seed),
-    *narrows*, *stays* (within ``STAYS_WITHIN``) or *widens*."""
+    stretched one, and whether the gap *closes* (the criterion passes on every probe seed,
+    where it did not before), *narrows*, *stays* (within ``STAYS_WITHIN``) or *widens*."""
     base, stretched = np.asarray(base, float), np.asarray(stretched, float)
     change = (stretched.mean() - base.mean()) * (1 if higher_is_better else -1)
     if all(criterion(v) for v in stretched):
-        trend = "closes: the criterion passes"
+        trend = ("the criterion passes at both lengths" if all(criterion(v) for v in base)
+                 else "the gap closes: the criterion passes")
     elif abs(change) <= STAYS_WITHIN:
-        trend = "stays"
+        trend = "the gap stays"
     else:
-        trend = "narrows" if change > 0 else "widens"
-    return (f"{stretch_label(seeds)}: {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, "
-            f"the gap {trend}")
+        trend = "the gap narrows" if change > 0 else "the gap widens"
+    return f"{stretch_label(seeds)}: {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, {trend}"
 
 
 def stretch_label(seeds) -> str:
