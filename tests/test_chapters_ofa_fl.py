@@ -1,6 +1,7 @@
 """The OFA-FL chapter's machinery (hetfl_core.chapters.ofa_fl), on synthetic histories:
 no training."""
 import numpy as np
+import torch
 
 from hetfl_core import RunConfig
 from hetfl_core import report
@@ -33,21 +34,58 @@ def test_lead_above_chance_needs_the_winner_to_clear_chance():
     assert "chance 10 + 5" in crit.text and "OFA-FL − LTP > 0" in crit.text
     assert "ahead on 2 of 2 seeds" in why
     passes, _, _, why = ofa.lead_above_chance([11.0], [10.0], 10, 5, "OFA-FL", "LTP")
-    assert passes == [False] and "OFA-FL and LTP" in why and "near chance" in why
+    assert passes == [False] and "OFA-FL and LTP within 5 points of chance" in why
     passes, _, _, why = ofa.lead_above_chance([60.0], [10.0], 10, 5, "OFA-FL", "LTP")
-    assert passes == [True] and "LTP near chance" in why
+    assert passes == [True] and "LTP within 5 points of chance" in why
 
 
 def test_study_grid_and_schedule():
     s = study(seeds=(3,), warmup=2, every=3, tail=4)
     counts = {g: len(c) for g, c in s.grids.items()}
     assert counts == {"fig2": 6, "fig3": 3, "table1-P": 3, "table1-2P": 3, "table2": 2,
-                      "scope": 2}
+                      "scope": 2, "probe-fig2": 3, "probe-table1-P": 1, "probe-table1-2P": 1}
     cfg = s.grids["table1-2P"][0]
     assert cfg.options["every"] == 6 and cfg.rounds == 2 + 4 * 6 + 4 and cfg.seed == 3
+    k = ofa.STRETCH   # the probes stretch every part of the schedule
+    cfg = s.grids["probe-table1-2P"][0]
+    assert cfg.options["warmup"] == k * 2 and cfg.options["every"] == k * 6
+    assert cfg.rounds == k * (2 + 4 * 6 + 4) and cfg.method == "ofafl"
+    assert study(seeds=(3, 4), warmup=2, every=3, tail=4).grids["probe-fig2"][0].seed == 3
     assert {c.options["scope"] for c in s.grids["fig2"]} == {"global", "layer"}
     assert ofa.prune_rounds(s, "ofafl", ofa.PAPER_R, 6) == [3, 9, 15, 21]
     assert ofa.prune_rounds(s, "ofa-oneshot", ofa.PAPER_R, 6) == [3]
+
+
+def test_stretch_note_says_whether_the_gap_closes_narrows_stays_or_widens():
+    crit = report.at_least(0, " points", "gap")
+    assert "closes" in ofa.stretch_note([-5.0], [0.5], crit, [0])
+    assert "passes at both lengths" in ofa.stretch_note([0.2], [0.5], crit, [0])
+    assert "narrows" in ofa.stretch_note([-5.0], [-2.0], crit, [0])
+    assert "stays" in ofa.stretch_note([-5.0], [-5.5], crit, [0])
+    assert "widens" in ofa.stretch_note([-5.0], [-8.0], crit, [0])
+    # lower is better (an absolute difference that must stay under 3 points)
+    little = report.at_most(3, " points", "|diff|")
+    assert "widens" in ofa.stretch_note([4.0], [6.0], little, [0], higher_is_better=False)
+    assert "narrows" in ofa.stretch_note([8.0], [5.0], little, [0], higher_is_better=False)
+    note = ofa.stretch_note([-5.0, -4.0], [-2.0, -1.0], crit, [0, 1])
+    assert note.startswith(f"at {ofa.STRETCH}x the rounds (seeds [0, 1]): -4.5 → -1.5")
+
+
+def test_flops_rows_charge_dense_passes_by_default():
+    from hetfl_core import lottery
+    from hetfl_core.masks import prunable
+    from hetfl_core.models import build_model
+
+    net = build_model("mlp", (1, 8, 8), 10)
+    w = {k: p.detach() for k, p in net.named_parameters() if k in prunable(net)}
+    chain = [{k: torch.ones_like(t) for k, t in w.items()}]
+    for n in range(1, 3):
+        chain.append(lottery.prune_within(w, chain[-1], lottery.keep_fraction([1, .5, .25], n),
+                                          "layer"))
+    rows = ofa.flops_rows(net, (1, 8, 8), chain, [1.0, 0.5, 0.25])
+    # capacity, losses, masked dense (J dense passes), ideal sparse (sum of the densities)
+    assert rows == [["1.0", "3", "3.00", "1.75"], ["0.5", "2", "2.00", "0.75"],
+                    ["0.25", "1", "1.00", "0.25"]]
 
 
 def test_drops_reads_the_full_network_at_each_pruning_round():
@@ -83,7 +121,7 @@ def test_ledger_judges_each_seed_and_the_chance_margin():
     small = [c for c in led.claims if c.statement.startswith("smallest sub-network")]
     # OFA-FL's 10% beats LTP's 9% on every seed, but it is at chance: no win
     assert [c.verdict for c in small] == ["fails", "fails"]
-    assert all("near chance" in c.why for c in small)
+    assert all("points of chance" in c.why for c in small)
     mean = [c for c in led.claims if "highest mean" in c.statement][0]
     assert mean.verdict == "fails" and "one-shot" in mean.why
     assert sum(c.headline for c in led.claims) in (2, 3, 4)

@@ -20,7 +20,9 @@ Resolutions of the paper's gaps (Alg. 1-4 and Sec. 3): r_relative = R[n]/R[n-1];
 the parent's support with exact top-k; only weights are pruned, biases rewound whole
 (``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean; fixed
 schedule by default. Defaults are the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2],
-W = 200, P = 50); the MNIST schedule is not given.
+W = 200, P = 50); the MNIST schedule is not given. Training FLOPs are charged as the paper
+computes (masks multiplied into dense weights: J dense passes per batch); ``flops_model="sparse"``
+charges an ideal sparse kernel instead.
 
 Variants in the same file: ``ltp`` (``methods/ltp.py``) drops the joint loss; ``ofa-oneshot``
 prunes every ratio at once.
@@ -40,6 +42,29 @@ from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 from .aggregate import average_over_holders, masked_upload
+
+
+#: how a client's training FLOPs are charged (see :func:`training_cost`)
+FLOPS_MODELS = ("masked-dense", "sparse")
+
+
+def training_cost(costs, masks: list[dict], samples: int, flops_model: str = "masked-dense") -> float:
+    """FLOPs of Alg. 4 on ``samples`` samples: one forward and backward pass per loss, one
+    loss per mask in ``masks`` (the client's own and every smaller pruned one).
+
+    The paper multiplies each mask into the dense weights (Alg. 3, l. 15:
+    theta_r = m[r] * theta_g; Alg. 4, l. 6: l(d; m_ij * theta_i)) and trains that dense
+    tensor, so under ``"masked-dense"`` (the default) each of the J losses costs a dense
+    pass: a smaller client saves compute only by computing fewer losses (Sec. 2: "the
+    client that has the least computational resources ... is only considering a single
+    loss value"). ``"sparse"`` charges each layer at its density, what an ideal sparse
+    kernel would cost: a lower bound the paper does not claim.
+    """
+    if flops_model not in FLOPS_MODELS:
+        raise ConfigError(f"flops_model must be one of {', '.join(FLOPS_MODELS)}; got {flops_model!r}")
+    if flops_model == "sparse":
+        return sum(training_flops(costs, samples, density=layer_densities(m)) for m in masks)
+    return len(masks) * training_flops(costs, samples)
 
 
 def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
@@ -89,6 +114,9 @@ class OFAFL(FedAvg):
         "min_gap": Option(5, "fewest rounds between prunings (schedule convergence)", 0, 10_000_000),
         "rewind_unmasked": Option(True, "rewind the weights a pruning removes to theta_init (Alg. 3)"),
         "test_samples": Option(None, "score on this many global test samples (None: all)", 1, 10 ** 9, kind=int),
+        "flops_model": Option("masked-dense", "charge each loss's training FLOPs as the paper runs it, dense "
+                              "over m * theta ('masked-dense'), or as an ideal sparse kernel would, scaled "
+                              "by each layer's density ('sparse')", choices=FLOPS_MODELS),
     }
     joint = True   # Alg. 4's averaged loss; LTP sets False
 
@@ -180,7 +208,7 @@ class OFAFL(FedAvg):
         loss_fn = (lambda m, xb, yb: joint_loss(m, smaller, xb, yb)) if smaller else None
         result = self.local_train(model, client, plan.local_steps, generator, masks=own, loss_fn=loss_fn)
         update, n_held = masked_upload(model, own)
-        flops = sum(training_flops(self.costs, result.samples, density=layer_densities(m)) for m in [own, *smaller])
+        flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
         news = [r for r in self.mask_news if r <= plan.ratio]
         mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
         return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
