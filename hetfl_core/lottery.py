@@ -27,12 +27,14 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch.func import functional_call
 
 from .errors import ConfigError
-from .masks import magnitude_mask
-from .system import FLOAT_BITS
+from .masks import layer_densities, magnitude_mask
+from .system import FLOAT_BITS, training_flops
 
-__all__ = ["check_ratios", "keep_fraction", "prune_within", "rewind", "oneshot_masks", "is_nested",
+__all__ = ["FLOPS_MODELS", "training_cost", "joint_loss", "check_ratios", "keep_fraction", "prune_within", "rewind", "oneshot_masks", "is_nested",
            "mask_levels", "masks_from_levels", "FixedSchedule", "ConvergenceTrigger", "spread",
            "max_average_round", "storage_bits", "ratio_curves", "ratio_summary"]
 
@@ -217,3 +219,41 @@ def ratio_summary(result: dict, last: int = 5) -> dict:
         out[key] = {"acc": [float(a) for a in accs], "mean": mean, "var": var}
     out["max"]["round"] = int(rounds[t_max])
     return out
+
+
+#: how a client's training FLOPs are charged (see :func:`training_cost`)
+FLOPS_MODELS = ("masked-dense", "sparse")
+
+
+def training_cost(costs, masks: list[dict], samples: int, flops_model: str = "masked-dense") -> float:
+    """FLOPs of Alg. 4 on ``samples`` samples: one forward and backward pass per loss, one
+    loss per mask in ``masks`` (the client's own and every smaller pruned one).
+
+    The paper multiplies each mask into the dense weights (Alg. 3, l. 15:
+    theta_r = m[r] * theta_g; Alg. 4, l. 6: l(d; m_ij * theta_i)) and trains that dense
+    tensor, so under ``"masked-dense"`` (the default) each of the J losses costs a dense
+    pass: a smaller client saves compute only by computing fewer losses (Sec. 2: "the
+    client that has the least computational resources ... is only considering a single
+    loss value"). ``"sparse"`` charges each layer at its density, what an ideal sparse
+    kernel would cost: a lower bound the paper does not claim.
+    """
+    if flops_model not in FLOPS_MODELS:
+        raise ConfigError(f"flops_model must be one of {', '.join(FLOPS_MODELS)}; got {flops_model!r}")
+    if flops_model == "sparse":
+        return sum(training_flops(costs, samples, density=layer_densities(m)) for m in masks)
+    return len(masks) * training_flops(costs, samples)
+
+
+def joint_loss(model, masks: list[dict], xb, yb):
+    """Alg. 4: (1/J) sum_j CE(f(x; m_j * theta), y) over the own mask and the smaller ones.
+
+    The own sub-network is the model itself (its weights are already own * theta); each
+    smaller one is a functional call with the masked weights, so gradients reach theta
+    only where m_j = 1: grad = (1/J) sum_j m_j * g_j.
+    """
+    params = dict(model.named_parameters())
+    losses = [F.cross_entropy(model(xb), yb)]
+    for m in masks:
+        masked = {n: p * m[n] if n in m else p for n, p in params.items()}
+        losses.append(F.cross_entropy(functional_call(model, masked, (xb,)), yb))
+    return sum(losses) / len(losses)

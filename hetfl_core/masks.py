@@ -24,7 +24,8 @@ from .errors import ConfigError
 from .models import kept_units, structured_units
 
 __all__ = ["prunable", "magnitude_mask", "mask_density", "layer_densities", "ordered_units", "random_units",
-           "unit_masks_to_parameters", "kept_fractions_of_units", "apply_mask", "masked_copy", "unit_magnitudes", "top_units", "magnitude_units"]
+           "unit_masks_to_parameters", "kept_fractions_of_units", "apply_mask", "masked_copy", "unit_magnitudes",
+           "top_units", "magnitude_units", "ScoredNetwork", "pattern_string"]
 
 
 def prunable(model: nn.Module) -> list[str]:
@@ -151,3 +152,74 @@ def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.
 def magnitude_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
     """Magnitude pattern: the units of largest |w|_J in every hidden layer."""
     return top_units(unit_magnitudes(model), ratio)
+
+
+def pattern_string(keep: dict[str, torch.Tensor]) -> str:
+    """A unit pattern as a '0'/'1' string over all hidden units in forward order (for the history)."""
+    return "".join("1" if v else "0" for mask in keep.values() for v in mask.tolist())
+
+
+def _key(layer: str) -> str:
+    return layer.replace(".", "__")
+
+
+def _expand(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-unit mask shaped to multiply the next layer's input (channels, or flattened features)."""
+    if x.dim() == 4:
+        return mask.view(1, -1, 1, 1)
+    return mask.repeat_interleave(x.shape[-1] // mask.numel())
+
+
+class ScoredNetwork(nn.Module):
+    """``net`` with the units of its hidden layers switched by per-unit scores (Eqs. 4-6).
+
+    ``mode="learned"``: the scores are parameters, and the mask is the straight-through
+    P + sigma(Q) - stopgrad(sigma(Q)); ``"fixed"``: the scores are constants;
+    ``"magnitude"``: the scores are |w|_J of the current weights. The mask of unit j of
+    layer l multiplies the input of the layer that reads layer l (after the activation and
+    pooling), so ``consumers`` maps each hidden layer to the layer it feeds.
+    """
+
+    def __init__(self, net: nn.Module, scores: dict, ratio: float, consumers: dict, mode: str = "learned",
+                 q_grad: str = "all"):
+        super().__init__()
+        self.net, self.ratio, self.mode, self.q_grad = net, ratio, mode, q_grad
+        self.layers = list(scores)
+        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
+                                                              requires_grad=mode == "learned")
+                                        for n, q in scores.items()})
+        self.current: dict[str, torch.Tensor] = {}
+        modules = dict(net.named_modules())
+        for layer, consumer in consumers.items():
+            modules[consumer].register_forward_pre_hook(self._hook(layer))
+
+    def _hook(self, layer):
+        def apply(module, inputs):
+            x = inputs[0]
+            return (x * _expand(self.current[layer], x),) + tuple(inputs[1:])
+        return apply
+
+    def score_values(self) -> dict[str, torch.Tensor]:
+        if self.mode == "magnitude":
+            return unit_magnitudes(self.net)
+        return {n: self.scores[_key(n)] for n in self.layers}
+
+    def pattern(self) -> dict[str, torch.Tensor]:
+        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score."""
+        return top_units(self.score_values(), self.ratio)
+
+    def forward(self, x):
+        keep = self.pattern()
+        for n in self.layers:
+            p = keep[n].float()
+            if self.mode == "learned":
+                sig = torch.sigmoid(self.scores[_key(n)])
+                through = sig - sig.detach()   # value 0, gradient sigma'(q)
+                p = p + (through * p if self.q_grad == "kept" else through)
+            self.current[n] = p
+        return self.net(x)
+
+    def importance_loss(self) -> torch.Tensor:
+        """Eq. (8), read with Q: sum over layers of ||Q_l - sigma(|omega|_J)||^2, |omega|_J detached."""
+        target = unit_magnitudes(self.net)
+        return sum(((self.scores[_key(n)] - torch.sigmoid(target[n])) ** 2).sum() for n in self.layers)

@@ -14,7 +14,7 @@ from hetfl_core import RunConfig, run
 from hetfl_core.engine import build_simulation
 from hetfl_core.errors import ConfigError
 from hetfl_core.masks import top_units, unit_magnitudes, unit_masks_to_parameters
-from hetfl_core.methods.fedlps import ScoredNetwork
+from hetfl_core.masks import ScoredNetwork
 from hetfl_core.models import build_model, structured_units
 from hetfl_core.system import profile_model
 

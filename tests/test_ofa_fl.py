@@ -16,7 +16,7 @@ from hetfl_core.errors import ConfigError
 from hetfl_core.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction, mask_levels,
                                 masks_from_levels, max_average_round, oneshot_masks, prune_within, rewind, spread,
                                 storage_bits)
-from hetfl_core.methods.ofafl import joint_loss
+from hetfl_core.lottery import joint_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_R = [1.0, 0.8, 0.6, 0.4, 0.2]

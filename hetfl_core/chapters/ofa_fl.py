@@ -227,7 +227,7 @@ def flops_rows(net, shape, chain: list, ratios) -> list:
     for j, r in enumerate(ratios):
         masks = chain[j:]                       # own mask and every smaller one
         rows.append([str(r), str(len(masks)),
-                     *(fmt(ofafl.training_cost(costs, masks, 1, model) / dense, 2)
+                     *(fmt(lottery.training_cost(costs, masks, 1, model) / dense, 2)
                        for model in ofafl.FLOPS_MODELS)])
     return rows
 
@@ -325,15 +325,11 @@ def drops(result: dict, rounds) -> list:
 
 
 def replay_densities(config: RunConfig, engine) -> dict:
-    """Replay one run's round loop (no evaluation) and return the per-layer density of
-    every mask, ``{ratio: {layer: density}}``."""
+    """Replay one run's rounds (every client, no evaluation) and return the per-layer
+    density of every mask, ``{ratio: {layer: density}}``."""
     sim = engine.build_simulation(config)
     for t in range(1, config.rounds + 1):
-        plans = sim.method.configure_round(t, list(range(config.clients)))
-        reports = [sim.method.client_update(sim.data.clients[k], plans[k],
-                                            engine.seeded_generator(config.seed, t, k))
-                   for k in plans]
-        sim.method.aggregate(t, reports)
+        sim.round(t, clients=range(config.clients), evaluate=False)
     return {r: {n: float(m.mean()) for n, m in masks.items()}
             for r, masks in sim.method.masks.items()}
 

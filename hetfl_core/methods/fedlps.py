@@ -41,12 +41,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..bandits import PUCBV, pucbv_reward
 from ..options import Option
 from ..errors import ConfigError
-from ..masks import kept_fractions_of_units, masked_copy, top_units, unit_magnitudes, unit_masks_to_parameters
+from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
+                     unit_masks_to_parameters)
 from ..models import structured_units
 from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate, local_sgd
@@ -62,77 +62,6 @@ RATIO_RULES = ("pucbv", "capability", "fixed")
 def pucbv_horizon(config) -> float:
     """xi = R / (K eps) of Alg. 2, line 1: the rounds per selected-client slot of a run."""
     return config.rounds / max(1, round(config.participation * config.clients))
-
-
-def pattern_string(keep: dict[str, torch.Tensor]) -> str:
-    """A unit pattern as a '0'/'1' string over all hidden units in forward order (for the history)."""
-    return "".join("1" if v else "0" for mask in keep.values() for v in mask.tolist())
-
-
-def _key(layer: str) -> str:
-    return layer.replace(".", "__")
-
-
-def _expand(mask: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A per-unit mask shaped to multiply the next layer's input (channels, or flattened features)."""
-    if x.dim() == 4:
-        return mask.view(1, -1, 1, 1)
-    return mask.repeat_interleave(x.shape[-1] // mask.numel())
-
-
-class ScoredNetwork(nn.Module):
-    """``net`` with the units of its hidden layers switched by per-unit scores (Eqs. 4-6).
-
-    ``mode="learned"``: the scores are parameters, and the mask is the straight-through
-    P + sigma(Q) - stopgrad(sigma(Q)); ``"fixed"``: the scores are constants;
-    ``"magnitude"``: the scores are |w|_J of the current weights. The mask of unit j of
-    layer l multiplies the input of the layer that reads layer l (after the activation and
-    pooling), so ``consumers`` maps each hidden layer to the layer it feeds.
-    """
-
-    def __init__(self, net: nn.Module, scores: dict, ratio: float, consumers: dict, mode: str = "learned",
-                 q_grad: str = "all"):
-        super().__init__()
-        self.net, self.ratio, self.mode, self.q_grad = net, ratio, mode, q_grad
-        self.layers = list(scores)
-        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
-                                                              requires_grad=mode == "learned")
-                                        for n, q in scores.items()})
-        self.current: dict[str, torch.Tensor] = {}
-        modules = dict(net.named_modules())
-        for layer, consumer in consumers.items():
-            modules[consumer].register_forward_pre_hook(self._hook(layer))
-
-    def _hook(self, layer):
-        def apply(module, inputs):
-            x = inputs[0]
-            return (x * _expand(self.current[layer], x),) + tuple(inputs[1:])
-        return apply
-
-    def score_values(self) -> dict[str, torch.Tensor]:
-        if self.mode == "magnitude":
-            return unit_magnitudes(self.net)
-        return {n: self.scores[_key(n)] for n in self.layers}
-
-    def pattern(self) -> dict[str, torch.Tensor]:
-        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score."""
-        return top_units(self.score_values(), self.ratio)
-
-    def forward(self, x):
-        keep = self.pattern()
-        for n in self.layers:
-            p = keep[n].float()
-            if self.mode == "learned":
-                sig = torch.sigmoid(self.scores[_key(n)])
-                through = sig - sig.detach()   # value 0, gradient sigma'(q)
-                p = p + (through * p if self.q_grad == "kept" else through)
-            self.current[n] = p
-        return self.net(x)
-
-    def importance_loss(self) -> torch.Tensor:
-        """Eq. (8), read with Q: sum over layers of ||Q_l - sigma(|omega|_J)||^2, |omega|_J detached."""
-        target = unit_magnitudes(self.net)
-        return sum(((self.scores[_key(n)] - torch.sigmoid(target[n])) ** 2).sum() for n in self.layers)
 
 
 @register
