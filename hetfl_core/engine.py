@@ -233,6 +233,9 @@ def evaluate_method(sim: Simulation) -> dict:
                                    personal_counts)
     row = {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
            "acc_clients": per_client}
+    if sim.config.val_fraction > 0:   # pooled personalised accuracy on the validation splits (for tuning)
+        row["acc_val"] = _score((method.personal_model(c.client_id), c.x_val, c.y_val)
+                                for c in data.clients if len(c.y_val))[0]
     if binary:  # MRPC-style tasks report F1 of the positive class too
         row["f1_global"] = f1_score(global_counts) if model is not None else None
         row["f1_personal"] = f1_score(personal_counts)
@@ -273,8 +276,8 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
     Each history row is one round: ``round``, ``time_s`` (simulated wall-clock since the
     start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
     ``acc_global``, ``loss_global``, ``acc_personal``, ``loss_personal``, ``acc_clients``,
-    ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits`` and
-    ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
+    ``acc_val`` (when ``val_fraction`` > 0), ``loss`` (mean local training loss), cumulative
+    ``uplink_bits``, ``downlink_bits`` and ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
     Raises :class:`DivergenceError` when a local loss is not finite.
 
     ``client_updates(sim, round, [(client, plan), ...])`` yields the clients' reports in
