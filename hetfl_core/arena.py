@@ -10,6 +10,8 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
 * **label skew**: Dirichlet alpha 0.1, 0.5 and near-IID (alpha 100); **device
   heterogeneity**: the shared tiers ``low``, ``medium``, ``high``
   (:data:`hetfl_core.system.HETEROGENEITY`);
+* **one cost model**: every run is charged by the ``compute`` system (tiered devices,
+  fixed links), whatever its paper's own device model;
 * **equal for all**: clients, rounds, local steps, batch size, participation, seeds;
   each method's learning rate is chosen from the same small grid by its final
   personalised accuracy on the clients' *validation* splits (``acc_val``) in the
@@ -111,14 +113,15 @@ def settings(scale: str, seed: int = 0) -> Settings:
                       rounds=by_scale(scale, smoke=2, book=20, paper=200),
                       local_steps=by_scale(scale, smoke=2, book=5, paper=10), batch_size=32,
                       train_samples=by_scale(scale, smoke=300, book=3000, paper=None),
-                      val_fraction=0.1, test_fraction=0.2, heterogeneity="medium",
+                      val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system="compute",
                       eval_every=by_scale(scale, smoke=1, book=4, paper=10), seed=seed)
     text = None if scale == "smoke" else RunConfig(
         dataset="shakespeare", model="charlstm-s", partition="natural",
         clients=by_scale(scale, smoke=6, book=12, paper=50), participation=image.participation,
         rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps, batch_size=16,
         train_samples=by_scale(scale, smoke=2000, book=20000, paper=None), val_fraction=0.1,
-        test_fraction=0.2, heterogeneity="medium", eval_every=by_scale(scale, smoke=1, book=2, paper=10),
+        test_fraction=0.2, heterogeneity="medium", system="compute",
+        eval_every=by_scale(scale, smoke=1, book=2, paper=10),
         seed=seed)
     return Settings(scale=scale, image=image, text=text,
                     skews=by_scale(scale, smoke=("α=0.5",), book=("α=0.1", "α=0.5", "near-IID")),

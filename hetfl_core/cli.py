@@ -51,10 +51,11 @@ def _choices() -> dict:
     from .data import DATASETS, PARTITIONS
     from .methods import METHODS
     from .models import MODELS
-    from .system import HETEROGENEITY
+    from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
 
     return {"method": sorted(METHODS), "dataset": list(DATASETS), "model": list(MODELS),
-            "partition": list(PARTITIONS), "heterogeneity": list(HETEROGENEITY)}
+            "partition": list(PARTITIONS), "heterogeneity": list(HETEROGENEITY), "system": list(SYSTEMS),
+            "bandwidth_policy": list(BANDWIDTH_POLICIES)}
 
 
 def _build_parser() -> argparse.ArgumentParser:

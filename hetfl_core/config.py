@@ -200,6 +200,15 @@ class RunConfig:
                                   0, 1, high_open=True)
     val_fraction: float = _field(0.0, "each client's share held out for validation", float, 0, 1, high_open=True)
     heterogeneity: str = _field("none", "spread of device speeds", str)
+    system: str | None = _field(None, "the cost model: compute (tiered devices, fixed links) or wireless (a shared "
+                                "cell); None: the method's own (wireless for sparse-prune-pfl, else compute)", str,
+                                optional=True)
+    bandwidth_mhz: float | None = _field(None, "the wireless cell's uplink band W in MHz (None: 10 MHz per 100 "
+                                         "clients)", float, 0, 1e6, low_open=True, optional=True)
+    bandwidth_high_mhz: float | None = _field(None, "with it the band is drawn from U[bandwidth_mhz, this] each "
+                                              "round", float, 0, 1e6, low_open=True, optional=True)
+    bandwidth_policy: str = _field("equal", "how the wireless band is split when the method does not split it: "
+                                   "equal, or min-time (the shares that end the round soonest)", str)
     eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
     eval_global: bool = _field(True, "score the global model on the whole test set", bool)
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
@@ -214,7 +223,7 @@ class RunConfig:
         from .data import DATASET_INFO, PARTITIONS, canonical_dataset_name
         from .devices import check_device
         from .methods import get_method
-        from .system import HETEROGENEITY
+        from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
 
         for f in dataclasses.fields(self):
             if "kind" in f.metadata:
@@ -225,9 +234,14 @@ class RunConfig:
         check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
         for name, value, allowed in (("model", self.model, MODEL_INPUTS), ("partition", self.partition, PARTITIONS),
-                                     ("heterogeneity", self.heterogeneity, HETEROGENEITY)):
+                                     ("heterogeneity", self.heterogeneity, HETEROGENEITY),
+                                     ("system", "compute" if self.system is None else self.system, SYSTEMS),
+                                     ("bandwidth_policy", self.bandwidth_policy, BANDWIDTH_POLICIES)):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
+        if self.bandwidth_high_mhz is not None and (self.bandwidth_mhz is None
+                                                    or self.bandwidth_high_mhz < self.bandwidth_mhz):
+            raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be at least it")
         if self.test_fraction + self.val_fraction >= 1:
             raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
         self._check_fit(DATASET_INFO[self.dataset])

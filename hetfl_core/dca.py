@@ -31,21 +31,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import ConfigError, InfeasibleError
-from .system import FLOAT_BITS, channel_gain, dbm_to_watts, shannon_rate
+from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, calibrate_cycles_per_sample, min_round_time,
+                     min_shares, shannon_rate, shannon_rates)
+from .system import topk_upload_bits as upload_bits
 
 __all__ = ["NOISE_PSD", "RoundSystem", "WirelessScenario", "Allocation", "upload_bits", "objective",
            "latency", "min_share", "min_deadline", "feasible_start", "solve_dca", "best_for_shares",
-           "uniform_allocation", "grid_search", "fixed_allocation"]
+           "uniform_allocation", "grid_search", "fixed_allocation", "round_system", "with_state",
+           "calibrate_deadline"]
 
-#: AWGN power spectral density, -174 dBm/Hz (Table II), in W/Hz.
-NOISE_PSD = dbm_to_watts(-174.0)
 K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # the gradients of (39) are singular at k=0, r=1
-
-
-def upload_bits(k, d_base: int, value_bits: int = FLOAT_BITS):
-    """Eq. (9): S(k) = k d_B (log2(1/k) + FPP + 1) bits for a top-k share k of the base gradient."""
-    k = np.asarray(k, float)
-    return k * d_base * (-np.log2(np.clip(k, 1e-300, None)) + value_bits + 1)
 
 
 def _upload_bits_slope(k, d_base: int, value_bits: int = FLOAT_BITS):
@@ -106,11 +101,7 @@ class RoundSystem:
 
 def _rate(system: RoundSystem, share):
     """Eq. (7) vectorised (the bisections call it many times); equals :meth:`RoundSystem.rate`."""
-    share = np.asarray(share, float)
-    a = system.snr.reshape((-1,) + (1,) * (share.ndim - 1)) if share.ndim else system.snr
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = share * system.bandwidth_hz * np.log2(1 + a / share)
-    return np.where(share > 0, out, 0.0)
+    return shannon_rates(share, system.bandwidth_hz, system.snr)
 
 
 def objective(k, r, system: RoundSystem, theta1: float, theta2: float = 1.0) -> float:
@@ -131,40 +122,16 @@ def energy(k, r, share, system: RoundSystem) -> np.ndarray:
 
 
 def min_share(system: RoundSystem, bits, seconds) -> np.ndarray:
-    """The smallest l_n with R_n(l_n) >= bits_n / seconds_n, in closed form.
-
-    l W log2(1 + a / l) = c has, with y = 1 + a / l and q = c ln 2 / (a W), ln y = q (y - 1),
-    whose root y > 1 is y = -W_{-1}(-q e^{-q}) / q (Lambert W, lower branch), so l = a / (y - 1).
-    Clients that cannot make it even with the whole band get ``inf``.
-    """
-    from scipy.special import lambertw
-
-    seconds = np.broadcast_to(np.asarray(seconds, float), (system.n,))
-    bits = np.broadcast_to(np.asarray(bits, float), (system.n,))
-    a = system.snr
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = bits / np.where(seconds > 0, seconds, np.nan) * math.log(2) / (a * system.bandwidth_hz)
-        y = -np.real(lambertw(-q * np.exp(-q), -1)) / q
-        share = a / (y - 1)
-    ok = (seconds > 0) & (_rate(system, np.ones(system.n)) * seconds >= bits * (1 - 1e-12))
-    return np.where(ok, np.minimum(share, 1.0), np.inf)
+    """The smallest l_n with R_n(l_n) >= bits_n / seconds_n (``system.min_shares``, Lambert W);
+    ``inf`` for clients that cannot make it even with the whole band."""
+    return min_shares(system.snr, system.bandwidth_hz, bits, seconds)
 
 
 def min_deadline(system: RoundSystem, k, r, iters: int = 60) -> float:
-    """The smallest deadline under which (k, r) fits with the best bandwidth split (bisection)."""
+    """The smallest deadline under which (k, r) fits with the best bandwidth split
+    (``system.min_round_time``)."""
     bits = upload_bits(k, system.d_base, system.value_bits) * np.ones(system.n)
-    comp = system.compute_time(r) * np.ones(system.n)
-    lo = float(comp.max())
-    hi = lo + 1.0
-    while np.sum(min_share(system, bits, hi - comp)) > 1:
-        hi = lo + 2 * (hi - lo)
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        if np.sum(min_share(system, bits, mid - comp)) > 1:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return min_round_time(system.snr, system.bandwidth_hz, bits, system.compute_time(r) * np.ones(system.n), iters)
 
 
 @dataclass
@@ -479,6 +446,34 @@ def grid_search(system: RoundSystem, theta1: float, theta2: float = 1.0, points:
     return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s)
 
 
+def round_system(state: CellState, gamma, d_base: int, d_private: int, batch: int, cycles_per_sample: float,
+                 deadline_s: float, energy_coeff: float = 1e-28, energy_budget_j=None,
+                 value_bits: int = FLOAT_BITS) -> RoundSystem:
+    """The DCA's view of one round of the cell: its draw plus the model split and deadline."""
+    return RoundSystem(np.asarray(gamma, float), state.tx_power_w, state.gain, state.cpu_hz, state.bandwidth_hz,
+                       d_base, d_private, batch, cycles_per_sample, deadline_s, energy_coeff,
+                       energy_budget_j, state.noise_psd, value_bits)
+
+
+def with_state(system: RoundSystem, state: CellState, energy_budget_j: float | None = None) -> RoundSystem:
+    """``system`` with a new draw of the cell (and per-client energy budgets, if any)."""
+    budget = None if energy_budget_j is None else np.full(len(state.gain), energy_budget_j)
+    return replace(system, tx_power_w=state.tx_power_w, gain=state.gain, cpu_hz=state.cpu_hz,
+                   bandwidth_hz=state.bandwidth_hz, energy_budget_j=budget)
+
+
+def calibrate_deadline(cell: WirelessCell, mean_system: RoundSystem, position: float, seed: int,
+                       draws: int = 30) -> float:
+    """tau_max at ``position`` between the smallest feasible deadlines at (k_min, r_min) and
+    at (1, 1) under the best shares, each the median over ``draws`` probe rounds (CPU speeds
+    are redrawn every round, so the slowest client of a round, not the mean one, sets them)."""
+    probe = np.random.default_rng([seed, 404, 1])
+    rounds = [with_state(mean_system, cell.draw(probe)) for _ in range(draws)]
+    lo = np.median([min_deadline(s, K_MIN, R_MIN) for s in rounds])
+    hi = np.median([min_deadline(s, 1.0, 1.0) for s in rounds])
+    return float(lo + position * (hi - lo))
+
+
 class WirelessScenario:
     """Table II's cell with the book's CPU-scaled constants, drawing one :class:`RoundSystem` per round.
 
@@ -506,42 +501,23 @@ class WirelessScenario:
                  calibration_d_base: int | None = None):
         self.gamma = np.asarray(gamma, float) / np.sum(gamma)
         n = len(self.gamma)
-        place = np.random.default_rng([seed, 404, 0])
-        distance = np.maximum(radius_m * np.sqrt(place.random(n)), min_distance_m)
-        self.path_gain = np.array([channel_gain(m / 1000) for m in distance])
-        self.bandwidth = bandwidth_hz
-        self.power_dbm, self.cpu_range = power_dbm, cpu_hz
+        self.cell = WirelessCell(n, seed, bandwidth_hz, radius_m=radius_m, min_distance_m=min_distance_m,
+                                 power_dbm=power_dbm, cpu_hz=cpu_hz, energy_coeff=energy_coeff)
+        self.path_gain, self.bandwidth = self.cell.path_gain, bandwidth_hz
         self.energy_budget_j = energy_budget_j
-        mean = RoundSystem(self.gamma, np.full(n, dbm_to_watts(np.mean(power_dbm))), self.path_gain,
-                           np.full(n, np.mean(cpu_hz)), float(np.mean(bandwidth_hz)), d_base, d_private, batch,
-                           1.0, 1.0, energy_coeff, None, NOISE_PSD, value_bits)
         reference = d_base if calibration_d_base is None else calibration_d_base
-        if reference <= 0:
-            raise ConfigError(f"the calibration base must hold at least one weight, got {reference}")
-        comm = upload_bits(1.0, reference, value_bits) / mean.rate(np.full(n, 1 / n))
-        comp_per_cycle = mean.compute_time(np.ones(n))           # at C = 1
-        self.cycles_per_sample = float(np.median(comm) / np.median(comp_per_cycle))
-        self.mean_system = replace(mean, cycles_per_sample=self.cycles_per_sample)
+        self.cycles_per_sample = calibrate_cycles_per_sample(self.cell, reference, batch, value_bits)
+        self.mean_system = round_system(self.cell.mean_state(), self.gamma, d_base, d_private, batch,
+                                        self.cycles_per_sample, 1.0, energy_coeff, None, value_bits)
         if deadline_s is None:
-            probe = np.random.default_rng([seed, 404, 1])
-            rounds = [self._draw(probe) for _ in range(calibration_draws)]
-            lo = np.median([min_deadline(s, K_MIN, R_MIN) for s in rounds])
-            hi = np.median([min_deadline(s, 1.0, 1.0) for s in rounds])
-            deadline_s = lo + deadline_position * (hi - lo)
+            deadline_s = calibrate_deadline(self.cell, self.mean_system, deadline_position, seed,
+                                            calibration_draws)
         self.deadline_s = float(deadline_s)
         self.mean_system = replace(self.mean_system, deadline_s=self.deadline_s)
-        self.rng = np.random.default_rng([seed, 404, 2])
 
     def _draw(self, rng) -> RoundSystem:
-        n = len(self.gamma)
-        band = rng.uniform(*self.bandwidth) if np.ndim(self.bandwidth) else self.bandwidth
-        fading = rng.exponential(1.0, n)
-        power = np.array([dbm_to_watts(x) for x in rng.uniform(*self.power_dbm, n)])
-        cpu = rng.uniform(*self.cpu_range, n)
-        budget = None if self.energy_budget_j is None else np.full(n, self.energy_budget_j)
-        return replace(self.mean_system, tx_power_w=power, gain=self.path_gain * fading, cpu_hz=cpu,
-                       bandwidth_hz=float(band), energy_budget_j=budget)
+        return with_state(self.mean_system, self.cell.draw(rng), self.energy_budget_j)
 
     def draw(self) -> RoundSystem:
         """The next round's channel, power, CPU and (if dynamic) band."""
-        return self._draw(self.rng)
+        return self._draw(self.cell.rng)

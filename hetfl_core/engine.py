@@ -28,7 +28,9 @@ from .data import ClientData, FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
 from .errors import ConfigError, DivergenceError
 from .models import build_model
-from .system import DeviceProfile, client_time, make_devices, profile_model, round_time
+from .personalization import paper_split, split_parameter_names
+from .system import (ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, profile_model, round_time,
+                     training_flops)
 from .training import evaluate, steps_for_epochs
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
@@ -43,15 +45,16 @@ class ClientPlan:
     width: float = 1.0   # fraction of hidden units the client trains
     ratio: float = 1.0   # fraction of weights the client keeps (density)
     extra: dict = field(default_factory=dict)
+    bandwidth_share: float | None = None   # the client's share of a wireless band (None: the cost model's)
+    device: DeviceProfile | None = None    # the device the client runs on this round (None: its own)
 
 
 @dataclass
 class ClientReport:
     """What a client did and sent back. ``update`` is the method's own payload.
 
-    ``time_s`` is left ``None`` for the engine to charge the shared device model
-    (:func:`hetfl_core.system.client_time`); a method whose paper has its own latency
-    model (a wireless uplink, say) sets it from :mod:`hetfl_core.system`'s formulas.
+    ``time_s`` is left ``None`` for the run's cost model to charge (:mod:`hetfl_core.system`);
+    a method whose client stops early (SRP-pFed's semi-asynchronous window) caps it.
     """
 
     client_id: int
@@ -87,6 +90,8 @@ class Method:
     summary = ""
     option_specs: dict[str, Option] = {}
     defaults: dict = {}
+    #: the cost model the method runs under unless the config names one
+    default_system = "compute"
 
     def __init_subclass__(cls, **kwargs):
         """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
@@ -102,6 +107,7 @@ class Method:
         self.data = data
         self.devices = devices
         self.device = resolve_device(config.device)
+        self.cost_model: CostModel | None = None   # the engine's, set before the first round
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
@@ -165,12 +171,95 @@ class Method:
 
 @dataclass
 class Simulation:
-    """A built run: data, devices and method, before any round."""
+    """A built run: data, devices, the cost model and the method, before any round."""
 
     config: RunConfig
     data: FederatedData
     devices: list[DeviceProfile]
     method: Method
+    cost_model: CostModel
+    totals: dict = field(default_factory=lambda: dict.fromkeys(("time_s", "uplink_bits", "downlink_bits", "flops",
+                                                                 "energy_j"), 0.0))
+    sampler: np.random.Generator | None = None
+
+    def sample(self, round_idx: int) -> list[int]:
+        """The round's participants: ``participation`` x ``clients`` of them, without replacement
+        (one seeded stream over the run, so rounds must come in order)."""
+        if self.sampler is None:
+            self.sampler = np.random.default_rng([self.config.seed, 4])
+        per_round = max(1, int(round(self.config.participation * self.config.clients)))
+        return sorted(int(k) for k in self.sampler.choice(self.config.clients, per_round, replace=False))
+
+    def round(self, round_idx: int, client_updates=None) -> dict:
+        """One round: sample, plan, train, charge, aggregate, and evaluate when due.
+
+        Returns the history row: ``round``, ``time_s`` (simulated wall-clock since the
+        start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
+        ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits``,
+        ``flops`` and ``energy_j``, the scores (``acc_global``, ``loss_global``,
+        ``acc_personal``, ``loss_personal``, ``acc_clients``; ``None`` between
+        evaluations; ``acc_val`` on the validation splits when ``val_fraction`` > 0) with the method's own metrics under their own keys, and ``clients``:
+        each participant's tier, time, energy, steps, width and ratio.
+        """
+        config, method = self.config, self.method
+        sampled = self.sample(round_idx)
+        self.cost_model.start_round(round_idx, sampled)
+        plans = method.configure_round(round_idx, sampled)
+        jobs = [(k, plans[k]) for k in sampled if k in plans]
+        reports = list(zip(jobs, (client_updates or local_updates)(self, round_idx, jobs), strict=True))
+        for (k, _), report in reports:
+            if not math.isfinite(report.loss):
+                raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
+                                      f"lower {divergence_suspects(config, method.options)}")
+        reports = [report for _, report in reports]
+        charges = self.cost_model.charge(jobs, reports)
+        clients = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
+                    "local_steps": report.local_steps, "width": report.width, "ratio": report.ratio,
+                    "flops": report.flops, "uplink_bits": report.uplink_bits,
+                    **({} if charge.share is None else {"share": charge.share}), **report.extra}
+                   for (k, _), report, charge in zip(jobs, reports, charges)]
+        method.aggregate(round_idx, reports)
+        slowest = round_time(c["time_s"] for c in clients)
+        totals = self.totals
+        totals["time_s"] += slowest
+        totals["uplink_bits"] += sum(r.uplink_bits for r in reports)
+        totals["downlink_bits"] += sum(r.downlink_bits for r in reports)
+        totals["flops"] += sum(r.flops for r in reports)
+        totals["energy_j"] += sum(c.energy_j for c in charges)
+        row = {"round": round_idx, "time_s": totals["time_s"], "round_time_s": slowest,
+               "idle_s": sum(slowest - c["time_s"] for c in clients),
+               "loss": float(np.mean([r.loss for r in reports])),
+               "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
+               "flops": totals["flops"], "energy_j": totals["energy_j"]}
+        if round_idx % config.eval_every == 0 or round_idx == config.rounds:
+            row.update(evaluate_method(self))
+        else:
+            row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
+        row["clients"] = clients
+        return row
+
+
+def system_of(config: RunConfig) -> str:
+    """The run's cost model: the config's ``system``, else its method's own."""
+    from .methods import get_method
+
+    return config.system if config.system is not None else get_method(config.method).default_system
+
+
+def build_cost_model(config: RunConfig, data: FederatedData, devices: list[DeviceProfile],
+                     method: Method) -> CostModel:
+    """The run's :class:`~hetfl_core.system.CostModel` (``compute`` or ``wireless``)."""
+    if system_of(config) == "compute":
+        return ComputeCost(devices)
+    band = 0.1e6 * config.clients if config.bandwidth_mhz is None else config.bandwidth_mhz * 1e6
+    if config.bandwidth_high_mhz is not None:
+        band = (band, config.bandwidth_high_mhz * 1e6)
+    params = dict(method.model.named_parameters())
+    reference = split_parameter_names(method.model, paper_split(config.model, method.model))
+    batch = method.local_steps(max(data.clients, key=lambda c: c.n_train)) * config.batch_size
+    return WirelessCost(devices, seed=config.seed, bandwidth_hz=band, flops_per_sample=training_flops(method.costs, 1),
+                        d_reference=sum(params[n].numel() for n in reference), batch=batch,
+                        policy=config.bandwidth_policy)
 
 
 def build_data(config: RunConfig) -> FederatedData:
@@ -192,7 +281,8 @@ def build_simulation(config: RunConfig) -> Simulation:
     devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
-    return Simulation(config, data, devices, method)
+    method.cost_model = build_cost_model(config, data, devices, method)
+    return Simulation(config, data, devices, method, method.cost_model)
 
 
 def _score(triples, counts: dict | None = None) -> tuple:
@@ -239,7 +329,12 @@ def evaluate_method(sim: Simulation) -> dict:
     if binary:  # MRPC-style tasks report F1 of the positive class too
         row["f1_global"] = f1_score(global_counts) if model is not None else None
         row["f1_personal"] = f1_score(personal_counts)
-    return {**row, **method.extra_metrics()}
+    extra = method.extra_metrics()
+    clash = sorted(set(extra) & set(row))
+    if clash:
+        raise TypeError(f"{method.name}.extra_metrics() must not overwrite the engine's {', '.join(clash)}: "
+                        f"give the method's scores their own keys")
+    return {**row, **extra}
 
 
 def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, ClientPlan]]):
@@ -273,57 +368,21 @@ def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
 def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_updates=local_updates) -> dict:
     """Run a built simulation's rounds and return ``{"config": ..., "history": [...]}``.
 
-    Each history row is one round: ``round``, ``time_s`` (simulated wall-clock since the
-    start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
-    ``acc_global``, ``loss_global``, ``acc_personal``, ``loss_personal``, ``acc_clients``,
-    ``acc_val`` (when ``val_fraction`` > 0), ``loss`` (mean local training loss), cumulative
-    ``uplink_bits``, ``downlink_bits`` and ``flops``, and ``clients``: each participant's tier, time, steps, width and ratio.
-    Raises :class:`DivergenceError` when a local loss is not finite.
-
-    ``client_updates(sim, round, [(client, plan), ...])`` yields the clients' reports in
-    order; the default trains them here, :mod:`hetfl_core.flower` on Flower's nodes.
+    One history row per round (see :meth:`Simulation.round`). Raises
+    :class:`DivergenceError` when a local loss is not finite. ``client_updates(sim, round,
+    [(client, plan), ...])`` yields the clients' reports in order; the default trains them
+    here, :mod:`hetfl_core.flower` on Flower's nodes.
     """
     single_thread()
-    config, method, devices = sim.config, sim.method, sim.devices
-    sampler = np.random.default_rng([config.seed, 4])
-    per_round = max(1, int(round(config.participation * config.clients)))
+    config = sim.config
     history = []
-    time_s = up = down = flops = 0.0
     rounds = range(1, config.rounds + 1)
     if progress:
         from tqdm import tqdm
 
         rounds = tqdm(rounds, desc=f"{config.method}", unit="round", leave=False)
     for t in rounds:
-        sampled = sorted(int(k) for k in sampler.choice(config.clients, per_round, replace=False))
-        plans = method.configure_round(t, sampled)
-        reports, clients = [], []
-        jobs = [(k, plans[k]) for k in sampled if k in plans]
-        for (k, _), report in zip(jobs, client_updates(sim, t, jobs), strict=True):
-            if not math.isfinite(report.loss):
-                raise DivergenceError(f"{config.method} diverged in round {t} (client {k} loss {report.loss}): "
-                                      f"lower {divergence_suspects(config, method.options)}")
-            seconds = report.time_s if report.time_s is not None else \
-                client_time(devices[k], report.flops, report.uplink_bits, report.downlink_bits)
-            reports.append(report)
-            clients.append({"id": k, "tier": devices[k].tier, "time_s": seconds, "local_steps": report.local_steps,
-                            "width": report.width, "ratio": report.ratio, "flops": report.flops,
-                            "uplink_bits": report.uplink_bits, **report.extra})
-        method.aggregate(t, reports)
-        slowest = round_time(c["time_s"] for c in clients)
-        time_s += slowest
-        up += sum(r.uplink_bits for r in reports)
-        down += sum(r.downlink_bits for r in reports)
-        flops += sum(r.flops for r in reports)
-        row = {"round": t, "time_s": time_s, "round_time_s": slowest,
-               "idle_s": sum(slowest - c["time_s"] for c in clients),
-               "loss": float(np.mean([r.loss for r in reports])),
-               "uplink_bits": up, "downlink_bits": down, "flops": flops}
-        if t % config.eval_every == 0 or t == config.rounds:
-            row.update(evaluate_method(sim))
-        else:
-            row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
-        row["clients"] = clients
+        row = sim.round(t, client_updates)
         history.append(row)
         if progress and row["acc_personal"] is not None:
             rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")

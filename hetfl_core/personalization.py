@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .models import structured_units
 
 __all__ = ["head_layer_names", "head_parameter_names", "body_parameter_names", "layer_of",
-           "PrivateStore"]
+           "PrivateStore", "split_layers", "split_parameter_names", "paper_split", "PAPER_SPLITS"]
 
 
 def layer_of(parameter_name: str) -> str:
@@ -68,3 +68,54 @@ class PrivateStore:
                 for n, value in self._states[client_id].items():
                     params[n].copy_(value)
         return model
+
+
+def split_layers(model: nn.Module, split: str) -> list[str]:
+    """The layers of the shared base for a ``split`` name (Table III's LeNet-5 splits).
+
+    ``"conv"``: every conv layer (the paper's choice: conv1-3 of LeNet-5, 82.15% of the
+    weights); ``"fc"``: every linear layer (LG-FedAvg); ``"all"``: every layer (FedAvg);
+    ``"first:N"``: the first N layers in forward order (Table III: 1, 2, 3, 4);
+    ``"last:N"``: the last N layers (LG-FedAvg's shared head on any model: ``last:1`` for
+    the LoRA transformer, whose first four "layers" are layer 0's adapters);
+    ``"last-block"``: everything but a ResNet's last residual block, pooling and classifier
+    (Tan et al. 2025's ResNet-18 split, Sec. V): whole blocks, their batch-norm layers included.
+    """
+    owners = [name for name, module in model.named_modules() if any(True for _ in module.parameters(recurse=False))]
+    if split == "all":          # every parameter, batch-norm layers included
+        return owners
+    if split == "last-block":
+        blocks = getattr(model, "layers", None)
+        if not isinstance(blocks, nn.Sequential) or len(blocks) < 2:
+            raise ConfigError("split last-block needs a model built of residual blocks (model resnet)")
+        private = (f"layers.{len(blocks) - 1}.", "classifier.")
+        return [name for name in owners if not (name + ".").startswith(private)]
+    units = structured_units(model, include_output=True)
+    if split == "conv":
+        return [n for n, m, _ in units if isinstance(m, nn.Conv2d)]
+    if split == "fc":
+        return [n for n, m, _ in units if isinstance(m, nn.Linear)]
+    if split.startswith(("first:", "last:")):
+        count = int(split.split(":", 1)[1])
+        if not 1 <= count <= len(units):
+            raise ConfigError(f"split {split.split(':')[0]}:N needs N in 1..{len(units)} for this model, got {count}")
+        return [n for n, _, _ in (units[:count] if split.startswith("first:") else units[-count:])]
+    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N, last:N or last-block")
+
+
+PAPER_SPLITS = {"resnet": "last-block", "lora-transformer": "first:4"}
+
+
+def paper_split(model_name: str, model: nn.Module) -> str:
+    """Tan et al. 2025's split for a model (Sec. V): a ResNet's last block private, the LoRA encoder's
+    first-layer adapters shared, otherwise the conv layers shared (every layer for a model
+    without any)."""
+    if model_name in PAPER_SPLITS:
+        return PAPER_SPLITS[model_name]
+    return "conv" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "all"
+
+
+def split_parameter_names(model: nn.Module, split: str) -> list[str]:
+    """The parameter names in the shared base of a ``split`` (see :func:`split_layers`)."""
+    layers = set(split_layers(model, split))
+    return [n for n, _ in model.named_parameters() if layer_of(n) in layers]

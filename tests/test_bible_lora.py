@@ -6,7 +6,7 @@ import torch
 from hetfl_core import bible, transformer
 from hetfl_core.engine import f1_score
 from hetfl_core.errors import ConfigError, DatasetUnavailable
-from hetfl_core.methods.sparse_prune_pfl import split_layers
+from hetfl_core.personalization import split_layers
 from hetfl_core.training import evaluate, local_sgd
 
 

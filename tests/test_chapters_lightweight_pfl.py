@@ -17,7 +17,7 @@ def fake_run(accs, dt=1.0, bits=10.0, joules=0.5, n_clients=2):
     for t, acc in enumerate(accs):
         rows.append({"round": t + 1, "time_s": dt * (t + 1), "uplink_bits": bits * (t + 1),
                      "downlink_bits": 0.0, "flops": 1e12 * (t + 1), "acc_personal": acc,
-                     "f1_personal": acc, "round_time_s": dt,
+                     "f1_personal": acc, "round_time_s": dt, "energy_j": joules * n_clients * (t + 1),
                      "clients": [{"energy_j": joules, "k": 0.5, "r": 1.0}] * n_clients})
     return {"history": rows}
 

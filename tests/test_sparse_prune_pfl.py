@@ -8,7 +8,7 @@ import torch
 from hetfl_core import RunConfig, dca, system
 from hetfl_core.engine import build_simulation, run, seeded_generator
 from hetfl_core.errors import ConfigError
-from hetfl_core.methods.sparse_prune_pfl import paper_split, split_layers
+from hetfl_core.personalization import paper_split, split_layers
 from hetfl_core.models import build_model, count_parameters
 
 from test_cli import cli
@@ -56,13 +56,21 @@ def config(**options):
                      clients=4, rounds=2, local_steps=1, lr=0.05, options=opts)
 
 
+def first_reports(sim, round_idx=1):
+    """One round's plans, reports and the cost model's charges (before aggregation)."""
+    ids = list(range(sim.config.clients))
+    sim.cost_model.start_round(round_idx, ids)
+    plans = sim.method.configure_round(round_idx, ids)
+    reports = [sim.method.client_update(sim.data.clients[c], plans[c], seeded_generator(0, round_idx, c)) for c in ids]
+    return plans, reports, sim.cost_model.charge([(c, plans[c]) for c in ids], reports)
+
+
 def test_one_round_top_k_pruning_latency_and_eq6():
     sim = build_simulation(config().validate())
     m = sim.method
     before = {n: p.detach().clone() for n, p in m.model.named_parameters()}
-    plans = m.configure_round(1, [0, 1, 2, 3])
-    reports = [m.client_update(sim.data.clients[c], plans[c], seeded_generator(0, 1, c)) for c in range(4)]
-    for rep in reports:
+    plans, reports, charges = first_reports(sim)
+    for rep, charge in zip(reports, charges):
         # top-k sends exactly ceil(k d_B) values
         assert rep.extra["sent_values"] == math.ceil(0.3 * m.d_base)
         assert int((rep.update != 0).sum()) <= rep.extra["sent_values"]
@@ -70,12 +78,13 @@ def test_one_round_top_k_pruning_latency_and_eq6():
         private = torch.cat([t.flatten() for t in m.private._states[rep.client_id].values()])
         assert private.numel() == m.d_private
         assert int((private != 0).sum()) <= math.ceil(0.5 * m.d_private)
-        # latency and energy from system.py's formulas (Eqs. 7, 10-14)
-        dev = plans[rep.client_id].extra["device"]
+        # latency and energy from the wireless cost model's formulas (Eqs. 7, 10-14), equal shares
+        dev = charge.device
+        assert charge.share == pytest.approx(0.25)
         assert rep.uplink_bits == pytest.approx(float(dca.upload_bits(0.3, m.d_base)))
-        assert rep.time_s == pytest.approx(rep.flops / dev.flops_per_s + rep.uplink_bits / dev.uplink_bps)
-        assert rep.extra["energy_j"] == pytest.approx(system.compute_energy(dev, rep.flops)
-                                                      + dev.tx_power_w * rep.uplink_bits / dev.uplink_bps)
+        assert charge.time_s == pytest.approx(rep.flops / dev.flops_per_s + rep.uplink_bits / dev.uplink_bps)
+        assert charge.energy_j == pytest.approx(system.compute_energy(dev, rep.flops)
+                                                + dev.tx_power_w * rep.uplink_bits / dev.uplink_bps)
     m.aggregate(1, reports)
     total = sum(r.n_samples for r in reports)
     step = sum(r.update * r.n_samples / total for r in reports)
@@ -89,11 +98,12 @@ def test_one_round_top_k_pruning_latency_and_eq6():
 def test_compute_time_follows_eq12():
     sim = build_simulation(config(k=1.0, r=0.5).validate())
     m = sim.method
-    plans = m.configure_round(1, [0, 1, 2, 3])
-    rep = m.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 1, 0))
+    _, (rep, *_), (charge, *_) = first_reports(sim)
     d = m.d_base + m.d_private
-    cycles = 32 * m.scenario.cycles_per_sample * (m.d_base + 0.5 * m.d_private) / d
-    assert rep.flops == pytest.approx(2 * cycles)
+    cycles = 32 * sim.cost_model.cycles_per_sample * (m.d_base + 0.5 * m.d_private) / d
+    assert rep.flops / sim.cost_model.flops_per_cycle == pytest.approx(cycles)
+    compute_s = cycles / sim.cost_model.cpu_hz(0)
+    assert charge.time_s == pytest.approx(compute_s + rep.uplink_bits / charge.device.uplink_bps)
 
 
 def test_every_split_computes_on_the_same_devices():
@@ -102,17 +112,16 @@ def test_every_split_computes_on_the_same_devices():
     def first_round(**options):
         sim = build_simulation(config(k=1.0, r=1.0, **options).replace(model="lenet5", dataset="mnist-5k",
                                                                        clients=4).validate())
-        plans = sim.method.configure_round(0, [0, 1, 2, 3])
-        return sim.method, sim.method.client_update(sim.data.clients[0], plans[0], seeded_generator(0, 0, 0))
+        _, (report, *_), (charge, *_) = first_reports(sim)
+        return sim, report, charge
 
-    fedper, fedper_report = first_round()
+    fedper, fedper_report, fedper_charge = first_round()
     for split in ("fc", "all", "first:1"):
-        other, report = first_round(split=split)
-        assert other.d_base != fedper.d_base
-        assert other.scenario.cycles_per_sample == pytest.approx(fedper.scenario.cycles_per_sample)
+        other, report, charge = first_round(split=split)
+        assert other.method.d_base != fedper.method.d_base
+        assert other.cost_model.cycles_per_sample == fedper.cost_model.cycles_per_sample
         assert report.flops == pytest.approx(fedper_report.flops)
-    own, _ = first_round(split="fc", calibration_split="fc")          # the old behaviour, on request
-    assert own.scenario.cycles_per_sample < 0.3 * fedper.scenario.cycles_per_sample
+        assert charge.device.flops_per_s == fedper_charge.device.flops_per_s
     resnet = build_model("resnet", (1, 14, 14), 10)
     assert paper_split("resnet", resnet) == "last-block" and paper_split("lenet5", lenet()) == "conv"
 
@@ -138,8 +147,7 @@ def test_dca_rounds_meet_the_deadline():
 @pytest.mark.parametrize("options,needle", [
     ({"split": "middle"}, "split"), ({"allocation": "greedy"}, "allocation"), ({"k": 0}, "k must"),
     ({"r": 1.5}, "r must"), ({"prune_scope": "all", "allocation": "dca"}, "FedAvg-P"),
-    ({"bandwidth_high_mhz": 5.0}, "bandwidth_high_mhz"), ({"bits": "huffman"}, "bits"),
-    ({"calibration_split": "middle"}, "calibration_split")])
+    ({"bits": "huffman"}, "bits")])
 def test_bad_options_fail_at_once(options, needle):
     with pytest.raises(ConfigError, match=needle):
         config(**options).validate()
@@ -190,3 +198,14 @@ def test_claim_resnet_split_opt_reaches_target_sooner():
                                      rounds=10, model="resnet", partition="dirichlet", alpha=0.1)
     assert latency["opt"] <= 0.8 * latency["fedper"]
     assert latency["opt"] <= 0.8 * latency["fedavg"]
+
+
+def test_the_cell_is_the_configs_and_dca_needs_it():
+    with pytest.raises(ConfigError, match="bandwidth_high_mhz"):
+        config().replace(bandwidth_high_mhz=5.0).validate()
+    with pytest.raises(ConfigError, match="system wireless"):
+        config(allocation="dca").replace(system="compute").validate()
+    with pytest.raises(ConfigError, match="unknown system"):
+        config().replace(system="satellite").validate()
+    fixed = run(config().replace(system="compute", rounds=1).validate())      # fixed (k, r) runs on tiers too
+    assert fixed["history"][0]["clients"][0]["tier"] == "high" and "share" not in fixed["history"][0]["clients"][0]

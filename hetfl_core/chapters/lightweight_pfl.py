@@ -21,13 +21,13 @@ from matplotlib.ticker import MaxNLocator
 from .. import data as hd
 from .. import dca, plots  # plots: the book's style for every figure here
 from ..config import RunConfig
-from ..methods.sparse_prune_pfl import split_layers
+from ..personalization import split_layers
 from ..report import (Ledger, above_chance, at_least, at_most, compare, first_reach, fmt,
                       fmt_mean_sd, is_true, mean_sd, show_table)
 
 __all__ = ["CASES", "METHODS", "ABLATION", "FIXED_PAIRS", "RES_METHODS", "TEXT_METHODS",
            "BASELINES", "COSTS", "PAPER_TABLE6", "method_config", "image_grid", "Runs",
-           "with_energy", "cost_to", "sooner", "final_pct", "fedper_targets",
+           "cost_to", "sooner", "final_pct", "fedper_targets",
            "cost_rows", "show_cost_tables", "chosen", "plot_cases", "plot_round_picture",
            "plot_tradeoff", "dca_rounds", "show_dca_rounds", "split_fractions",
            "show_table3", "table6", "show_table6", "FIXED9", "fig9_grid", "fig9_latency",
@@ -146,22 +146,10 @@ class Runs:
 
 
 # -- history queries --------------------------------------------------------------------
-def with_energy(result: dict) -> dict:
-    """``result`` with each history row carrying ``energy_j``, the clients' energy
-    (Eqs. (11), (13)) summed over clients and rounds so far."""
-    total, rows = 0.0, []
-    for row in result["history"]:
-        total += sum(c.get("energy_j", 0.0) for c in row["clients"])
-        rows.append({**row, "energy_j": total})
-    return {**result, "history": rows}
-
-
 def cost_to(result: dict, target: float, key: str = "time_s") -> float:
     """Cumulative ``key`` (latency ``time_s``, ``energy_j``, ``uplink_bits``, ``flops``)
     at the first evaluation where the personalised accuracy reaches ``target``
     (``inf``: never)."""
-    if key == "energy_j":
-        result = with_energy(result)
     return first_reach(result, target, x=key)
 
 
@@ -436,16 +424,16 @@ def fig9_grid(base: RunConfig, band_hz: float, case: str, deadline_s: float, ban
     ``band_hz`` ("10 MHz"), five times it ("50 MHz") and a band drawn per round between
     the two ("10~50 MHz"), the deadline fixed at its base-band value."""
     mhz = band_hz / 1e6
-    extra = {"10 MHz": {}, "50 MHz": {"bandwidth_mhz": 5 * mhz, "deadline_s": deadline_s},
-             "10~50 MHz": {"bandwidth_mhz": mhz, "bandwidth_high_mhz": 5 * mhz,
-                           "deadline_s": deadline_s}}
+    cell = {"10 MHz": {}, "50 MHz": {"bandwidth_mhz": 5 * mhz},
+            "10~50 MHz": {"bandwidth_mhz": mhz, "bandwidth_high_mhz": 5 * mhz}}
+    fixed = {"10 MHz": {}, "50 MHz": {"deadline_s": deadline_s}, "10~50 MHz": {"deadline_s": deadline_s}}
     configs = {}
     for band in bands:
         configs[(band, "OPT", base.seed)] = method_config(
-            base, allocation="dca", options=extra[band], **CASES[case])
+            base, allocation="dca", options=fixed[band], **cell[band], **CASES[case])
         for name, (k, r) in FIXED9.items():
             configs[(band, name, base.seed)] = method_config(
-                base, k=k, r=r, options=extra[band], **CASES[case])
+                base, k=k, r=r, options=fixed[band], **cell[band], **CASES[case])
     return configs
 
 

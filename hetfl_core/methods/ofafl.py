@@ -212,14 +212,15 @@ class OFAFL(FedAvg):
     def extra_metrics(self) -> dict:
         """a_r(t) on the global test set for every r in R (None while r is not pruned yet).
 
-        ``acc_global`` is a_1.0, the full network. With ``test_samples`` set, scores use a
-        fixed seeded subset of the test set (evaluating s sub-networks every round is the
-        dominant cost of a small run).
+        ``acc_ratios[0]`` is a_1.0, the full network (the engine's ``acc_global`` scores it on
+        the whole test set). With ``test_samples`` set, these scores use a fixed seeded
+        subset of the test set (evaluating s sub-networks every round is the dominant cost
+        of a small run).
         """
         x, y = self.test_set
         scores = [evaluate(self.sub_network(r), x, y) if r in self.masks else None for r in self.ratios]
         accs = [None if s is None else s[0] / len(y) for s in scores]
-        return {"acc_ratios": accs, "ratios": self.ratios, "acc_global": accs[0], "loss_global": scores[0][1] / len(y)}
+        return {"acc_ratios": accs, "ratios": self.ratios}
 
 
 @register

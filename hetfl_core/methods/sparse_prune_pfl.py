@@ -16,33 +16,30 @@ Algorithm 1, one round t (full participation by default):
 With ``local_steps`` > 1 (the paper's Algorithm 1 takes one step) the client runs several masked SGD steps and uploads
 the pseudo-gradient (w^B_t - w^B_local) / eta; with one step it is the gradient itself.
 
-Latency and energy follow the paper's model (Sec. III) through
-:mod:`hetfl_core.system`: compute cycles b C (d_B + r d_P) / d on a CPU of omega Hz (12)
-as FLOPs = 2 x cycles, the FDMA uplink rate ``shannon_rate`` at the share l W (7), upload
-bits (9) (``bits="exact"``: values plus ``index_bits(..., "binomial")``, Eq. 8),
-``compute_energy`` (13) and ``transmit_energy`` (11). The round lasts as long as its
-slowest client.
+Latency and energy are the run's cost model: under ``system="wireless"`` (this method's
+default) :class:`hetfl_core.system.WirelessCost` charges compute cycles b C (d_B + r d_P)
+/ d on a CPU of omega Hz (12), the FDMA uplink rate at the share l W (7) and the energies
+(11) and (13); the method reports the FLOPs it computed (the dense model's training FLOPs
+times (d_B + r d_P) / d) and its upload bits (9) (``bits="exact"``: values plus
+``index_bits(..., "binomial")``, Eq. 8), and its server policy sets each client's share.
+The round lasts as long as its slowest client.
 
-Options turn the method into its ablations and into the paper's baselines under the same
-latency model: ``allocation`` ("dca", "uniform": equal shares with each client's best
-(k, r), "fixed": the given ``k``, ``r`` with equal shares), ``split`` ("conv": the
-paper's base = conv layers; "fc": LG-FedAvg's shared FC; "all": FedAvg; "first:N": the
-first N layers, Table III; "last-block": a ResNet's last block and classifier private,
-Figs. 4-5), ``prune_scope="all"`` (FedAvg-P: prune the whole model).
-``calibration_split`` names the split on which the CPU constant C of (12) is calibrated
-(default "paper": the paper's split for the model, :func:`paper_split`), so that every
-method on the same model computes on the same devices whatever it shares.
-``bandwidth_mhz`` defaults to the paper's 10 MHz per 100 clients (Sec. VI);
-``bandwidth_high_mhz`` makes it dynamic, U[low, high] per round; ``deadline_s`` fixes
-tau_max (else it is calibrated, see :class:`hetfl_core.dca.WirelessScenario`).
+Options turn the method into its ablations under the same cell: ``allocation`` ("dca",
+"uniform": equal shares with each client's best (k, r), "fixed": the given ``k``, ``r``
+with the cost model's shares), ``split`` ("conv": the paper's base = conv layers; "fc":
+LG-FedAvg's shared FC; "all": FedAvg; "first:N": the first N layers, Table III;
+"last-block": a ResNet's last block and classifier private, Figs. 4-5),
+``prune_scope="all"`` (FedAvg-P: prune the whole model). The band (10 MHz per 100 clients,
+Sec. VI, unless ``RunConfig.bandwidth_mhz`` says otherwise) belongs to the cell;
+``deadline_s`` fixes tau_max (else it is calibrated, see :func:`hetfl_core.dca.calibrate_deadline`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import torch
-from torch import nn
 
 from .. import dca
 from ..compression import flatten, top_k, unflatten
@@ -50,59 +47,12 @@ from ..config import Option
 from ..engine import ClientPlan, ClientReport
 from ..errors import ConfigError
 from ..masks import magnitude_mask
-from ..models import structured_units
-from ..personalization import layer_of
-from ..system import (DeviceProfile, FLOAT_BITS, client_time, compute_energy, index_bits,
-                      transmit_energy)
+from ..personalization import split_parameter_names
+from ..system import FLOAT_BITS, index_bits, training_flops
 from . import register
 from .fedper import FedPer
 
 ALLOCATIONS = ("dca", "uniform", "fixed")
-
-
-def split_layers(model: nn.Module, split: str) -> list[str]:
-    """The layers of the shared base for a ``split`` name (Table III's LeNet-5 splits).
-
-    ``"conv"``: every conv layer (the paper's choice: conv1-3 of LeNet-5, 82.15% of the
-    weights); ``"fc"``: every linear layer (LG-FedAvg); ``"all"``: every layer (FedAvg);
-    ``"first:N"``: the first N layers in forward order (Table III: 1, 2, 3, 4);
-    ``"last:N"``: the last N layers (LG-FedAvg's shared head on any model: ``last:1`` for
-    the LoRA transformer, whose first four "layers" are layer 0's adapters);
-    ``"last-block"``: everything but a ResNet's last residual block, pooling and classifier
-    (the paper's ResNet-18 split, §5): whole blocks, their batch-norm layers included.
-    """
-    owners = [name for name, module in model.named_modules() if any(True for _ in module.parameters(recurse=False))]
-    if split == "all":          # every parameter, batch-norm layers included
-        return owners
-    if split == "last-block":
-        blocks = getattr(model, "layers", None)
-        if not isinstance(blocks, nn.Sequential) or len(blocks) < 2:
-            raise ConfigError("split last-block needs a model built of residual blocks (model resnet)")
-        private = (f"layers.{len(blocks) - 1}.", "classifier.")
-        return [name for name in owners if not (name + ".").startswith(private)]
-    units = structured_units(model, include_output=True)
-    if split == "conv":
-        return [n for n, m, _ in units if isinstance(m, nn.Conv2d)]
-    if split == "fc":
-        return [n for n, m, _ in units if isinstance(m, nn.Linear)]
-    if split.startswith(("first:", "last:")):
-        count = int(split.split(":", 1)[1])
-        if not 1 <= count <= len(units):
-            raise ConfigError(f"split {split.split(':')[0]}:N needs N in 1..{len(units)} for this model, got {count}")
-        return [n for n, _, _ in (units[:count] if split.startswith("first:") else units[-count:])]
-    raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N, last:N or last-block")
-
-
-PAPER_SPLITS = {"resnet": "last-block", "lora-transformer": "first:4"}
-
-
-def paper_split(model_name: str, model: nn.Module) -> str:
-    """The paper's split for a model (§5): a ResNet's last block private, the LoRA encoder's
-    first-layer adapters shared, otherwise the conv layers shared (every layer for a model
-    without any)."""
-    if model_name in PAPER_SPLITS:
-        return PAPER_SPLITS[model_name]
-    return "conv" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "all"
 
 
 def _check_split(option: str, split: str) -> None:
@@ -127,10 +77,6 @@ class SparsePrunePFL(FedPer):
                               choices=("private", "all")),
         "theta_ratio": Option(10.0, "theta1 / theta2 of the objective (31a): pruning against sparsification", 0, 1e9,
                               low_open=True),
-        "bandwidth_mhz": Option(None, "total uplink bandwidth W (None: 10 MHz per 100 clients, Sec. VI)", 0, 1e6,
-                                low_open=True, kind=float),
-        "bandwidth_high_mhz": Option(None, "with it W ~ U[bandwidth_mhz, this] each round", 0, 1e6,
-                                     low_open=True, kind=float),
         "deadline_s": Option(None, "the round deadline tau_max (None: calibrated)", 0, 1e9, low_open=True,
                              kind=float),
         "deadline_position": Option(0.5, "where the calibrated deadline sits between the least feasible one "
@@ -138,21 +84,24 @@ class SparsePrunePFL(FedPer):
         "energy_budget_j": Option(None, "each client's energy budget per round, joules (None: none)", 0, 1e9,
                                   low_open=True, kind=float),
         "bits": Option("approx", "upload bits: Eq. (9) approx or Eq. (8) exact", choices=("approx", "exact")),
-        "calibration_split": Option("paper", "the split that calibrates the CPU constant C of (12)"),
     }
+
+    default_system = "wireless"
 
     @classmethod
     def check_options(cls, options):
         super().check_options(options)
         o = {**cls.defaults, **options}
         _check_split("split", o["split"])
-        if o["calibration_split"] != "paper":
-            _check_split("calibration_split", o["calibration_split"])
         if o["prune_scope"] == "all" and o["allocation"] != "fixed":
             raise ConfigError("prune_scope=all (FedAvg-P) needs allocation=fixed")
-        if o["bandwidth_high_mhz"] is not None and (o["bandwidth_mhz"] is None
-                                                    or o["bandwidth_high_mhz"] < o["bandwidth_mhz"]):
-            raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be >= it")
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if config.system == "compute" and {**cls.defaults, **config.options}["allocation"] != "fixed":
+            raise ConfigError("sparse-prune-pfl's allocation splits the wireless cell's band: run it with "
+                              "system wireless (its default) or with allocation fixed")
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
@@ -163,34 +112,32 @@ class SparsePrunePFL(FedPer):
         self.d_base = sum(params[n].numel() for n in self.shared_names)
         self.d_private = sum(params[n].numel() for n in self.private_names)
         self.gamma = np.array([c.n_train for c in data.clients], float)
-        band = 0.1e6 * config.clients if o["bandwidth_mhz"] is None else float(o["bandwidth_mhz"]) * 1e6
-        if o["bandwidth_high_mhz"] is not None:
-            band = (band, float(o["bandwidth_high_mhz"]) * 1e6)
-        samples = self.samples_per_round()
-        reference = str(o["calibration_split"])
-        reference = paper_split(config.model, self.model) if reference == "paper" else reference
-        calibration_d_base = sum(params[n].numel() for n in self.split_parameters(reference))
-        self.scenario = dca.WirelessScenario(self.gamma, self.d_base, self.d_private, band,
-                                             batch=samples, seed=config.seed, deadline_s=o["deadline_s"],
-                                             deadline_position=float(o["deadline_position"]),
-                                             energy_budget_j=o["energy_budget_j"],
-                                             calibration_d_base=calibration_d_base)
+        self.flops_per_sample = training_flops(self.costs, 1)
+        self._mean_round = None
 
     def samples_per_round(self) -> int:
         """b in (12): samples a client processes per round (local steps x batch)."""
         steps = self.local_steps(max(self.data.clients, key=lambda c: c.n_train))
         return steps * self.config.batch_size
 
-    def split_parameters(self, split: str) -> list[str]:
-        """The parameter names in the shared base of a ``split`` (see :func:`split_layers`)."""
-        layers = set(split_layers(self.model, split))
-        return [n for n, _ in self.model.named_parameters() if layer_of(n) in layers]
-
     def choose_shared(self):
         """The base B (Table III's split): the parameters the server aggregates."""
-        return self.split_parameters(str(self.options["split"]))
+        return split_parameter_names(self.model, str(self.options["split"]))
 
     # -- server: Alg. 2 -------------------------------------------------------
+    def mean_round(self) -> dca.RoundSystem:
+        """The cell on its mean channel with this split and the deadline tau_max (calibrated
+        on first use unless ``deadline_s`` is given)."""
+        if self._mean_round is None:
+            o, cell = self.options, self.cost_model.cell
+            system = dca.round_system(cell.mean_state(), self.gamma / self.gamma.sum(), self.d_base,
+                                      self.d_private, self.samples_per_round(),
+                                      self.cost_model.cycles_per_sample, 1.0, cell.energy_coeff)
+            deadline = o["deadline_s"] if o["deadline_s"] is not None else \
+                dca.calibrate_deadline(cell, system, float(o["deadline_position"]), self.config.seed)
+            self._mean_round = dataclasses.replace(system, deadline_s=float(deadline))
+        return self._mean_round
+
     def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
         """This round's (k, r, l): Alg. 2 (DCA), equal shares with the best (k, r), or fixed."""
         mode, theta1 = self.options["allocation"], float(self.options["theta_ratio"])
@@ -201,27 +148,25 @@ class SparsePrunePFL(FedPer):
         return dca.fixed_allocation(system, float(self.options["k"]), float(self.options["r"]))
 
     def configure_round(self, round_idx, client_ids):
-        """Draw the round's wireless state and allocate (k_n, r_n, l_n) among the participants."""
-        system = self.scenario.draw()
+        """Alg. 2 on this round's draw of the cell: (k_n, r_n, l_n) among the participants.
+        With ``allocation="fixed"`` the cost model splits the band."""
+        o = self.options
+        if o["allocation"] == "fixed":
+            k, r = float(o["k"]), float(o["r"])
+            return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=r,
+                                    extra={"k": k, "r": r, "relaxed": False}) for cid in client_ids}
         idx = np.array(client_ids)
-        system = dca.RoundSystem(system.gamma[idx] / system.gamma[idx].sum(), system.tx_power_w[idx],
-                                 system.gain[idx], system.cpu_hz[idx], system.bandwidth_hz, system.d_base,
-                                 system.d_private, system.batch, system.cycles_per_sample, system.deadline_s,
-                                 system.energy_coeff,
-                                 None if system.energy_budget_j is None else system.energy_budget_j[idx],
-                                 system.noise_psd, system.value_bits)
+        budget = o["energy_budget_j"]
+        system = dca.with_state(self.mean_round(), self.cost_model.state, budget)
+        system = dataclasses.replace(system, gamma=system.gamma[idx] / system.gamma[idx].sum(),
+                                     tx_power_w=system.tx_power_w[idx], gain=system.gain[idx],
+                                     cpu_hz=np.array([self.cost_model.cpu_hz(int(c)) for c in idx]),
+                                     energy_budget_j=None if budget is None else system.energy_budget_j[idx])
         alloc = self.allocate(system)
-        rates = system.rate(alloc.share)
-        plans = {}
-        for i, cid in enumerate(client_ids):
-            device = DeviceProfile("wireless", flops_per_s=2.0 * system.cpu_hz[i], uplink_bps=float(rates[i]),
-                                   downlink_bps=math.inf, energy_coeff=system.energy_coeff,
-                                   tx_power_w=float(system.tx_power_w[i]))
-            plans[cid] = ClientPlan(self.local_steps(self.data.clients[cid]), ratio=float(alloc.r[i]),
-                                    extra={"k": float(alloc.k[i]), "r": float(alloc.r[i]),
-                                           "share": float(alloc.share[i]), "device": device,
-                                           "relaxed": bool(alloc.relaxed)})
-        return plans
+        return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=float(alloc.r[i]),
+                                bandwidth_share=float(alloc.share[i]),
+                                extra={"k": float(alloc.k[i]), "r": float(alloc.r[i]), "relaxed": bool(alloc.relaxed)})
+                for i, cid in enumerate(client_ids)}
 
     # -- client: Alg. 1 ---------------------------------------------------------
     def upload_bits(self, k: float, n_values: int) -> float:
@@ -249,18 +194,12 @@ class SparsePrunePFL(FedPer):
         sent, nnz = top_k(gradient, k)
         kept_base = self.d_base * (r if self.options["prune_scope"] == "all" else 1.0)
         bits = self.upload_bits(k, max(1, round(kept_base)))
-        # (12): cycles = b C (params computed on) / d;  FLOPs = 2 x cycles (footnote 5)
+        # (12): the cycles are proportional to the parameters computed on, d_B + r d_P of d
         computed = kept_base + r * self.d_private
-        flops = 2.0 * result.samples * self.scenario.cycles_per_sample * computed / (self.d_base + self.d_private)
-        device = plan.extra["device"]
-        seconds = client_time(device, flops, bits, 0.0)
-        comm = bits / device.uplink_bps
-        joules = compute_energy(device, flops) + transmit_energy(device, comm)
+        flops = self.flops_per_sample * result.samples * computed / (self.d_base + self.d_private)
         return ClientReport(client.client_id, client.n_train, sent, result.loss, flops=flops, uplink_bits=bits,
                             downlink_bits=float(self.d_base * FLOAT_BITS), local_steps=plan.local_steps,
-                            ratio=r, time_s=seconds,
-                            extra={"k": k, "r": r, "share": plan.extra["share"], "sent_values": nnz,
-                                   "energy_j": joules, "relaxed": plan.extra["relaxed"]})
+                            ratio=r, extra={"k": k, "r": r, "sent_values": nnz, "relaxed": plan.extra["relaxed"]})
 
     # -- server: Eq. (6) --------------------------------------------------------
     def aggregate(self, round_idx, reports):

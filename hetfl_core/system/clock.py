@@ -1,0 +1,29 @@
+"""Time: compute time plus transfer time, and the synchronous round that waits for its
+slowest participant."""
+from __future__ import annotations
+
+from .devices import DeviceProfile
+
+__all__ = ["compute_time", "transfer_time", "client_time", "round_time"]
+
+
+def compute_time(device: DeviceProfile, flops: float) -> float:
+    """Seconds to compute ``flops`` on ``device``."""
+    return flops / device.flops_per_s
+
+
+def transfer_time(bits: float, rate_bps: float) -> float:
+    """Seconds to send ``bits`` at ``rate_bps``."""
+    return bits / rate_bps if bits else 0.0
+
+
+def client_time(device: DeviceProfile, flops: float, uplink_bits: float, downlink_bits: float) -> float:
+    """A client's round: download, compute, upload (FLOPs / capacity + bits / bandwidth)."""
+    return (transfer_time(downlink_bits, device.downlink_bps) + compute_time(device, flops)
+            + transfer_time(uplink_bits, device.uplink_bps))
+
+
+def round_time(client_times) -> float:
+    """A synchronous round ends when its slowest participant is done."""
+    times = list(client_times)
+    return max(times) if times else 0.0
