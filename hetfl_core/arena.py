@@ -11,7 +11,8 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
   heterogeneity**: the shared tiers ``low``, ``medium``, ``high``
   (:data:`hetfl_core.system.HETEROGENEITY`);
 * **one cost model**: every run is charged by the ``compute`` system (tiered devices,
-  fixed links), whatever its paper's own device model;
+  fixed links), whatever its paper's own device model, except the lightweight PFL
+  method, whose allocation exists only on its wireless cell (:data:`OWN_SYSTEM`);
 * **equal for all**: clients, rounds, local steps, batch size, participation, seeds;
   each method's learning rate is chosen from the same small grid by its final
   personalised accuracy on the clients' *validation* splits (``acc_val``) in the
@@ -38,7 +39,7 @@ import numpy as np
 from .config import RunConfig, by_scale, check_scale
 from .errors import ConfigError, HetflError
 
-__all__ = ["METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
+__all__ = ["SYSTEM", "OWN_SYSTEM", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
            "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
            "run_configs", "ArenaRuns", "run_arena", "worst_share", "run_metrics", "leaderboard",
            "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners", "label"]
@@ -62,6 +63,12 @@ LABELS = {"fedlps": "FedLPS", "heroes": "Heroes", "ofafl": "OFA-FL", "srp-pfed":
           "sparse-prune-pfl": "Lightweight PFL", "fedavg": "FedAvg", "fedprox": "FedProx",
           "heterofl": "HeteroFL", "fedrolex": "FedRolex", "fjord": "FjORD", "fedper": "FedPer",
           "fedrep": "FedRep", "lg-fedavg": "LG-FedAvg", "ditto": "Ditto", "local": "Local"}
+#: the one cost model every run is charged by (see :mod:`hetfl_core.system`)
+SYSTEM = "compute"
+#: methods that exist only on another cost model: the lightweight PFL method's DCA
+#: allocates the wireless cell's band (Alg. 2), so it runs on that cell, and its time and
+#: energy are that cell's (bits and accuracy compare directly)
+OWN_SYSTEM = {"sparse-prune-pfl": "wireless"}
 #: label skew name -> Dirichlet alpha (``natural`` is a text corpus's own split)
 SKEWS = {"α=0.1": 0.1, "α=0.5": 0.5, "near-IID": 100.0, "natural": None}
 
@@ -95,7 +102,8 @@ class Settings:
     skews: tuple
     heterogeneities: tuple
     reference: Scenario
-    seeds: int                  # seeds in the reference scenario and the text scenario
+    seeds: int                  # seeds in the reference scenario
+    text_seeds: int             # seeds in the text scenario
     map_seeds: int              # seeds in the other image cells
     lr_grid: dict               # task -> the learning rates every method is tuned over
     extra: dict = field(default_factory=dict)
@@ -108,28 +116,29 @@ def settings(scale: str, seed: int = 0) -> Settings:
     check_scale(scale)
     image = RunConfig(dataset=by_scale(scale, smoke="digits", book="fashion-mnist-14", paper="fashion-mnist"),
                       model="wcnn", partition="dirichlet", alpha=0.5,
-                      clients=by_scale(scale, smoke=6, book=12, paper=50),
+                      clients=by_scale(scale, smoke=6, book=10, paper=50),
                       participation=by_scale(scale, smoke=0.5, book=0.5, paper=0.2),
-                      rounds=by_scale(scale, smoke=2, book=20, paper=200),
+                      rounds=by_scale(scale, smoke=2, book=12, paper=200),
                       local_steps=by_scale(scale, smoke=2, book=5, paper=10), batch_size=32,
-                      train_samples=by_scale(scale, smoke=300, book=3000, paper=None),
-                      val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system="compute",
+                      train_samples=by_scale(scale, smoke=300, book=2000, paper=None),
+                      val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
                       eval_every=by_scale(scale, smoke=1, book=4, paper=10), seed=seed)
     text = None if scale == "smoke" else RunConfig(
         dataset="shakespeare", model="charlstm-s", partition="natural",
-        clients=by_scale(scale, smoke=6, book=12, paper=50), participation=image.participation,
-        rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps, batch_size=16,
-        train_samples=by_scale(scale, smoke=2000, book=20000, paper=None), val_fraction=0.1,
-        test_fraction=0.2, heterogeneity="medium", system="compute",
+        clients=by_scale(scale, smoke=6, book=10, paper=50), participation=image.participation,
+        rounds=by_scale(scale, smoke=2, book=6, paper=100), local_steps=image.local_steps, batch_size=16,
+        train_samples=by_scale(scale, smoke=2000, book=6000, paper=None), val_fraction=0.1,
+        test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
         eval_every=by_scale(scale, smoke=1, book=2, paper=10),
         seed=seed)
     return Settings(scale=scale, image=image, text=text,
                     skews=by_scale(scale, smoke=("α=0.5",), book=("α=0.1", "α=0.5", "near-IID")),
                     heterogeneities=by_scale(scale, smoke=("medium",), book=("low", "medium", "high")),
                     reference=Scenario("image", "α=0.5", "medium"),
-                    seeds=by_scale(scale, smoke=1, book=3), map_seeds=by_scale(scale, smoke=1, book=1, paper=3),
+                    seeds=by_scale(scale, smoke=1, book=3), text_seeds=by_scale(scale, smoke=1, book=2, paper=3),
+                    map_seeds=by_scale(scale, smoke=1, book=1, paper=3),
                     lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.1, 0.3), paper=(0.03, 0.1, 0.3)),
-                             "text": by_scale(scale, smoke=(1.0,), book=(0.3, 1.0), paper=(0.3, 1.0, 3.0))})
+                             "text": by_scale(scale, smoke=(1.0,), book=(1.0,), paper=(0.3, 1.0, 3.0))})
 
 
 def scenarios(s: Settings) -> list[Scenario]:
@@ -180,7 +189,7 @@ def _base(s: Settings, scenario: Scenario) -> RunConfig:
 
 
 def _config(s: Settings, scenario: Scenario, method: str, lr: float, seed: int) -> RunConfig:
-    c = _base(s, scenario).replace(method=method, lr=lr, seed=seed)
+    c = _base(s, scenario).replace(method=method, lr=lr, seed=seed, system=OWN_SYSTEM.get(method, SYSTEM))
     return c.replace(options=method_options(method, c))
 
 
@@ -226,7 +235,7 @@ def run_configs(s: Settings, methods, lrs: dict) -> dict:
     """``{(scenario, method, seed): config}`` for every cell, tuned method and seed."""
     grid = {}
     for scenario in scenarios(s):
-        n = s.seeds if scenario == s.reference or scenario.task == "text" else s.map_seeds
+        n = s.seeds if scenario == s.reference else s.text_seeds if scenario.task == "text" else s.map_seeds
         for m in methods:
             if (scenario.task, m) not in lrs:
                 continue
@@ -387,7 +396,8 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
             mean = {k: _mean(v) for k, v in values.items()}
             block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
-                          "lr": runs.lrs[(scenario.task, m)], "seeds": len(rs), "target": target,
+                          "lr": runs.lrs[(scenario.task, m)], "seeds": len(rs),
+                          "system": OWN_SYSTEM.get(m, SYSTEM), "target": target,
                           "budget_s": budget, "mean": mean, "values": values})
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))
         for rank, row in enumerate(block, 1):
@@ -418,13 +428,13 @@ def write_leaderboard(rows: list[dict], out: Path) -> tuple[Path, Path]:
     ``leaderboard.json`` (with every seed's value) in the directory ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    head = ["scenario", "rank", "method", "lr", "seeds", "target", "budget_s", *COLUMNS]
+    head = ["scenario", "rank", "method", "lr", "seeds", "system", "target", "budget_s", *COLUMNS]
     csv_path, json_path = out / "leaderboard.csv", out / "leaderboard.json"
     with open(csv_path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(head)
         for r in rows:
-            w.writerow([_csv_value(r[k]) for k in head[:7]] + [_csv_value(r["mean"][k]) for k in COLUMNS])
+            w.writerow([_csv_value(r[k]) for k in head[:8]] + [_csv_value(r["mean"][k]) for k in COLUMNS])
 
     def plain(v):
         if isinstance(v, float) and not math.isfinite(v):
