@@ -56,8 +56,9 @@ PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"),
                    "ofafl": (),
                    "srp-pfed": ("fedavg", "fedper", "fedrep", "lg-fedavg", "ditto", "local"),
                    "sparse-prune-pfl": ("fedper", "lg-fedavg", "fedavg")}
-#: the metric each paper reports its method by
-PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_global",
+#: the metric each paper reports its method by (OFA-FL's: each client's own sub-network on
+#: its data, which is the arena's personalised accuracy; its server keeps no single model)
+PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_personal",
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
 LABELS = {"fedlps": "FedLPS", "heroes": "Heroes", "ofafl": "OFA-FL", "srp-pfed": "SRP-pFed",
           "sparse-prune-pfl": "Lightweight PFL", "fedavg": "FedAvg", "fedprox": "FedProx",
@@ -371,11 +372,11 @@ def targets(runs: ArenaRuns, scenario: Scenario, share: float = 0.9) -> tuple[fl
 #: leaderboard columns: key -> (header, digits, scale, unit)
 COLUMNS = {"acc": ("personalised acc. (%)", 1, 100, ""), "acc_global": ("global acc. (%)", 1, 100, ""),
            "worst10": ("worst 10% (%)", 1, 100, ""), "acc_at_budget": ("acc. at time budget (%)", 1, 100, ""),
-           "time_s": ("time (s)", 0, 1, ""), "bits": ("traffic (MB)", 1, 1 / 8e6, ""),
-           "energy_j": ("energy (J)", 0, 1, ""), "flops": ("GFLOPs", 0, 1e-9, ""),
-           "time_to_target": ("time to target (s)", 0, 1, ""),
+           "time_s": ("time (s)", 1, 1, ""), "bits": ("traffic (MB)", 1, 1 / 8e6, ""),
+           "energy_j": ("energy (J)", 2, 1, ""), "flops": ("GFLOPs", 0, 1e-9, ""),
+           "time_to_target": ("time to target (s)", 1, 1, ""),
            "bits_to_target": ("MB to target", 1, 1 / 8e6, ""),
-           "energy_to_target": ("J to target", 0, 1, ""),
+           "energy_to_target": ("J to target", 2, 1, ""),
            "flops_to_target": ("GFLOPs to target", 0, 1e-9, "")}
 
 

@@ -12,7 +12,7 @@ from ..methods.fedavg import FedAvg, weighted_average
 from ..report import Ledger, fmt, fmt_mean_sd, more_than, show_table
 
 __all__ = ["PAPER_REFS", "rules_rows", "show_rules", "show_leaderboard", "scenario_rows", "plot_pareto",
-           "plot_map", "win_counts", "gaps", "claims", "FedAvgM", "register_example"]
+           "plot_map", "win_counts", "show_summary", "gaps", "claims", "FedAvgM", "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
 PAPER_REFS = {"fedlps": "FedLPS, Table I", "heroes": "Heroes, Table II", "ofafl": "OFA-FL, Figs. 2-3",
@@ -124,6 +124,21 @@ def win_counts(rows: list[dict], key: str = "acc") -> dict[str, int]:
     for m, _ in arena.winners(rows, key).values():
         counts[m] = counts.get(m, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def show_summary(rows: list[dict]) -> None:
+    """Per method over the image cells: its mean rank (by final personalised accuracy),
+    the cells it wins on final accuracy and at the time budget, and its mean accuracy."""
+    image = [r for r in rows if r["task"] == "image"]
+    wins, fast = win_counts(rows), win_counts(rows, "acc_at_budget")
+    out = []
+    for m in dict.fromkeys(r["method"] for r in image):
+        mine = [r for r in image if r["method"] == m]
+        out.append([label(m), float(np.mean([r["rank"] for r in mine])), wins.get(m, 0), fast.get(m, 0),
+                    fmt(float(np.nanmean([r["mean"]["acc"] for r in mine])), 1, "%", 100), len(mine)])
+    out.sort(key=lambda row: row[1])
+    show_table(out, ["method", "mean rank", "cells won", "cells won at the time budget",
+                     "mean personalised acc.", "cells"])
 
 
 def gaps(runs: arena.ArenaRuns, scenario, method: str, baseline: str, metric: str) -> np.ndarray:
