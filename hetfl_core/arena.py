@@ -170,8 +170,8 @@ def method_options(method: str, config: RunConfig) -> dict:
     arena has to set them. OFA-FL: capacities from the device tiers (:func:`ofa_capacities`)
     and its pruning schedule (the paper's W=200, P=50 of a 500-round run) scaled to the
     arena's rounds, W = rounds/5 and P = rounds/10, so every ratio is pruned by half-way;
-    the lightweight PFL method on the character LSTM shares the embedding and first LSTM
-    layer (its text setting)."""
+    the lightweight PFL method on the character LSTM shares the embedding and the LSTM and
+    keeps the classifier private (``split="first:2"``: its default splits convolutions)."""
     if method == "ofafl":
         from .methods.ofafl import OFAFL
 
@@ -179,7 +179,7 @@ def method_options(method: str, config: RunConfig) -> dict:
         return {"capacities": ofa_capacities(config, ratios), "warmup": max(1, config.rounds // 5),
                 "every": max(1, config.rounds // 10)}
     if method == "sparse-prune-pfl" and config.model.startswith("charlstm"):
-        return {"split": "first:4"}
+        return {"split": "first:2"}
     return {}
 
 

@@ -11,7 +11,7 @@ from ..arena import LABELS, PAPER_BASELINES, PAPER_METRIC, label
 from ..methods.fedavg import FedAvg, weighted_average
 from ..report import Ledger, fmt, fmt_mean_sd, more_than, show_table
 
-__all__ = ["PAPER_REFS", "rules_rows", "show_rules", "show_leaderboard", "scenario_rows", "plot_pareto",
+__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard", "scenario_rows", "plot_pareto",
            "plot_map", "win_counts", "show_summary", "gaps", "claims", "FedAvgM", "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
@@ -37,6 +37,17 @@ def rules_rows(runs: arena.ArenaRuns) -> list[list]:
         rows.append([label(m), lrs or "—", shown or "paper defaults", arena.OWN_SYSTEM.get(m, arena.SYSTEM),
                      ", ".join(missing) or "—"])
     return rows
+
+
+def at_grid_edge(runs: arena.ArenaRuns) -> str:
+    """How many methods chose the largest rate of their task's grid (where a wider grid
+    might have served them better), e.g. ``"13 of 15 (image)"``."""
+    parts = []
+    for task, grid in runs.settings.lr_grid.items():
+        chosen = [lr for (t, _), lr in runs.lrs.items() if t == task]
+        if chosen and len(grid) > 1:
+            parts.append(f"{sum(lr == max(grid) for lr in chosen)} of {len(chosen)} ({task})")
+    return ", ".join(parts) or "— (a one-value grid)"
 
 
 def show_rules(runs: arena.ArenaRuns) -> None:
