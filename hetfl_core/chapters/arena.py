@@ -192,7 +192,8 @@ def claims(ledger: Ledger, runs: arena.ArenaRuns) -> None:
                 if values.size == 0:
                     continue
                 ref = PAPER_REFS[m] if PAPER_BASELINES[m] else "arena (no baseline of the paper runs here)"
-                why = _other_cells(runs, m, b, metric) if scenario.task == "image" else ""
+                why = _other_cells(runs, m, b, metric) if scenario.task == "image" and \
+                    not (values > 0).all() else ""
                 ledger.claim(ref, f"{LABELS[m]} beats {label(b)} on {word} accuracy ({where})",
                              paper=f"{LABELS[m]} ahead of {label(b)}", values=values,
                              criterion=more_than(0, " points", f"{LABELS[m]} − {label(b)}"), unit=" points",
