@@ -17,8 +17,9 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
   each method's learning rate is chosen from the same small grid by its final
   personalised accuracy on the clients' *validation* splits (``acc_val``) in the
   reference scenario, seed ``seeds[0]``; every other hyperparameter is its paper's
-  default. OFA-FL serves each client the largest density its device tier affords and
-  runs its pruning schedule scaled to the arena's rounds (see :func:`method_options`).
+  default (a run that diverges falls back to the next smaller rate of the grid). OFA-FL
+  serves each client the largest density its device tier affords and runs its pruning
+  schedule scaled to the arena's rounds (see :func:`method_options`).
 
 :func:`run_arena` runs (or reads from the cache) the whole grid; :func:`leaderboard`
 turns the runs into one row per scenario and method: personalised and global accuracy,
@@ -274,14 +275,10 @@ def _sweep_tolerant(grid: dict, processes: int, desc: str, directory, progress: 
         results = sweep(configs, processes=processes, directory=directory, desc=desc, progress=progress)
         return dict(zip(keys, results)), {}
     except HetflError as exc:
-        out, failed = {}, {}
-        for k, c in zip(keys, configs):
-            r = load_cached(c, directory)
-            if r is None:
-                failed[k] = _one_line(exc)
-            else:
-                out[k] = r
-        return out, failed
+        out = {k: load_cached(c, directory) for k, c in zip(keys, configs)}
+        missing = [k for k, r in out.items() if r is None]
+        why = _one_line(exc) if len(missing) == 1 else f"one of {len(missing)} failed runs; {_one_line(exc)}"
+        return {k: r for k, r in out.items() if r is not None}, {k: why for k in missing}
 
 
 def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int = 0, directory=None,
@@ -289,7 +286,8 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     """Tune, then run the whole arena at ``scale`` (cached and resumable: a rerun reads
     every finished run from the cache). ``methods`` defaults to :data:`METHODS`; any
     registered method (a plug-in) may be named. A method that cannot run a task's model is
-    left out of that task; a run that fails is reported in ``failed``."""
+    left out of that task. A run that fails (diverges) is run again at the next smaller
+    rate of the grid, for every method alike; one that still fails is reported in ``failed``."""
     from .methods import get_method
 
     s = settings(scale, seed)
@@ -311,8 +309,13 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     tuning, failed = _sweep_tolerant(tuning_configs(s, methods), processes, "arena: tuning lr", directory,
                                      progress)
     lrs = pick_lr(tuning, s.lr_grid)
-    results, failed_runs = _sweep_tolerant(run_configs(s, methods, lrs), processes, "arena: runs", directory,
-                                           progress)
+    grid = run_configs(s, methods, lrs)
+    results, failed_runs = _sweep_tolerant(grid, processes, "arena: runs", directory, progress)
+    retry = {k: grid[k].replace(lr=lower) for k in failed_runs
+             if (lower := max([lr for lr in s.lr_grid[k[0].task] if lr < grid[k].lr], default=None))}
+    if retry:      # the same rule for every method: a failed run (diverged) falls back one rate
+        more, failed_runs = _sweep_tolerant(retry, processes, "arena: lower lr", directory, progress)
+        results.update(more)
     return ArenaRuns(s, methods, lrs, results, {**failed, **failed_runs}, unsupported)
 
 
@@ -397,7 +400,7 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
             mean = {k: _mean(v) for k, v in values.items()}
             block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
-                          "lr": runs.lrs[(scenario.task, m)], "seeds": len(rs),
+                          "lr": max(r["config"]["lr"] for r in rs), "seeds": len(rs),
                           "system": OWN_SYSTEM.get(m, SYSTEM), "target": target,
                           "budget_s": budget, "mean": mean, "values": values})
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))
