@@ -400,7 +400,8 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
             mean = {k: _mean(v) for k, v in values.items()}
             block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
-                          "lr": max(r["config"]["lr"] for r in rs), "seeds": len(rs),
+                          "lr": max(r["config"]["lr"] for r in rs),
+                          "lrs": sorted({r["config"]["lr"] for r in rs}, reverse=True), "seeds": len(rs),
                           "system": OWN_SYSTEM.get(m, SYSTEM), "target": target,
                           "budget_s": budget, "mean": mean, "values": values})
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))

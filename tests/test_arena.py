@@ -174,3 +174,31 @@ def test_cli_plot_draws_any_runs_and_refuses_other_files(tmp_path):
     bad.write_text("[1, 2]")
     assert main(["plot", str(bad), "-o", str(fig)]) == 2
     assert main(["plot", str(a), "-o", str(fig), "--y", "nonsense"]) == 2
+
+
+@register
+class Fragile(FedAvg):
+    """A toy that diverges on seed 1 at any rate above 0.05."""
+
+    name = "toy-fragile"
+    summary = "toy: diverges on seed 1 above lr 0.05"
+
+    def client_update(self, client, plan, generator):
+        report = super().client_update(client, plan, generator)
+        if self.config.seed == 1 and self.config.lr > 0.05:
+            report.loss = float("nan")
+        return report
+
+
+def test_a_run_that_diverges_falls_back_one_rate_of_the_grid(tmp_path, monkeypatch):
+    import dataclasses
+
+    real = arena.settings
+    monkeypatch.setattr(arena, "settings", lambda scale, seed=0: dataclasses.replace(
+        real(scale, seed), seeds=2, lr_grid={"image": (0.05, 0.1), "text": (1.0,)}))
+    monkeypatch.setattr(arena, "pick_lr", lambda tuning, grid: {(t, m): max(grid[t]) for t, m, _ in tuning})
+    runs = arena.run_arena("smoke", ["toy-fragile"], processes=1, directory=tmp_path, progress=False)
+    lrs = {seed: r["config"]["lr"] for (_, _, seed), r in runs.results.items()}
+    assert lrs == {0: 0.1, 1: 0.05} and not runs.failed
+    row = arena.leaderboard(runs)[0]
+    assert row["seeds"] == 2 and row["lr"] == 0.1 and row["lrs"] == [0.1, 0.05]

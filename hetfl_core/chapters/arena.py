@@ -70,7 +70,8 @@ def show_leaderboard(rows: list[dict], name: str) -> None:
         return
     out = []
     for r in block:
-        cells = [r["rank"], r["label"] + (" †" if r["system"] != arena.SYSTEM else ""), f"{r['lr']:g}"]
+        cells = [r["rank"], r["label"] + (" †" if r["system"] != arena.SYSTEM else ""),
+                 "/".join(f"{lr:g}" for lr in r["lrs"])]
         for key in SHOWN:
             _, digits, scale, _ = arena.COLUMNS[key]
             cells.append(fmt_mean_sd(r["values"][key], digits, "", scale, seeds=False))
