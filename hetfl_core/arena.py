@@ -487,7 +487,9 @@ def plot_pareto(rows: list[dict], axes=None, costs=("time_s", "bits"), y: str = 
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", ls="--", color="0.4",
                     lw=1, zorder=2)
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        low, high = ax.get_xlim()
+        if high > 10 * low:          # labelled decades; minor labels would overlap them
+            ax.xaxis.set_minor_formatter(NullFormatter())
         free = [r["label"] for r, (cx, _) in zip(rows, pts) if cx == 0]
         if free:                      # no cost at all (Local sends nothing): off a log axis
             ax.text(0.02, 0.02, "zero cost: " + ", ".join(free), transform=ax.transAxes, fontsize=8)
