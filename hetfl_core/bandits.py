@@ -22,7 +22,8 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["utility", "pucbv_reward", "UCB1", "UCBV", "Interval", "PUCBV"]
+__all__ = ["utility", "pucbv_reward", "UCB1", "UCBV", "Interval", "PUCBV", "bernstein_radius",
+           "efficient_ucbv_radius", "index_coverage"]
 
 
 def utility(accuracy: float) -> float:
@@ -39,6 +40,45 @@ def pucbv_reward(accuracy: float, previous_accuracy: float, cost_s: float) -> fl
     if cost_s <= 0:
         raise ConfigError(f"local cost must be > 0 seconds, got {cost_s}")
     return (utility(accuracy) - utility(previous_accuracy)) / cost_s
+
+
+def bernstein_radius(variance, pulls, x: float, reward_range: float = 1.0):
+    """The empirical Bernstein radius sqrt(2 v x / h) + 3 b x / h (Audibert, Munos &
+    Szepesvari 2009, Thm. 1): for h i.i.d. rewards in a range of width b with empirical
+    (1/h) variance v, the mean lies within it of the empirical mean w.p. >= 1 - 3 e^-x."""
+    pulls = np.asarray(pulls, float)
+    return np.sqrt(2 * np.asarray(variance) * x / pulls) + 3 * reward_range * x / pulls
+
+
+def efficient_ucbv_radius(variance, pulls, log_term: float, rho: float = 0.5):
+    """The bonus of FedLPS's Eq. (17): sqrt(rho (v + 2) log_term / (4 (h + 1))), where
+    ``log_term`` is max(log(xi psi eps), 0)."""
+    return np.sqrt(rho * (np.asarray(variance) + 2) * max(log_term, 0.0)
+                   / (4 * (np.asarray(pulls, float) + 1)))
+
+
+def index_coverage(pulls: int, x: float, log_term: float, streams: int = 20_000,
+                   rho: float = 0.5, seed: int = 0) -> dict[str, float]:
+    """How often an upper confidence index lies at or above the true mean, on simulated
+    rewards: ``streams`` Beta-distributed reward streams in [0, 1] (means uniform in
+    [0.05, 0.95], concentrations 1, 10 or 100, so variances from 1e-3 to 0.23), each
+    pulled ``pulls`` times. Returns the coverage of the empirical mean alone, of the
+    Hoeffding index (UCB1's radius sqrt(2 x / h)), of the empirical Bernstein index at
+    confidence level ``x`` (guaranteed >= 1 - 3 e^-x), and of Eq. (17)'s index with
+    ``log_term``."""
+    if pulls < 1 or x <= 0 or streams < 1:
+        raise ConfigError(f"need pulls >= 1, x > 0 and streams >= 1, got {pulls}, {x}, {streams}")
+    rng = np.random.default_rng(seed)
+    mean = rng.uniform(0.05, 0.95, streams)
+    conc = rng.choice([1.0, 10.0, 100.0], streams)
+    rewards = rng.beta(mean[:, None] * conc[:, None], (1 - mean[:, None]) * conc[:, None],
+                       (streams, pulls))
+    g, v = rewards.mean(1), rewards.var(1)
+    covered = {"empirical mean": g,
+               "Hoeffding (UCB1)": g + np.sqrt(2 * x / pulls),
+               "empirical Bernstein (UCB-V)": g + bernstein_radius(v, pulls, x),
+               "Eq. (17)": g + efficient_ucbv_radius(v, pulls, log_term, rho)}
+    return {name: float(np.mean(index >= mean)) for name, index in covered.items()}
 
 
 class UCB1:

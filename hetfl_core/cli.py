@@ -234,13 +234,15 @@ def _run(args) -> int:
     else:
         result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     last = result["history"][-1]
+    from .engine import system_of
 
     def pct(value):
         return "n/a" if value is None else f"{100 * value:.2f}%"
 
     print(f"{config.method}: {last['round']} rounds, global accuracy {pct(last['acc_global'])}, "
           f"personalised accuracy {pct(last['acc_personal'])}, simulated time {last['time_s']:.1f} s, "
-          f"uplink {last['uplink_bits'] / 8e6:.2f} MB", file=sys.stderr)
+          f"uplink {last['uplink_bits'] / 8e6:.2f} MB, energy {last.get('energy_j', float('nan')):.3g} J "
+          f"({system_of(config)} cost model)", file=sys.stderr)
     if args.out is not None:
         out = Path(args.out)
         try:

@@ -10,163 +10,29 @@ pseudocode, in the spirit of Flower's ``Strategy``::
         method.aggregate(t, reports)                   (server)
         evaluate global and personalised models        (engine)
 
-The engine knows no method by name. It owns sampling, seeding, the simulated clock
-(:func:`hetfl_core.system.client_time`), the cost counters and the history.
+The engine knows no method by name (the plug-in and its registry are
+:mod:`hetfl_core.methods.base`). It owns sampling, seeding, the run's cost model
+(:mod:`hetfl_core.system`), the cost counters and the history.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from .config import Option, RunConfig
-from .data import ClientData, FederatedData, load_dataset, make_federated
+from .config import RunConfig
+from .data import FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
-from .errors import ConfigError, DivergenceError
-from .models import build_model
+from .errors import DivergenceError
+from .methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
 from .personalization import paper_split, split_parameter_names
-from .system import (ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, profile_model, round_time,
-                     training_flops)
-from .training import evaluate, steps_for_epochs
+from .system import ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, round_time, training_flops
+from .training import evaluate
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
            "run_rounds", "seeded_generator", "divergence_suspects", "single_thread"]
-
-
-@dataclass
-class ClientPlan:
-    """What the server asks of one client this round."""
-
-    local_steps: int
-    width: float = 1.0   # fraction of hidden units the client trains
-    ratio: float = 1.0   # fraction of weights the client keeps (density)
-    extra: dict = field(default_factory=dict)
-    bandwidth_share: float | None = None   # the client's share of a wireless band (None: the cost model's)
-    device: DeviceProfile | None = None    # the device the client runs on this round (None: its own)
-
-
-@dataclass
-class ClientReport:
-    """What a client did and sent back. ``update`` is the method's own payload.
-
-    ``time_s`` is left ``None`` for the run's cost model to charge (:mod:`hetfl_core.system`);
-    a method whose client stops early (SRP-pFed's semi-asynchronous window) caps it.
-    """
-
-    client_id: int
-    n_samples: int
-    update: Any
-    loss: float
-    flops: float
-    uplink_bits: float
-    downlink_bits: float
-    local_steps: int
-    width: float = 1.0
-    ratio: float = 1.0
-    extra: dict = field(default_factory=dict)
-    time_s: float | None = None
-
-
-def seeded_generator(*keys: int) -> torch.Generator:
-    """A torch generator seeded from a tuple of integers (run seed, round, client, ...)."""
-    seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
-    return torch.Generator().manual_seed(seed)
-
-
-class Method:
-    """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
-
-    Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each option
-    declared once as an :class:`~hetfl_core.config.Option`; ``defaults`` follows from it)
-    and override the hooks the paper changes. A plug-in may give ``defaults`` alone: its
-    options are then typed like their defaults.
-    """
-
-    name = "method"
-    summary = ""
-    option_specs: dict[str, Option] = {}
-    defaults: dict = {}
-    #: the cost model the method runs under unless the config names one
-    default_system = "compute"
-
-    def __init_subclass__(cls, **kwargs):
-        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
-        super().__init_subclass__(**kwargs)
-        if "option_specs" in cls.__dict__:
-            cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
-        elif "defaults" in cls.__dict__:
-            cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
-
-    def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
-        self.config = config
-        self.options = {**self.defaults, **config.options}
-        self.data = data
-        self.devices = devices
-        self.device = resolve_device(config.device)
-        self.cost_model: CostModel | None = None   # the engine's, set before the first round
-        self.model = self.build_model()
-        self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
-
-    # -- options ------------------------------------------------------------
-    @classmethod
-    def check_config(cls, config: RunConfig) -> None:
-        """Reject a config the method cannot run (default: check its options)."""
-        cls.check_options(config.options)
-
-    @classmethod
-    def check_options(cls, options: dict) -> None:
-        """Reject unknown options and values their declarations refuse; subclasses add
-        checks that span several options."""
-        unknown = set(options) - set(cls.defaults)
-        if unknown:
-            known = ", ".join(cls.defaults) or "none"
-            raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
-        for key, value in options.items():
-            cls.option_specs[key].check(key, value)
-
-    # -- helpers --------------------------------------------------------------
-    def build_model(self, width: float = 1.0) -> nn.Module:
-        """The run's model architecture at ``width``, on the run's device."""
-        return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
-                           width=width).to(self.device)
-
-    def local_steps(self, client: ClientData) -> int:
-        """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
-        if self.config.local_steps is not None:
-            return self.config.local_steps
-        return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs)
-
-    # -- hooks ----------------------------------------------------------------
-    def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
-        """Server: decide each sampled client's plan (default: full model, E local epochs).
-
-        A sampled client left out of the returned plans sits the round out.
-        """
-        return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
-
-    def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Client: train locally and report the update and its costs."""
-        raise NotImplementedError
-
-    def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
-        """Server: fold the reports into the global state."""
-        raise NotImplementedError
-
-    def global_model(self) -> nn.Module | None:
-        """The model scored on the global test set (``None`` if the method has none)."""
-        return self.model
-
-    def personal_model(self, client_id: int) -> nn.Module:
-        """The model client ``client_id`` would use on its own data."""
-        return self.model
-
-    def extra_metrics(self) -> dict:
-        """Method-specific scores added to each evaluated history row (default: none)."""
-        return {}
 
 
 @dataclass
@@ -181,6 +47,8 @@ class Simulation:
     totals: dict = field(default_factory=lambda: dict.fromkeys(("time_s", "uplink_bits", "downlink_bits", "flops",
                                                                  "energy_j"), 0.0))
     sampler: np.random.Generator | None = None
+    plans: dict = field(default_factory=dict)
+    reports: list = field(default_factory=list)
 
     def sample(self, round_idx: int) -> list[int]:
         """The round's participants: ``participation`` x ``clients`` of them, without replacement
@@ -190,8 +58,14 @@ class Simulation:
         per_round = max(1, int(round(self.config.participation * self.config.clients)))
         return sorted(int(k) for k in self.sampler.choice(self.config.clients, per_round, replace=False))
 
-    def round(self, round_idx: int, client_updates=None) -> dict:
+    def round(self, round_idx: int, client_updates=None, *, clients: list[int] | None = None,
+              evaluate: bool | None = None) -> dict:
         """One round: sample, plan, train, charge, aggregate, and evaluate when due.
+
+        ``clients`` fixes the participants instead of sampling them (a test or a chapter
+        that follows given clients); ``evaluate`` forces the scoring on or off (default:
+        every ``eval_every`` rounds and after the last). The round's plans and reports stay
+        on the simulation as ``plans`` and ``reports``.
 
         Returns the history row: ``round``, ``time_s`` (simulated wall-clock since the
         start), ``round_time_s``, ``idle_s`` (summed waiting of the faster participants),
@@ -202,7 +76,7 @@ class Simulation:
         each participant's tier, time, energy, steps, width and ratio.
         """
         config, method = self.config, self.method
-        sampled = self.sample(round_idx)
+        sampled = self.sample(round_idx) if clients is None else sorted(int(k) for k in clients)
         self.cost_model.start_round(round_idx, sampled)
         plans = method.configure_round(round_idx, sampled)
         jobs = [(k, plans[k]) for k in sampled if k in plans]
@@ -212,6 +86,7 @@ class Simulation:
                 raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
                                       f"lower {divergence_suspects(config, method.options)}")
         reports = [report for _, report in reports]
+        self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
         clients = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
                     "local_steps": report.local_steps, "width": report.width, "ratio": report.ratio,
@@ -231,7 +106,7 @@ class Simulation:
                "loss": float(np.mean([r.loss for r in reports])),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
-        if round_idx % config.eval_every == 0 or round_idx == config.rounds:
+        if evaluate if evaluate is not None else (round_idx % config.eval_every == 0 or round_idx == config.rounds):
             row.update(evaluate_method(self))
         else:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
@@ -241,8 +116,6 @@ class Simulation:
 
 def system_of(config: RunConfig) -> str:
     """The run's cost model: the config's ``system``, else its method's own."""
-    from .methods import get_method
-
     return config.system if config.system is not None else get_method(config.method).default_system
 
 
@@ -274,8 +147,6 @@ def build_data(config: RunConfig) -> FederatedData:
 
 def build_simulation(config: RunConfig) -> Simulation:
     """Validate ``config`` and build its data, devices and method (no training yet)."""
-    from .methods import get_method
-
     config.validate()
     data = build_data(config)
     devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))

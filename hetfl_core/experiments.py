@@ -296,7 +296,8 @@ def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, erro
     from .ray_executor import ray_outcomes
 
     directory = Path(directory or cache_dir())
-    for i, outcome in ray_outcomes({i: configs[i] for i in todo}, directory, address, gpus_per_run, processes):
+    for i, outcome in ray_outcomes(run_cached, {i: configs[i] for i in todo}, directory, address, gpus_per_run,
+                                   processes):
         if isinstance(outcome, Exception):
             errors.append((i, outcome))
         else:

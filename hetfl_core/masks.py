@@ -15,15 +15,16 @@ Only weight matrices and kernels are pruned by magnitude; biases stay dense.
 from __future__ import annotations
 
 import math
+from copy import deepcopy
 
 import torch
 from torch import nn
 
 from .errors import ConfigError
-from .models import structured_units
+from .models import kept_units, structured_units
 
 __all__ = ["prunable", "magnitude_mask", "mask_density", "layer_densities", "ordered_units", "random_units",
-           "unit_masks_to_parameters", "unit_keep_fractions", "unit_magnitudes", "top_units", "magnitude_units"]
+           "unit_masks_to_parameters", "kept_fractions_of_units", "apply_mask", "masked_copy", "unit_magnitudes", "top_units", "magnitude_units"]
 
 
 def prunable(model: nn.Module) -> list[str]:
@@ -64,17 +65,13 @@ def layer_densities(masks: dict[str, torch.Tensor]) -> dict[str, float]:
     return {name.rsplit(".", 1)[0]: float(m.mean()) for name, m in masks.items() if m.dim() > 1}
 
 
-def _kept(n_units: int, ratio: float) -> int:
-    return max(1, math.ceil(ratio * n_units))
-
-
 def ordered_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
     """Ordered pattern: the first ceil(ratio n) units of every hidden layer (bool per unit)."""
     _check_density(ratio)
     out = {}
     for name, _, n in structured_units(model):
         keep = torch.zeros(n, dtype=torch.bool)
-        keep[:_kept(n, ratio)] = True
+        keep[:kept_units(n, ratio)] = True
         out[name] = keep
     return out
 
@@ -85,7 +82,7 @@ def random_units(model: nn.Module, ratio: float, generator: torch.Generator) -> 
     out = {}
     for name, _, n in structured_units(model):
         keep = torch.zeros(n, dtype=torch.bool)
-        keep[torch.randperm(n, generator=generator)[:_kept(n, ratio)]] = True
+        keep[torch.randperm(n, generator=generator)[:kept_units(n, ratio)]] = True
         out[name] = keep
     return out
 
@@ -104,7 +101,22 @@ def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -
     return masks
 
 
-def unit_keep_fractions(units: dict[str, torch.Tensor]) -> dict[str, float]:
+def apply_mask(model: nn.Module, masks: dict[str, torch.Tensor]) -> None:
+    """theta <- m (.) theta on the masked parameters, in place (every masked method's step)."""
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for name, m in masks.items():
+            params[name].mul_(m)
+
+
+def masked_copy(model: nn.Module, masks: dict[str, torch.Tensor]) -> nn.Module:
+    """A copy of ``model`` with ``masks`` applied (the original is untouched)."""
+    copy = deepcopy(model)
+    apply_mask(copy, masks)
+    return copy
+
+
+def kept_fractions_of_units(units: dict[str, torch.Tensor]) -> dict[str, float]:
     """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
     return {layer: float(keep.float().mean()) for layer, keep in units.items()}
 

@@ -17,11 +17,13 @@ from .errors import ConfigError
 
 __all__ = ["MLP", "WholeMapConv2d", "LeNet5", "SmallCNN", "WidthCNN", "PooledCNN", "ResNet", "CharLSTM",
            "EmbeddingBagClassifier", "MODELS", "build_model",
-           "structured_units", "count_parameters"]
+           "structured_units", "count_parameters", "kept_units"]
 
 
-def _scaled(n: int, width: float) -> int:
-    return max(1, int(math.ceil(n * width)))
+def kept_units(n_units: int, fraction: float) -> int:
+    """Units a layer of ``n_units`` keeps at width (or unit ratio) ``fraction``: ceil(fraction
+    n), at least one. Every width and unit-mask method sizes a layer by it."""
+    return max(1, int(math.ceil(n_units * fraction)))
 
 
 class MLP(nn.Module):
@@ -29,7 +31,7 @@ class MLP(nn.Module):
 
     def __init__(self, in_shape, num_classes=10, hidden=(200, 200), width=1.0):
         super().__init__()
-        sizes = [math.prod(in_shape)] + [_scaled(h, width) for h in hidden]
+        sizes = [math.prod(in_shape)] + [kept_units(h, width) for h in hidden]
         self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.classifier = nn.Linear(sizes[-1], num_classes)
 
@@ -66,7 +68,7 @@ class LeNet5(nn.Module):
         if h < 28:
             raise ConfigError(f"LeNet-5 needs inputs of at least 28x28, got {h}x{h}: use --model cnn")
         pad = 2 if h == 28 else 0
-        c1, c2, c3, f1 = (_scaled(n, width) for n in (6, 16, 120, 84))
+        c1, c2, c3, f1 = (kept_units(n, width) for n in (6, 16, 120, 84))
         self.conv1 = nn.Conv2d(c, c1, 5, padding=pad)
         self.conv2 = nn.Conv2d(c1, c2, 5)
         self.conv3 = WholeMapConv2d(c2, c3, 5)   # 5x5 over the 5x5 map of 28x28 inputs
@@ -91,7 +93,7 @@ class WidthCNN(nn.Module):
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), width=1.0):
         super().__init__()
         c = in_shape[0]
-        widths = [_scaled(ch, width) for ch in channels]
+        widths = [kept_units(ch, width) for ch in channels]
         self.convs = nn.ModuleList()
         for w in widths:
             self.convs.append(nn.Conv2d(c, w, 3, padding=1))
@@ -136,7 +138,7 @@ class SmallCNN(nn.Module):
     def __init__(self, in_shape, num_classes=10, channels=(10, 20), hidden=50, width=1.0):
         super().__init__()
         c, h, w = in_shape
-        c1, c2, f1 = (_scaled(n, width) for n in (*channels, hidden))
+        c1, c2, f1 = (kept_units(n, width) for n in (*channels, hidden))
         k = 5 if h >= 20 else 3
         self.conv1 = nn.Conv2d(c, c1, k, padding=0 if k == 5 else 1)
         self.conv2 = nn.Conv2d(c1, c2, k, padding=0 if k == 5 else 1)
@@ -180,7 +182,7 @@ class ResNet(nn.Module):
 
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), blocks=1, width=1.0):
         super().__init__()
-        widths = [_scaled(c, width) for c in channels]
+        widths = [kept_units(c, width) for c in channels]
         self.stem = nn.Conv2d(in_shape[0], widths[0], 3, 1, 1, bias=False)
         self.stem_bn = nn.BatchNorm2d(widths[0], track_running_stats=False)
         layers, c = [], widths[0]
@@ -204,7 +206,7 @@ class CharLSTM(nn.Module):
 
     def __init__(self, in_shape=(80,), num_classes=80, embed=8, hidden=256, layers=2, width=1.0):
         super().__init__()
-        h = _scaled(hidden, width)
+        h = kept_units(hidden, width)
         self.embedding = nn.Embedding(num_classes, embed)
         self.lstm = nn.LSTM(embed, h, num_layers=layers, batch_first=True)
         self.classifier = nn.Linear(h, num_classes)
@@ -234,12 +236,12 @@ class EmbeddingBagClassifier(nn.Module):
 
     def __init__(self, in_shape=(32,), num_classes=4, vocab=4000, embed=64, hidden=64, width=1.0):
         super().__init__()
-        self.embedding = nn.EmbeddingBag(vocab, _scaled(embed, width), mode="sum", padding_idx=0)
+        self.embedding = nn.EmbeddingBag(vocab, kept_units(embed, width), mode="sum", padding_idx=0)
         with torch.no_grad():
             self.embedding.weight.normal_(0.0, 0.1)
             self.embedding.weight[0] = 0.0
-        self.fc1 = nn.Linear(_scaled(embed, width), _scaled(hidden, width))
-        self.classifier = nn.Linear(_scaled(hidden, width), num_classes)
+        self.fc1 = nn.Linear(kept_units(embed, width), kept_units(hidden, width))
+        self.classifier = nn.Linear(kept_units(hidden, width), num_classes)
 
     def forward(self, x):
         return self.classifier(F.relu(self.fc1(self.embedding(x))))

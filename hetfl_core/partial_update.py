@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .compression import flatten, unflatten
 from .errors import ConfigError
 
 __all__ = ["update_rate_mask", "mask_size", "fuse", "masked_aggregate"]
@@ -45,12 +46,7 @@ def update_rate_mask(weights: dict[str, torch.Tensor], p: float, scope: str = "g
         return {n: _ranked_mask(w.detach().flatten(), p, personal).reshape(w.shape) for n, w in weights.items()}
     if scope != "global":
         raise ConfigError(f"scope must be 'global' or 'layer', got {scope!r}")
-    flat = _ranked_mask(torch.cat([w.detach().flatten() for w in weights.values()]), p, personal)
-    out, pos = {}, 0
-    for name, w in weights.items():
-        out[name] = flat[pos:pos + w.numel()].reshape(w.shape)
-        pos += w.numel()
-    return out
+    return unflatten(_ranked_mask(flatten({n: w.detach() for n, w in weights.items()}), p, personal), weights)
 
 
 def mask_size(mask: dict[str, torch.Tensor]) -> int:

@@ -24,11 +24,9 @@ def connect(address: str | None = None, cpus: int | None = None):
     ``cpus`` CPUs (and no dashboard)."""
     import ray
 
-    import hetfl_core
-
     if ray.is_initialized():
         return ray
-    runtime_env = {"py_modules": [str(Path(hetfl_core.__file__).parent)]}
+    runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}     # the hetfl_core package
     try:
         if address:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
@@ -39,12 +37,11 @@ def connect(address: str | None = None, cpus: int | None = None):
     return ray
 
 
-def _run_task(config_dict: dict, directory: str):
-    """One run on a Ray worker: one torch thread (the task holds one CPU); a failure comes
-    back as its message, so the driver reports it like a pool's."""
+def _run_task(run_cached, config_dict: dict, directory: str):
+    """One run on a Ray worker (``run_cached``: :func:`hetfl_core.experiments.run_cached`):
+    one torch thread (the task holds one CPU); a failure comes back as its message, so the
+    driver reports it like a pool's."""
     import torch
-
-    from .experiments import run_cached
 
     torch.set_num_threads(1)
     try:
@@ -53,15 +50,16 @@ def _run_task(config_dict: dict, directory: str):
         return HetflError(str(exc))
 
 
-def ray_outcomes(configs: dict[int, RunConfig], directory: Path, address: str | None = None,
+def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, address: str | None = None,
                  gpus_per_run: float = 0, cpus: int | None = None):
-    """Run ``configs`` (index -> config) as Ray tasks; yield ``(index, result or HetflError)``
-    as each finishes. An interrupt cancels the runs not yet finished."""
+    """Run ``configs`` (index -> config) as Ray tasks of ``run_cached`` (the caller's
+    :func:`hetfl_core.experiments.run_cached`); yield ``(index, result or HetflError)`` as
+    each finishes. An interrupt cancels the runs not yet finished."""
     if gpus_per_run < 0:
         raise ConfigError(f"gpus_per_run must be >= 0, got {gpus_per_run}")
     ray = connect(address, cpus)
     task = ray.remote(_run_task).options(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)
-    pending = {task.remote(c.to_dict(), str(directory)): i for i, c in configs.items()}
+    pending = {task.remote(run_cached, c.to_dict(), str(directory)): i for i, c in configs.items()}
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -12,33 +12,27 @@ the previous unit layer's output, flattened where a conv feeds a linear layer).
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
 from .errors import ConfigError
-from .models import structured_units
+from .models import kept_units, structured_units
 
-__all__ = ["SUPPORTED_MODELS", "kept_count", "first_units", "rolling_units", "layer_indices", "extract",
-           "embed", "unit_keep_fractions"]
+__all__ = ["SUPPORTED_MODELS", "first_units", "rolling_units", "layer_indices", "extract",
+           "embed", "kept_fractions_of_indices"]
 
 SUPPORTED_MODELS = ("mlp", "lenet5", "cnn", "wcnn", "pcnn")
 
 
-def kept_count(n_units: int, width: float) -> int:
-    """Units a width-``width`` model keeps of ``n_units`` (as ``models`` scales them)."""
-    return max(1, int(math.ceil(n_units * width)))
-
-
 def first_units(n_units: int, width: float) -> torch.Tensor:
     """HeteroFL / FjORD: the first ceil(w n) units."""
-    return torch.arange(kept_count(n_units, width))
+    return torch.arange(kept_units(n_units, width))
 
 
 def rolling_units(n_units: int, width: float, offset: int) -> torch.Tensor:
     """FedRolex: a window of ceil(w n) units starting at ``offset`` (mod n), kept in ascending order."""
-    k = kept_count(n_units, width)
+    k = kept_units(n_units, width)
     return torch.sort((torch.arange(k) + offset) % n_units).values
 
 
@@ -118,7 +112,7 @@ def embed(model: nn.Module, sub_state: dict, indices: dict, like: dict | None = 
     return values, held
 
 
-def unit_keep_fractions(model: nn.Module, indices: dict) -> dict[str, float]:
+def kept_fractions_of_indices(model: nn.Module, indices: dict) -> dict[str, float]:
     """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
     units = dict((n, u) for n, _, u in _chain(model))
     return {name: len(idx) / units[name] for name, idx in indices.items()}

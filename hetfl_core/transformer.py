@@ -5,7 +5,7 @@ a 2-layer encoder (d = 32, 2 heads, feed-forward 128) pre-trained here, never do
 
 * :class:`TinyEncoder` is the trainable encoder with a sentence-pair classifier on a
   tanh pooler over ``[CLS]`` (where BERT has its next-sentence head). :func:`pretrain`
-  trains it on :func:`hetfl_core.bible.pretraining_batches` (Old Testament pairs with
+  trains it on :func:`hetfl_core.data.bible.pretraining_batches` (Old Testament pairs with
   easy negatives: a "disjoint pair task") for a fixed number of AdamW steps; :func:`pretrained_backbone` caches the result on disk (keyed by every
   setting) so that it is trained once per machine.
 * :class:`LoRATransformer` holds that backbone as **buffers** (frozen: no gradient, not a
@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data import bible, data_root
 from .errors import ConfigError
 
 __all__ = ["ENCODER", "PRETRAIN", "TinyEncoder", "LoRA", "LoRATransformer", "encoder_forward", "pretrain",
@@ -171,7 +172,6 @@ def pretrain(batches, vocab: int, seq_len: int, steps: int, lr: float, warmup: i
 
 
 def _backbone_key() -> str:
-    from . import bible
 
     settings = {"encoder": ENCODER, "pretrain": PRETRAIN, "vocab": bible.VOCAB_SIZE, "max_words": bible.MAX_WORDS,
                 "source": [inspect.getsource(f) for f in (_weight_shapes, segments_of, encoder_forward, pooled,
@@ -192,8 +192,6 @@ def pretrained_backbone(root=None, progress: bool = True) -> dict:
     wait for one training instead of repeating it. The returned dict has the weights and
     the training ``log``.
     """
-    from . import bible
-    from .data import data_root
 
     root = Path(root or data_root())
     path = root / "bible" / f"backbone-{_backbone_key()}.pt"
@@ -241,7 +239,7 @@ class LoRATransformer(nn.Module):
 
     ``backbone`` is a dict of encoder weights with ``heads`` attention heads; by default
     the Bible-pre-trained one (:func:`pretrained_backbone`), whose token ids are
-    :mod:`hetfl_core.bible`'s.
+    :mod:`hetfl_core.data.bible`'s.
     ``width`` scales the LoRA rank (at least 1).
     """
 
@@ -252,7 +250,6 @@ class LoRATransformer(nn.Module):
             raise ConfigError(f"lora-transformer needs token-id inputs (batch, seq), got inputs of shape {in_shape}: "
                               "use --dataset bible-pairs")
         if backbone is None:
-            from . import bible
 
             if in_shape[0] != bible.SEQ_LEN:
                 raise ConfigError(f"lora-transformer's pre-trained encoder reads {bible.SEQ_LEN} tokens, "

@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from hetfl_core.bandits import PUCBV, UCB1, UCBV, pucbv_reward, utility
+from hetfl_core.bandits import (PUCBV, UCB1, UCBV, bernstein_radius, efficient_ucbv_radius,
+                                index_coverage, pucbv_reward, utility)
 from hetfl_core.errors import ConfigError
 
 
@@ -117,3 +118,20 @@ def test_bad_arguments_fail():
         PUCBV(0.8, 0.5)
     with pytest.raises(ConfigError):
         UCB1(0)
+
+
+def test_radii_by_hand():
+    assert bernstein_radius(0.25, 4, 2.0) == pytest.approx(math.sqrt(2 * 0.25 * 2 / 4) + 1.5)
+    assert efficient_ucbv_radius(0.0, 3, 2.0, rho=0.5) == pytest.approx(math.sqrt(0.5 * 2 * 2 / 16))
+    assert efficient_ucbv_radius(0.3, 3, -1.0) == 0.0           # the clipped log
+
+
+def test_empirical_bernstein_covers_at_its_guarantee_and_the_mean_alone_does_not():
+    for x, pulls in ((1.0, 10), (2.0, 50)):
+        cov = index_coverage(pulls, x, log_term=0.0, streams=4000)
+        assert cov["empirical Bernstein (UCB-V)"] >= 1 - 3 * math.exp(-x)
+        assert 0.4 < cov["empirical mean"] < 0.6
+        assert cov["Eq. (17)"] == cov["empirical mean"]          # zero bonus: greedy
+    assert index_coverage(10, 1.0, log_term=1.0, streams=4000)["Eq. (17)"] > 0.9
+    with pytest.raises(ConfigError):
+        index_coverage(0, 1.0, 0.0)

@@ -1,9 +1,10 @@
-"""The KJV/WEB sentence-pair task (hetfl_core/bible.py) and the LoRA transformer (hetfl_core/transformer.py)."""
+"""The KJV/WEB sentence-pair task (hetfl_core/data/bible.py) and the LoRA transformer (hetfl_core/transformer.py)."""
 import numpy as np
 import pytest
 import torch
 
-from hetfl_core import bible, transformer
+from hetfl_core import transformer
+from hetfl_core.data import bible
 from hetfl_core.engine import f1_score
 from hetfl_core.errors import ConfigError, DatasetUnavailable
 from hetfl_core.personalization import split_layers

@@ -21,7 +21,8 @@ def run(accs, times=None, flops=None, clients=()):
 def test_plan_at_smoke_shares_equal_configs_and_covers_every_figure():
     plan = ch.make_plan("smoke", "digits", 0, "medium")
     keys = {k[0] for k in plan.configs}
-    assert keys == {"main", "ablation", "pattern", "noniid", "hetero"}
+    assert keys == {"main", "ablation", "pattern", "noniid", "hetero", "explore", "long"}
+    assert plan.configs[("long", "FedLPS")].rounds == 3 * plan.base.rounds
     assert len(plan.class_levels) > 1 and len(plan.levels) > 1 and len(plan.curve_ratios) > 1
     distinct = {c.key() for c in plan.configs.values()}
     assert len(distinct) < len(plan.configs)          # e.g. P-UCBV-Fix is a Fig. 6 point
@@ -53,12 +54,19 @@ def test_fig6_rows_report_the_iid_end():
     ledger = Ledger("fedlps", "FedLPS")
     noniid = {"FedAvg": np.array([40.0, 90.0]), "FedPer": np.array([60.0, 50.0]),
               "FedLPS": np.array([70.0, 46.0])}
-    ch._fig6_claims(ledger, noniid, plan, stale=2.5)
+    chain = {"10 classes": {n: np.array([60.0 - 10 * i - (i == 3)])
+                            for i, n in enumerate(ch.DECOMPOSITION)}}
+    ch._fig6_claims(ledger, noniid, plan, stale=2.5, chain=chain)
     grows, every = ledger.claims
     assert grows.verdict == "holds" and "x=0 (the IID end)" in grows.measured
     assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
     assert every.verdict == "fails" and every.values == [-44.0]
     assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
+    assert "10 classes: 60.0 → 50.0 → 40.0 → 29.0% (the mask -10.0" in every.why
+    assert "largest loss: the age of the kept model" in every.why
+    rising = {n: np.array([10.0 * i]) for i, n in enumerate(ch.DECOMPOSITION)}
+    assert ch.chain_summary(rising).endswith("; no step loses)")
+    assert "conjecture" not in every.why
 
 
 def test_staleness_counts_rounds_since_the_last_visit():
@@ -90,11 +98,48 @@ def test_table2_claims_are_judged_per_seed():
     col = lambda acc, flops: {"acc": np.array(acc), "flops": np.array(flops)}
     t2 = {"RCR-Fix": col([80, 80], [1.0, 1.0]), "P-UCBV-Fix": col([78.5, 81], [0.9, 0.8]),
           "RCR-Dyn": col([70, 70], [1.0, 1.0]), "P-UCBV-Dyn": col([71, 71], [0.9, 1.1])}
-    ch._table2_claims(ledger, t2, {0.5: np.array([0.5]), 1.0: np.array([0.6, 0.7])})
+    explored = {"eps-greedy": col([79, 82], [0.8, 0.8])}
+    ch._table2_claims(ledger, t2, {0.5: np.array([0.5]), 1.0: np.array([0.6, 0.7])},
+                      explored, bonus=[0.0], xi=4.0)
     flops, acc = ledger.claims
     assert flops.verdict == "inconclusive"                     # Dyn used more on seed 2
     assert acc.verdict == "inconclusive" and acc.values == [-1.5, 1.0]
     assert "s = 0.65" in acc.why
+    assert "xi = R/(K eps) = 4" in acc.why and "eps-greedy 80.5" in acc.why
+
+
+def test_table1_probe_says_whether_the_gap_closes():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")
+    long = {"FedLPS": {"short": 60.0, "long": 75.0}, "FedPer": {"short": 70.0, "long": 78.0}}
+    text = ch._probe_text(long, plan)
+    assert f"{plan.probe_rounds} rounds" in text and "closes (-10.0 → -3.0 points)" in text
+    long["FedLPS"]["long"] = 60.0
+    assert "widens" in ch._probe_text(long, plan)
+
+
+def test_bonus_of_eq17_is_zero_from_the_first_index_at_small_xi():
+    plan = ch.make_plan("book", "digits", 0, "medium")         # R = 20, K = 20, eps = 1/4
+    assert ch.bonus_schedule(plan.base, 3) == [0.0, 0.0, 0.0]   # xi = 4
+    paper = ch.bonus_schedule(plan.base, 3, xi=10.0)            # 100/36 x 1/2 > 1
+    assert paper[0] == math.log(100 / 36 / 2) and paper[1] == 0.0
+
+
+def test_learned_pattern_loses_more_to_the_mask_than_a_shared_ordered_one():
+    """At the IID end the dense global model of FedLPS, seen through each client's own
+    learned pattern, loses more accuracy than through the ordered pattern every client
+    shares: the cause of FedLPS's fall at the IID end of Fig. 6."""
+    from hetfl_core import RunConfig
+    cfg = RunConfig(dataset="fashion-mnist", model="cnn", partition="shards",
+                    classes_per_client=10, clients=10, participation=0.3, rounds=10,
+                    batch_size=20, lr=0.1, momentum=0.5, train_samples=1000,
+                    heterogeneity="medium", eval_every=10, seed=0)
+    drop = {}
+    for pattern in ("learned", "ordered"):
+        d = ch.mask_decomposition(cfg.replace(
+            options={"ratio_rule": "fixed", "ratio": 0.5, "pattern": pattern}))
+        dense, masked = (d[n].mean() for n in ch.DECOMPOSITION[:2])
+        drop[pattern] = dense - masked
+    assert drop["learned"] >= drop["ordered"] + 2, drop
 
 
 def test_fig5_draws_never_reached_as_a_stub_and_methods_in_their_colours(monkeypatch):
@@ -121,3 +166,15 @@ def test_fig5_draws_never_reached_as_a_stub_and_methods_in_their_colours(monkeyp
     assert [ln.get_color() for ln in lines] == [plots.method_style(n)["color"]
                                                 for n in ("FedAvg", "FedLPS")]
     plt.close("all")
+
+
+def test_explore_table_reads_the_greedy_and_exploring_runs_on_the_fig9_seeds():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")
+    visits = [{"ratio": 0.5, "capability": 1.0}, {"ratio": 0.25, "capability": 0.25}]
+    results = {("ablation", "P-UCBV-Fix", 0): run([0.5, 0.6], clients=visits)}
+    results.update({("explore", n, 0): run([0.7, 0.8], clients=visits)
+                    for n in ch.EXPLORATION})
+    table = ch.explore_table(results, plan)
+    greedy, *exploring = table.values()
+    assert np.allclose(greedy["acc"], [55.0]) and np.allclose(greedy["share"], [75.0])
+    assert all(np.allclose(v["acc"], [75.0]) for v in exploring)

@@ -119,14 +119,74 @@ def test_every_claim_builds_at_book_shape():
     lat9 = {(b, m): rng.uniform(1, 2) for b in bands9 for m in ["OPT", *lp.FIXED9]}
     table = {b: (0.9, 0.95, 0.0) for b in lp.PAPER_TABLE6}
     ledger = Ledger("t", "T")
-    lp.image_claims(ledger, runs, list(lp.CASES), targets)
+    probe = {h: {"gap": -3.0 + h / 40, "ratio": 1.1} for h in (1, 2, 3)}
+    lp.image_claims(ledger, runs, list(lp.CASES), targets, ("alpha=0.1", probe))
     lp.resnet_claims(ledger, res, ["class-4", "alpha=0.1"],
                      lp.fedper_targets(res, ["class-4", "alpha=0.1"]), 0.8)
     lp.ablation_claims(ledger, runs, targets["alpha=0.1"][0.9])
     lp.bandwidth_claims(ledger, table, lat9, bands9, {0.1: 0.25, 2.0: 98.62})
     lp.text_claims(ledger, text, [1.0, 2.0], {1.0: 60.0, 2.0: 55.0})
-    assert len(ledger.claims) == 24
+    assert len(ledger.claims) == 25
     seeds = {c.statement: c.seeds for c in ledger.claims}
     fedper = "OPT's final accuracy is within 2 points of FedPer's (same rounds, every case)"
     assert seeds[fedper] == 3
+    why = {c.statement: c.why for c in ledger.claims}
+    assert "probe at 3× the rounds (alpha=0.1, 1 seed)" in why[fedper]
+    assert any("FedPer with latency-minimising shares" in c.statement for c in ledger.claims)
     assert all(c.why for c in ledger.claims if c.verdict != "holds")
+
+
+def test_baselines_are_the_library_methods_on_the_same_cell():
+    base = RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=4,
+                     rounds=3, local_steps=2, lr=0.07, options={"theta_ratio": 3.0})
+    grid = lp.image_grid(base, ["alpha=0.1"], [5])
+    fedper, bw, lg, avg = (grid[("alpha=0.1", m, 5)]
+                           for m in ("FedPer", "FedPer+BW", "LG-FedAvg", "FedAvg"))
+    assert (fedper.method, fedper.options) == ("fedper", {"head_layers": 2})
+    assert (lg.method, lg.options) == ("lg-fedavg", {"head_layers": 2})
+    assert (avg.method, avg.options) == ("fedavg", {})
+    assert bw.method == "fedper" and bw.bandwidth_policy == "min-time"
+    assert fedper.bandwidth_policy == "equal"
+    opt = grid[("alpha=0.1", "OPT", 5)]
+    for c in (fedper, bw, lg, avg):
+        assert c.system == "wireless" and c.validate()
+        assert (c.seed, c.rounds, c.local_steps, c.lr, c.clients, c.alpha) == \
+            (opt.seed, opt.rounds, opt.local_steps, opt.lr, opt.clients, opt.alpha)
+    assert grid[("alpha=0.1", "FedAvg-S", 5)].method == "sparse-prune-pfl"
+
+
+def test_baseline_split_is_the_papers_private_part():
+    """LeNet-5: FedPer's private head = the FC layers (conv shared), LG-FedAvg's shared head =
+    the FC layers; the ResNet's FedPer keeps the last block's convolutions and classifier
+    private, but its batch-norm weights (no unit layer) stay shared."""
+    assert lp.baseline_split("lenet5", "mnist-5k", "fedper", "conv") == (2, [])
+    assert lp.baseline_split("lenet5", "mnist-5k", "lg-fedavg", "fc") == (2, [])
+    assert lp.baseline_split("lenet5", "mnist-5k", "fedavg", "all") == (None, [])
+    head, diff = lp.baseline_split("resnet", "digits", "fedper", "last-block")
+    assert head == 4 and diff and all(n.startswith("layers.2.") and
+                                      (".bn" in n or "shortcut.1" in n) for n in diff)
+
+
+def test_scale_probe_reads_the_long_runs_at_each_horizon():
+    opt = fake_run([0.5, 0.6, 0.7, 0.8, 0.85, 0.9])
+    fedper = fake_run([0.6, 0.8, 0.8, 0.85, 0.88, 0.9], dt=2.0)
+    runs = lp.Runs({("c", "OPT", 0): opt, ("c", "FedPer", 0): fedper})
+    probe = lp.scale_probe(runs, "c", 0, [2, 4, 6])
+    assert probe[2]["gap"] == pytest.approx(-20.0) and probe[6]["gap"] == pytest.approx(0.0)
+    # at 2 rounds FedPer's 80% -> target 72%: OPT never (within 2 rounds) -> inf
+    assert probe[2]["ratio"] == math.inf
+    assert probe[6]["ratio"] == pytest.approx(5.0 / 8.0)   # target 81%: OPT round 5, FedPer 4
+    text = lp.probe_text(probe, "c")
+    assert "3× the rounds" in text and "the gap closes" in text
+    assert "the ratio falls" in lp.probe_text(probe, "c", "ratio")
+    grid = lp.scale_probe_grid(RunConfig(method="sparse-prune-pfl", dataset="digits",
+                                         model="cnn", clients=4, rounds=5), "alpha=0.1", 1)
+    assert sorted(grid) == [("alpha=0.1", "FedPer", 1), ("alpha=0.1", "OPT", 1)]
+    assert {c.rounds for c in grid.values()} == {15}
+    assert grid[("alpha=0.1", "FedPer", 1)].method == "fedper"
+
+
+def test_widest_gap_case_is_where_opt_trails_fedper_most():
+    runs = lp.Runs({("a", "OPT", 0): fake_run([0.7]), ("a", "FedPer", 0): fake_run([0.75]),
+                    ("b", "OPT", 0): fake_run([0.6]), ("b", "FedPer", 0): fake_run([0.8])})
+    assert lp.widest_gap_case(runs, ["a", "b"]) == "b"

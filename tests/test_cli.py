@@ -110,7 +110,10 @@ def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
                              "--rounds", "100000", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    time.sleep(8)          # past the imports, into training
+    deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
+    while not list((tmp_path / "runs").glob("*.lock")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "

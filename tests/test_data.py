@@ -120,7 +120,7 @@ def test_unknown_dataset_names_the_choices():
 
 def test_unavailable_dataset_says_what_to_use(tmp_path, monkeypatch):
     monkeypatch.setenv("HETFL_DATA", str(tmp_path))
-    hd._CACHE.clear()
+    hd.datasets._CACHE.clear()
     with pytest.raises(DatasetUnavailable) as err:
         hd.load_dataset("mnist")
     message = str(err.value)

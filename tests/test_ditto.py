@@ -12,11 +12,8 @@ def one_round(**options):
                        clients=4, rounds=1, options=options)
     sim = build_simulation(config)
     start = clone_model(sim.method.model)
-    plans = sim.method.configure_round(1, [0, 1, 2, 3])
-    reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, 1, k))
-               for k in range(4)]
-    sim.method.aggregate(1, reports)
-    return sim, start, reports
+    sim.round(1, clients=[0, 1, 2, 3], evaluate=False)
+    return sim, start, sim.reports
 
 
 def distance(a, b):

@@ -43,9 +43,8 @@ def test_one_round_changes_the_global_model(tiny_config):
     sim = build_simulation(tiny_config)
     before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
     ids = [0, 1]
-    plans = sim.method.configure_round(1, ids)
-    reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, 1, k)) for k in ids]
-    sim.method.aggregate(1, reports)
+    sim.round(1, clients=ids, evaluate=False)
+    reports = sim.reports
     after = sim.method.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     expected = weighted_average([r.update for r in reports], [r.n_samples for r in reports])

@@ -171,6 +171,16 @@ def test_bad_options_fail_at_once(options, message):
         small(options=options).validate()
 
 
+def test_ucb_xi_sets_the_horizon_of_every_agent():
+    cfg = RunConfig(dataset="digits", model="cnn", clients=4, participation=0.5, rounds=6,
+                    method="fedlps")
+    assert all(a.horizon == 3 for a in build_simulation(cfg).method.agents.values())
+    sim = build_simulation(cfg.replace(options={"ucb_xi": 10.0}))
+    assert all(a.horizon == 10 for a in sim.method.agents.values())
+    with pytest.raises(ConfigError):
+        build_simulation(cfg.replace(options={"ucb_xi": 0.0}))
+
+
 def test_unsupported_model_fails():
     with pytest.raises(ConfigError, match="chain model"):
         small(model="resnet").validate()

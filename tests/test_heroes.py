@@ -264,7 +264,7 @@ def test_composed_lstm_runs_at_every_width_and_counts_its_upload():
 
 def test_shakespeare_parser_and_missing_files(tmp_path):
     from hetfl_core.errors import DatasetUnavailable
-    from hetfl_core.shakespeare import encode, load_shakespeare, parse_play
+    from hetfl_core.data.shakespeare import encode, load_shakespeare, parse_play
 
     text = "ACT I.\n\nScene I. A heath.\n\n[Enter Kent.]\n\nKent.\nI thought the King\nhad more affected.\n\n" \
            "GLOUCESTER.\nIt did always seem so.\n\nOsw. Ay, madam.\n\nKent.\nIs not this your son?\n"

@@ -36,4 +36,4 @@ def test_unit_patterns():
     params = masks.unit_masks_to_parameters(model, ordered)
     assert params["conv1.weight"].shape == model.conv1.weight.shape
     assert float(params["conv1.weight"][5:].abs().sum()) == 0 and float(params["conv1.bias"][:5].sum()) == 5
-    assert masks.unit_keep_fractions(ordered)["conv1"] == 0.5
+    assert masks.kept_fractions_of_units(ordered)["conv1"] == 0.5

@@ -23,10 +23,8 @@ def one_round(method, **options):
     sim = build_simulation(config)
     before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
     ids = [0, 1, 2, 3]
-    plans = sim.method.configure_round(1, ids)
-    reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, 1, k)) for k in ids]
-    sim.method.aggregate(1, reports)
-    return sim, before, reports
+    sim.round(1, clients=ids, evaluate=False)
+    return sim, before, sim.reports
 
 
 def numel(model, names):

@@ -19,10 +19,8 @@ def rounds(method, n_rounds, ids, **options):
     sim = build_simulation(RunConfig(method=method, dataset="digits", model="cnn", partition="iid", clients=6,
                                      heterogeneity="medium", options=options))
     for t in range(1, n_rounds + 1):
-        plans = sim.method.configure_round(t, ids)
-        reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, t, k)) for k in ids]
-        sim.method.aggregate(t, reports)
-    return sim, reports
+        sim.round(t, clients=ids, evaluate=False)
+    return sim, sim.reports
 
 
 @pytest.mark.parametrize("method", ["ordered-mask", "random-mask"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hetfl_core import ConfigError, RunConfig, run
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
 from hetfl_core.partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
 from hetfl_core.reinforced_walk import ReinforcedRateWalk, inclusion_probabilities, rate_grid, reinforcement
 from hetfl_core.system import dense_bits, sparse_bits
@@ -149,10 +149,8 @@ def one_round(config, rounds=1):
     ids = list(range(config.clients))
     for t in range(1, rounds + 1):
         before = {n: p.detach().clone() for n, p in sim.method.model.named_parameters()}
-        plans = sim.method.configure_round(t, ids)
-        reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, t, k)) for k in ids]
-        sim.method.aggregate(t, reports)
-    return sim, before, reports
+        sim.round(t, clients=ids, evaluate=False)
+    return sim, before, sim.reports
 
 
 def test_round_one_every_client_picks_the_same_rate():

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from hetfl_core import RunConfig
-from hetfl_core import data as data_module
+from hetfl_core.data import datasets as data_module
 from hetfl_core.config import MODEL_INPUTS
 from hetfl_core.data import DATASET_INFO, DATASETS, load_dataset
 from hetfl_core.engine import run

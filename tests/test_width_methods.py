@@ -9,7 +9,7 @@ import torch
 
 from hetfl_core import RunConfig
 from hetfl_core import submodel as sm
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
 from hetfl_core.errors import ConfigError
 from hetfl_core.models import build_model
 from hetfl_core.system import dense_bits, training_flops
@@ -50,10 +50,8 @@ def one_round(method, ids, rounds_done=0, **overrides):
     sim = build_simulation(config)
     for t in range(1, rounds_done + 2):
         before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
-        plans = sim.method.configure_round(t, ids)
-        reports = [sim.method.client_update(sim.data.clients[k], plans[k], seeded_generator(0, t, k)) for k in ids]
-        sim.method.aggregate(t, reports)
-    return sim, before, reports, plans
+        sim.round(t, clients=ids, evaluate=False)
+    return sim, before, sim.reports, sim.plans
 
 
 def test_heterofl_widths_follow_capability():
@@ -85,7 +83,7 @@ def test_smaller_width_costs_less_and_is_charged_by_the_formulas():
         idx = sim.method.indices(r.width, 1)
         model = build_model("cnn", (1, 8, 8), 10, width=r.width)
         assert r.uplink_bits == dense_bits(sum(p.numel() for p in model.parameters()))
-        per_sample = training_flops(sim.method.costs, 1, keep=sm.unit_keep_fractions(sim.method.model, idx))
+        per_sample = training_flops(sim.method.costs, 1, keep=sm.kept_fractions_of_indices(sim.method.model, idx))
         samples = r.flops / per_sample  # charged for exactly the samples it trained on
         assert samples == pytest.approx(round(samples)) and 0 < round(samples) <= r.local_steps * 32
     widths = sorted({r.width for r in reports})

@@ -17,14 +17,17 @@ from matplotlib.ticker import MaxNLocator
 from .. import masks, plots
 from ..config import RunConfig, by_scale
 from ..data import make_federated
-from ..engine import build_simulation, seeded_generator
+from ..engine import build_simulation, run_rounds, seeded_generator
 from ..experiments import sweep
 from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
                       is_true, ratio, value_at)
 
-__all__ = ["MAIN", "ABLATION", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
+__all__ = ["MAIN", "ABLATION", "EXPLORATION", "PROBE", "explore_table", "probe_accuracy",
+           "bonus_schedule", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
-           "time_to", "noniid_accuracy", "staleness", "hetero_levels", "table2", "chosen_ratios",
+           "time_to", "noniid_accuracy", "staleness", "DECOMPOSITION", "STEPS",
+           "mask_decomposition", "chain_summary",
+           "hetero_levels", "table2", "chosen_ratios",
            "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
            "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES",
            "plot_pattern_demo", "plot_accuracy_curves", "plot_time_to", "plot_noniid",
@@ -39,6 +42,11 @@ ABLATION = {"FLST (s=0.5)": {"pattern": "learned", "ratio_rule": "fixed", "ratio
             "RCR-Fix": {"ratio_rule": "capability"}, "P-UCBV-Fix": {},
             "RCR-Dyn": {"ratio_rule": "capability", "capability": "dynamic"},
             "P-UCBV-Dyn": {"capability": "dynamic"}}
+#: P-UCBV with exploration (beside P-UCBV-Fix of Table II): label -> options
+EXPLORATION = {"P-UCBV, xi = 10 (the paper's R/(K eps))": {"ucb_xi": 10.0},
+               "P-UCBV + epsilon-greedy (authors' code)": {"explore": True}}
+#: the methods of the longer-run probe of Table I (FedLPS and the best baseline)
+PROBE = ("FedLPS", "FedPer")
 #: Fig. 9a's sparse patterns
 PATTERNS = ("learned", "random", "ordered", "magnitude")
 HEURISTICS = ("random", "ordered", "magnitude")
@@ -49,7 +57,9 @@ HEURISTICS = ("random", "ordered", "magnitude")
 class Plan:
     """Every run of the chapter: ``configs`` maps a result key to its config; keys
     ``("main", label, seed)``, ``("ablation", label, seed)``, ``("pattern", p, s, seed)``,
-    ``("noniid", label, classes)`` and ``("hetero", label, level)``."""
+    ``("noniid", label, classes)``, ``("hetero", label, level)``, ``("explore", label,
+    seed)`` (P-UCBV with exploration, the Fig. 9 seeds) and ``("long", label)`` (Table I's methods in
+    :data:`PROBE` at ``probe_rounds``, the first seed)."""
 
     base: RunConfig          # Table I, Figs. 3-5
     side: RunConfig          # Table II, Figs. 6-9 (a smaller subset at book scale)
@@ -60,6 +70,7 @@ class Plan:
     curve_ratios: list       # Fig. 9b (the learned pattern)
     class_levels: list       # Fig. 6: classes per client
     levels: list             # Figs. 7-8: device heterogeneity
+    probe_rounds: int = 0    # Table I's probe: 3x the rounds, one seed
     configs: dict = field(default_factory=dict)
 
     def add(self, key, method: str, options: dict, on: RunConfig, **changes) -> None:
@@ -90,13 +101,19 @@ def make_plan(scale: str, dataset: str, seed: int, heterogeneity: str,
                 class_levels=by_scale(scale, smoke=[2, 10], book=[2, 5, 10],
                                       paper=[2, 4, 6, 8, 10]),
                 levels=by_scale(scale, smoke=["low", "high"],
-                                book=["low", "medium", "high"]))
+                                book=["low", "medium", "high"]),
+                probe_rounds=3 * rounds)
     for name, (m, o) in MAIN.items():
         for s in seeds:
             plan.add(("main", name, s), m, o, base, seed=s)
     for name, o in ABLATION.items():
         for s in plan.few:
             plan.add(("ablation", name, s), "fedlps", o, side, seed=s)
+    for name, o in EXPLORATION.items():
+        for s in plan.pattern_seeds:
+            plan.add(("explore", name, s), "fedlps", o, side, seed=s)
+    for name in PROBE:
+        plan.add(("long", name), *MAIN[name], base, rounds=plan.probe_rounds)
     for p in PATTERNS:
         for r in plan.curve_ratios if p == "learned" else pattern_ratios:
             for s in plan.pattern_seeds:
@@ -188,6 +205,43 @@ def staleness(result: dict) -> float:
     return float(np.mean([end - r for r in last.values()])) if last else math.nan
 
 
+#: :func:`mask_decomposition`'s four models of each client, from the dense global model
+#: to the one FedLPS evaluates
+DECOMPOSITION = ("dense global", "global under the client's pattern",
+                 "after a visit now", "kept model (last visit)")
+
+
+def mask_decomposition(config: RunConfig) -> dict[str, np.ndarray]:
+    """Where a FedLPS client's accuracy goes, per client (%), after a run of ``config``:
+    the dense global model omega^R on its test split; omega^R under the client's current
+    unit pattern (Eq. 5's mask, no training); the sparse model a visit now would keep
+    (Alg. 1 lines 17-24 from omega^R); and the sparse model the client kept at its last
+    visit (line 24), which is what the chapter scores. Each step down is one cause:
+    masking, local training, staleness."""
+    from ..training import evaluate
+
+    sim = build_simulation(config.replace(method="fedlps"))
+    run_rounds(sim)
+    lps, clients = sim.method, sim.data.clients
+
+    def acc(model, c):
+        return 100 * evaluate(model, c.x_test, c.y_test)[0] / max(len(c.y_test), 1)
+
+    out = {name: [] for name in DECOMPOSITION}
+    for c in clients:
+        pattern = lps.unit_pattern(c.client_id)
+        masked = masks.masked_copy(lps.model, masks.unit_masks_to_parameters(lps.model, pattern))
+        out[DECOMPOSITION[0]].append(acc(lps.model, c))
+        out[DECOMPOSITION[1]].append(acc(masked, c))
+        out[DECOMPOSITION[3]].append(acc(lps.personal_model(c.client_id), c))
+    rounds = config.rounds + 1
+    for c in clients:   # after the others: a visit replaces the kept model
+        plan = lps.configure_round(rounds, [c.client_id])[c.client_id]
+        lps.client_update(c, plan, seeded_generator(config.seed, rounds, c.client_id))
+        out[DECOMPOSITION[2]].append(acc(lps.personal_model(c.client_id), c))
+    return {n: np.array(v) for n, v in out.items()}
+
+
 def hetero_levels(results: dict, plan: Plan) -> tuple[dict, dict]:
     """Figs. 7 and 8: accuracy (%) and running time (s), ``{level: {method: value}}``."""
     names = ("FedAvg", "HeteroFL", "FedLPS")
@@ -201,6 +255,47 @@ def hetero_levels(results: dict, plan: Plan) -> tuple[dict, dict]:
 def table2(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
     """Table II per seed: accuracy (%), training GFLOPs and time (s) of each variant."""
     return {n: _columns([results[("ablation", n, s)] for s in plan.few]) for n in ABLATION}
+
+
+def explore_table(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
+    """P-UCBV-Fix beside its two exploring variants on the Fig. 9 seeds: accuracy (%),
+    GFLOPs, time (s) per seed, and ``share``: the mean ratio a client trained at over its
+    capability (%)."""
+    seeds = plan.pattern_seeds
+    runs = {"P-UCBV-Fix (xi = R/(K eps))": [results[("ablation", "P-UCBV-Fix", s)]
+                                            for s in seeds]}
+    runs.update({n: [results[("explore", n, s)] for s in seeds] for n in EXPLORATION})
+    out = {}
+    for name, rs in runs.items():
+        share = [np.mean([c["ratio"] / c["capability"] for h in r["history"]
+                          for c in h["clients"]]) for r in rs]
+        out[name] = {**_columns(rs), "share": 100 * np.array(share)}
+    return out
+
+
+def bonus_schedule(config: RunConfig, updates: int = 6, xi: float | None = None,
+                   intervals: int = 5) -> list[float]:
+    """max(log(xi psi eps), 0) of Eq. (17) at a client's first ``updates`` updates of a
+    run of ``config``, when every update splits one interval (``I`` grows by one) and
+    nothing is eliminated; ``xi`` defaults to the paper's R / (K eps)."""
+    from ..bandits import PUCBV
+    from ..methods.fedlps import pucbv_horizon
+
+    agent = PUCBV(horizon=xi or pucbv_horizon(config), n_intervals=intervals)
+    terms = []
+    for n in range(updates):
+        agent.eps /= 2   # Alg. 2 line 6, before the index of line 9
+        agent.intervals.append(agent.intervals[-1])
+        terms.append(agent.log_term())
+    return terms
+
+
+def probe_accuracy(results: dict, plan: Plan) -> dict[str, dict[str, float]]:
+    """Table I's probe: each :data:`PROBE` method's accuracy (%) after the chapter's
+    rounds and after ``probe_rounds``, on the first seed."""
+    s = plan.seeds[0]
+    return {n: {"short": final_acc(results[("main", n, s)]),
+                "long": final_acc(results[("long", n)])} for n in PROBE}
 
 
 def chosen_ratios(runs: list[dict]) -> dict[float, np.ndarray]:
@@ -335,7 +430,19 @@ def _claim(ledger: Ledger, *args, **kwargs):
     return claim
 
 
-def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan) -> None:
+def _probe_text(long: dict, plan: Plan) -> str:
+    """What the longer-run probe shows: the FedLPS - FedPer gap at both lengths."""
+    short = long["FedLPS"]["short"] - long["FedPer"]["short"]
+    far = long["FedLPS"]["long"] - long["FedPer"]["long"]
+    trend = "closes" if far > short + 1 else "widens" if far < short - 1 else "stays"
+    return (f"probe at {plan.probe_rounds} rounds (seed {plan.seeds[0]} only): FedLPS "
+            f"{fmt(long['FedLPS']['short'])}% → {fmt(long['FedLPS']['long'])}%, FedPer "
+            f"{fmt(long['FedPer']['short'])}% → {fmt(long['FedPer']['long'])}%; the gap "
+            f"{trend} ({fmt(short)} → {fmt(far)} points)")
+
+
+def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan,
+                   long: dict) -> None:
     acc = {n: v["acc"] for n, v in t1.items()}
     best = np.max([acc[n] for n in BASELINES], axis=0)
     best_name = max(BASELINES, key=lambda n: acc[n].mean())
@@ -348,8 +455,7 @@ def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan) -> No
            why=f"best baseline {best_name} {_pct(acc[best_name])} vs FedLPS "
                f"{_pct(acc['FedLPS'])} after {plan.base.rounds} rounds of "
                f"{plan.base.local_epochs:g} local epoch(s) (paper: 100 rounds of 5); "
-               "conjecture: FedPer's private head keeps improving across visits while a "
-               "FedLPS client's sparse model is diluted by Eq. (13)")
+               + _probe_text(long, plan))
     gaps = {n: acc["FedLPS"] - acc[n] for n in ("FedAvg", "HeteroFL")}
     _claim(ledger, "Table I", "FedLPS beats FedAvg and HeteroFL",
            paper="+8.6 / +6.0 points (MNIST)", unit=PTS, section="fedlps-table1",
@@ -412,7 +518,22 @@ def _fig345_claims(ledger: Ledger, within: dict, budget: float, tta: dict,
                                f"{times}")
 
 
-def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float) -> None:
+#: the cause of each step of :data:`DECOMPOSITION`
+STEPS = ("the mask", "the visit", "the age of the kept model")
+
+
+def chain_summary(parts: dict) -> str:
+    """The decomposition's means, each step's change and the step that loses most."""
+    means = [float(np.mean(parts[n])) for n in DECOMPOSITION]
+    drops = [a - b for a, b in zip(means, means[1:])]
+    steps = ", ".join(f"{s} {fmt(-d)}" for s, d in zip(STEPS, drops))
+    worst = (f"largest loss: {STEPS[int(np.argmax(drops))]}" if max(drops) > 0
+             else "no step loses")
+    return " → ".join(fmt(m) for m in means) + f"% ({steps} points; {worst})"
+
+
+def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float,
+                 chain: dict) -> None:
     x = [10 - c for c in plan.class_levels]
     gap = noniid["FedLPS"] - noniid["FedAvg"]
     hi, lo = int(np.argmax(x)), int(np.argmin(x))
@@ -432,11 +553,10 @@ def _fig6_claims(ledger: Ledger, noniid: dict, plan: Plan, stale: float) -> None
            section="fedlps-fig6", headline=True, measured=f"FedLPS − best of FedAvg, FedPer: {leads}",
            why=f"at x={x[lo]}: FedLPS {fmt(noniid['FedLPS'][lo])}%, FedAvg "
                f"{fmt(noniid['FedAvg'][lo])}%, FedPer {fmt(noniid['FedPer'][lo])}%; "
-               "a FedLPS client is evaluated with the sparse model it kept at its last "
-               f"visit (Alg. 1 line 24), on average {fmt(stale)} rounds old at the end, "
-               "while FedAvg evaluates the current dense global model; conjecture: "
-               "without label skew a stale sparse copy of an older global model cannot "
-               "beat the current one")
+               "measured, per client, dense global → global under the client's own "
+               "pattern → after a visit now → the kept model scored: "
+               + "; ".join(f"{k}: {chain_summary(v)}" for k, v in chain.items())
+               + f"; kept models {fmt(stale)} rounds old on average at x={x[lo]}")
 
 
 def _fig78_claims(ledger: Ledger, acc_lv: dict, time_lv: dict, plan: Plan) -> None:
@@ -464,7 +584,8 @@ def _fig78_claims(ledger: Ledger, acc_lv: dict, time_lv: dict, plan: Plan) -> No
            why=f"lead over FedAvg/HeteroFL: {leads} points")
 
 
-def _table2_claims(ledger: Ledger, t2: dict, bandit_ratios: dict) -> None:
+def _table2_claims(ledger: Ledger, t2: dict, bandit_ratios: dict, explored: dict,
+                   bonus: list, xi: float) -> None:
     f = {n: v["flops"] for n, v in t2.items()}
     text = f"Fix {fmt_sig(f['P-UCBV-Fix'])} vs {fmt_sig(f['RCR-Fix'])}, Dyn " \
            f"{fmt_sig(f['P-UCBV-Dyn'])} vs {fmt_sig(f['RCR-Dyn'])} GFLOPs"
@@ -486,8 +607,10 @@ def _table2_claims(ledger: Ledger, t2: dict, bandit_ratios: dict) -> None:
            why=f"P-UCBV − RCR: Fix {fmt(d['Fix'].mean())}, Dyn {fmt(d['Dyn'].mean())} "
                f"points; the fastest clients (z = {fast:g}) trained at s = "
                f"{fmt(bandit_ratios[fast].mean(), 2)} on average: the reward of Eq. (15) "
-               "divides the accuracy gain by the local cost, and the bonus of Eq. (17) "
-               "dies after a few updates")
+               "divides the accuracy gain by the local cost, and with xi = R/(K eps) = "
+               f"{xi:g} the log term of Eq. (17) is {fmt(bonus[0], 2)} from the first "
+               "index on, so the bandit is greedy; with exploration: "
+               + ", ".join(f"{n} {_pct(v['acc'])}" for n, v in explored.items()))
 
 
 def _fig9_claims(ledger: Ledger, pat: dict, overlap: dict, probe: list, curve: tuple,
@@ -531,18 +654,19 @@ def _fig9_claims(ledger: Ledger, pat: dict, overlap: dict, probe: list, curve: t
 def build_ledger(scale: str, parameters: dict, plan: Plan, *, t1: dict, lps_ratios: dict,
                  within: dict, budget: float, tta: dict, targets: dict, noniid: dict,
                  acc_lv: dict, time_lv: dict, t2: dict, bandit_ratios: dict, pat: dict,
-                 overlap: dict, probe: list, curve: tuple, stale: float) -> Ledger:
+                 overlap: dict, probe: list, curve: tuple, stale: float, long: dict,
+                 chain: dict, explored: dict, bonus: list, xi: float) -> Ledger:
     """Every claim of the paper the chapter's runs can test, from the per-seed values
     the chapter computed; claims that need two levels of a sweep are left out of a run
     with one."""
     ledger = Ledger("fedlps", "FedLPS", scale=scale, parameters=parameters)
-    _table1_claims(ledger, t1, lps_ratios, plan)
+    _table1_claims(ledger, t1, lps_ratios, plan, long)
     _fig345_claims(ledger, within, budget, tta, targets)
     if len(plan.class_levels) > 1:
-        _fig6_claims(ledger, noniid, plan, stale)
+        _fig6_claims(ledger, noniid, plan, stale, chain)
     if len(plan.levels) > 1:
         _fig78_claims(ledger, acc_lv, time_lv, plan)
-    _table2_claims(ledger, t2, bandit_ratios)
+    _table2_claims(ledger, t2, bandit_ratios, explored, bonus, xi)
     _fig9_claims(ledger, pat, overlap, probe, curve, plan)
     return ledger
 

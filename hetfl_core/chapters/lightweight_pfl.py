@@ -2,8 +2,12 @@
 with sparsification, pruning and DCA): the experiment grids, the cost tables of Tables IV
 and V, the optimiser's rounds and Table VI, the plots, and the chapter's claim ledger.
 
-Every comparison is a configuration of the one plug-in ``sparse-prune-pfl`` on the same
-simulated wireless cell (:func:`method_config`). Runs are kept in :class:`Runs`, keyed by
+Every run is on the same simulated wireless cell (``system="wireless"``): OPT, its
+ablations (FedAvg-S, FedAvg-P, fixed (k, r), equal shares) and Table III's splits are
+configurations of the plug-in ``sparse-prune-pfl`` (:func:`method_config`); the paper's
+baselines FedAvg, FedPer and LG-FedAvg are the library's ``fedavg``, ``fedper`` and
+``lg-fedavg`` (:func:`baseline_config`), and "FedPer+BW" is FedPer with the cell's
+latency-minimising shares. Runs are kept in :class:`Runs`, keyed by
 ``(case, method, seed)``; a claim's per-seed values are computed on the seeds every method
 it compares ran on (:meth:`Runs.shared_seeds`), so a claim against a baseline that ran on
 one seed is a one-seed claim, and the ledger says so.
@@ -11,6 +15,7 @@ one seed is a one-seed claim, and the ledger says so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -21,12 +26,17 @@ from matplotlib.ticker import MaxNLocator
 from .. import data as hd
 from .. import dca, plots  # plots: the book's style for every figure here
 from ..config import RunConfig
-from ..personalization import split_layers
+from ..masks import structured_units
+from ..models import build_model
+from ..personalization import (body_parameter_names, head_parameter_names, split_layers,
+                               split_parameter_names)
 from ..report import (Ledger, above_chance, at_least, at_most, compare, first_reach, fmt,
                       fmt_mean_sd, is_true, mean_sd, show_table)
 
 __all__ = ["CASES", "METHODS", "ABLATION", "FIXED_PAIRS", "RES_METHODS", "TEXT_METHODS",
-           "BASELINES", "COSTS", "PAPER_TABLE6", "method_config", "image_grid", "Runs",
+           "BASELINES", "COSTS", "PAPER_TABLE6", "method_config", "baseline_config",
+           "baseline_split", "config_for", "image_grid", "Runs", "scale_probe_grid",
+           "scale_probe", "probe_text", "widest_gap_case",
            "cost_to", "sooner", "final_pct", "fedper_targets",
            "cost_rows", "show_cost_tables", "chosen", "plot_cases", "plot_round_picture",
            "plot_tradeoff", "dca_rounds", "show_dca_rounds", "split_fractions",
@@ -42,11 +52,14 @@ CASES = {"class-4": dict(partition="shards", classes_per_client=4),
          "alpha=0.5": dict(partition="dirichlet", alpha=0.5),
          "alpha=0.1": dict(partition="dirichlet", alpha=0.1)}
 
-#: OPT and the paper's baselines as options of the one plug-in
+#: OPT, the paper's baselines (``baseline``: the library's method, sharing what ``split``
+#: shares) and FedPer with the cell's latency-minimising shares; FedAvg-S and FedAvg-P have
+#: no plug-in of their own and are settings of sparse-prune-pfl
 METHODS = {"OPT": dict(allocation="dca"),
-           "FedPer": dict(),
-           "LG-FedAvg": dict(split="fc"),
-           "FedAvg": dict(split="all"),
+           "FedPer": dict(baseline="fedper", split="conv"),
+           "FedPer+BW": dict(baseline="fedper", split="conv", bandwidth_policy="min-time"),
+           "LG-FedAvg": dict(baseline="lg-fedavg", split="fc"),
+           "FedAvg": dict(baseline="fedavg", split="all"),
            "FedAvg-S": dict(split="all", k=0.05),
            "FedAvg-P": dict(split="all", r=0.5, prune_scope="all")}
 
@@ -58,12 +71,15 @@ FIXED_PAIRS = ["FedPer", "(0.5,1)", "(0.1,1)", "(1,0.8)", "(1,0.5)", "(0.5,0.8)"
 
 #: Figs. 4-5 and Table V: the ResNet with its last block private
 RES_METHODS = {"OPT": dict(allocation="dca", split="last-block"),
-               "FedPer": dict(split="last-block"),
-               "LG-FedAvg": dict(split="fc"), "FedAvg": dict(split="all")}
+               "FedPer": dict(baseline="fedper", split="last-block"),
+               "LG-FedAvg": dict(baseline="lg-fedavg", split="fc"),
+               "FedAvg": dict(baseline="fedavg", split="all")}
 
 #: Figs. 6-8: the LoRA transformer (base = layer-0 LoRA; LG-FedAvg shares the classifier)
-TEXT_METHODS = {"OPT": dict(allocation="dca", split="first:4"), "FedPer": dict(split="first:4"),
-                "LG-FedAvg": dict(split="last:1"), "FedAvg": dict(split="all")}
+TEXT_METHODS = {"OPT": dict(allocation="dca", split="first:4"),
+                "FedPer": dict(baseline="fedper", split="first:4"),
+                "LG-FedAvg": dict(baseline="lg-fedavg", split="last:1"),
+                "FedAvg": dict(baseline="fedavg", split="all")}
 
 #: the baselines of Table IV
 BASELINES = ("FedPer", "LG-FedAvg", "FedAvg")
@@ -81,6 +97,8 @@ SOLVER_TOL = 1e-4
 
 #: the methods that run on every seed; the others run on the first
 SPREAD_METHODS = ("OPT", "FedPer")
+#: the methods of the scale probe: the accuracy gap and latency ratio at more rounds
+PROBE_METHODS = ("OPT", "FedPer")
 
 
 # -- configurations -------------------------------------------------------------------
@@ -96,19 +114,73 @@ def method_config(base: RunConfig, split: str = "conv", allocation: str = "fixed
     return base.replace(options=opts, **changes)
 
 
+@functools.lru_cache(maxsize=None)
+def _model(name: str, dataset: str):
+    data = hd.load_dataset(dataset)
+    return build_model(name, data.input_shape, data.num_classes)
+
+
+def baseline_split(model_name: str, dataset: str, method: str,
+                   split: str) -> tuple[int | None, list[str]]:
+    """The ``head_layers`` of the library's ``fedper`` (private head) or ``lg-fedavg``
+    (shared head) whose shared parameters are closest to the base of ``split`` (``conv``:
+    the paper's FedPer; ``fc``: its LG-FedAvg), and the parameters on which the two differ
+    (none where a ``head_layers`` matches exactly). ``fedavg`` shares everything: ``None``."""
+    if method == "fedavg":
+        return None, []
+    model = _model(model_name, dataset)
+    wanted = set(split_parameter_names(model, split))
+    names = body_parameter_names if method == "fedper" else head_parameter_names
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    best = None
+    for h in range(1, len(structured_units(model, include_output=True))):
+        diff = sorted(wanted ^ set(names(model, h)))
+        cost = sum(sizes[n] for n in diff)
+        if best is None or cost < best[0]:
+            best = (cost, h, diff)
+    return best[1], best[2]
+
+
+def baseline_config(base: RunConfig, method: str, split: str,
+                    bandwidth_policy: str = "equal", **changes) -> RunConfig:
+    """``base`` run as the library's ``method`` (``fedavg``, ``fedper``, ``lg-fedavg``) on
+    the same wireless cell, clients, seed, rounds, local steps and learning rate, sharing
+    the base of ``split`` (:func:`baseline_split`); the band split by the cell's
+    ``bandwidth_policy`` (``equal``, or ``min-time``: the shares that end the round
+    soonest); ``changes`` are RunConfig fields."""
+    config = base.replace(**changes)
+    head, _ = baseline_split(config.model, config.dataset, method, split)
+    return dataclasses.replace(config, method=method, system="wireless",
+                               bandwidth_policy=bandwidth_policy,
+                               options={} if head is None else {"head_layers": head})
+
+
+def config_for(base: RunConfig, spec: dict, **changes) -> RunConfig:
+    """The config of one entry of :data:`METHODS` (or of the ResNet's and the text's):
+    a baseline (``baseline`` names the library's method) or a sparse-prune-pfl setting."""
+    spec = dict(spec)
+    if "baseline" in spec:
+        return baseline_config(base, spec.pop("baseline"), **spec, **changes)
+    return method_config(base, **spec, **changes)
+
+
 def image_grid(base: RunConfig, cases: Sequence[str], seeds: Sequence[int]) -> dict:
     """The runs of Figs. 2-3, Table IV and Fig. 10, keyed ``(case, method, seed)``.
 
     OPT and FedPer run on every seed, the other baselines on the first; FedAvg-S and
     FedAvg-P, the fixed (k, r) of Fig. 10 and OPT with equal shares (its (k, r) rule at
-    l = 1/N) only at Dirichlet 0.1, the last two on the first two seeds."""
+    l = 1/N) only at Dirichlet 0.1, the last two on the first two seeds, as FedPer+BW
+    there."""
     configs = {}
     for case in cases:
         for m, opts in METHODS.items():
             if m in ("FedAvg-S", "FedAvg-P") and case != "alpha=0.1":
                 continue
-            for s in (seeds if m in SPREAD_METHODS else seeds[:1]):
-                configs[(case, m, s)] = method_config(base, **opts, seed=s, **CASES[case])
+            spread = seeds if m in SPREAD_METHODS else seeds[:1]
+            if m == "FedPer+BW" and case == "alpha=0.1":
+                spread = seeds[:2]
+            for s in spread:
+                configs[(case, m, s)] = config_for(base, opts, seed=s, **CASES[case])
     if "alpha=0.1" in cases:
         for s in seeds[:2]:
             for name, (k, r) in ABLATION.items():
@@ -118,6 +190,14 @@ def image_grid(base: RunConfig, cases: Sequence[str], seeds: Sequence[int]) -> d
             configs[("alpha=0.1", "OPT, equal shares", s)] = method_config(
                 base, allocation="uniform", seed=s, **CASES["alpha=0.1"])
     return configs
+
+
+def scale_probe_grid(base: RunConfig, case: str, seed: int, factor: int = 3) -> dict:
+    """OPT and FedPer in ``case`` at ``factor`` times ``base``'s rounds on one seed, keyed
+    ``(case, method, seed)``: does a gap that the short runs show close with more rounds?"""
+    long = base.replace(rounds=factor * base.rounds)
+    return {(case, m, seed): config_for(long, METHODS[m], seed=seed, **CASES[case])
+            for m in PROBE_METHODS}
 
 
 class Runs:
@@ -176,6 +256,48 @@ def fedper_targets(runs: Runs, cases: Sequence[str]) -> dict:
             for c in cases}
 
 
+def _upto(result: dict, rounds: int) -> dict:
+    """``result``'s history up to round ``rounds`` (a shorter run of the same seed)."""
+    return {"history": [row for row in result["history"] if row["round"] <= rounds]}
+
+
+def scale_probe(runs: Runs, case: str, seed: int, horizons: Sequence[int]) -> dict:
+    """Per horizon (a round count): OPT − FedPer accuracy (points) at that round, and OPT's
+    latency to 90% of FedPer's accuracy at that round over FedPer's (``inf``: OPT never
+    reaches it); the long runs of :func:`scale_probe_grid` cut at each horizon."""
+    out = {}
+    for h in horizons:
+        opt, fedper = (_upto(runs.one(case, m, seed), h) for m in PROBE_METHODS)
+        target = 0.9 * final_pct(fedper) / 100
+        out[h] = {"gap": final_pct(opt) - final_pct(fedper),
+                  "ratio": _ratio(cost_to(opt, target), cost_to(fedper, target))}
+    return out
+
+
+def widest_gap_case(runs: Runs, cases) -> str:
+    """The case where OPT ends furthest below FedPer (mean over their shared seeds): the
+    one the scale probe lengthens."""
+    seeds = runs.shared_seeds(cases, PROBE_METHODS)
+    return min(cases, key=lambda c: float(np.mean(_gaps(runs, [c], *PROBE_METHODS, seeds))))
+
+
+def probe_text(probe: dict, case: str, what: str = "gap") -> str:
+    """The probe in words: OPT − FedPer (``gap``, points; it closes, stays or widens by
+    more than half a point) or OPT / FedPer latency (``ratio``; it falls, stays or rises
+    by more than 0.05) at each horizon."""
+    hs = sorted(probe)
+    v = [probe[h][what] for h in hs]
+    head = f"probe at {hs[-1] // hs[0]}× the rounds ({case}, 1 seed), at " \
+           f"{' / '.join(map(str, hs))} rounds: "
+    if what == "gap":
+        trend = "closes" if abs(v[-1]) < abs(v[0]) - 0.5 else \
+            "widens" if abs(v[-1]) > abs(v[0]) + 0.5 else "stays"
+        return head + f"OPT − FedPer {' / '.join(fmt(x, 1) for x in v)} points: the gap {trend}"
+    trend = "falls" if v[-1] < v[0] - 0.05 else "rises" if v[-1] > v[0] + 0.05 else "stays"
+    return head + (f"OPT / FedPer latency to 90% of FedPer's accuracy "
+                   f"{' / '.join(fmt(x, 2) for x in v)}: the ratio {trend}")
+
+
 # -- tables ---------------------------------------------------------------------------
 def cost_rows(runs: Runs, cases, methods, targets: dict, frac: float) -> list[list]:
     """Rows of a cost table: per case and method, each cost to the target (mean ± sd over
@@ -222,7 +344,7 @@ def chosen(runs: list[dict]) -> tuple[float, float]:
 #: (0.3,1), Fig. 9's, shares (0.1,1)'s colour, which is only in Fig. 10
 _VARIANTS = {"(0.5,1)": (0, "x"), "(0.1,1)": (1, "P"), "(1,0.8)": (2, "*"),
              "(1,0.5)": (3, "h"), "(0.5,0.8)": (4, "X"), "OPT, equal shares": (5, "<"),
-             "(0.3,1)": (1, "d")}
+             "(0.3,1)": (1, "d"), "FedPer+BW": (6, "v")}
 #: a spare colour too near OPT's brown to sit beside it
 _NEAR_OPT = "#843c39"
 
@@ -230,7 +352,8 @@ _NEAR_OPT = "#843c39"
 def style(name: str) -> dict:
     """The colour and marker of a run's name in this chapter's figures: a method's from
     the palette (FedAvg-S, FedAvg with top-k sparsified uploads, is top-k's), a fixed-rate
-    variant's from the palette's spare colours."""
+    variant's and FedPer+BW's (FedPer with latency-minimising shares) from the palette's
+    spare colours."""
     if name in _VARIANTS:
         used = {color for color, _ in plots.METHOD_STYLES.values()} | {_NEAR_OPT}
         spare = [c for c in plots.SPARE_COLOURS if c not in used]
@@ -415,7 +538,7 @@ def show_table6(table: dict) -> None:
                 "paper r-bar"], align=["l", "r", "r", "r", "r", "r"])
 
 
-#: Fig. 9's fixed (k, r) with equal shares
+#: Fig. 9's fixed (k, r) with equal shares ((1, 1): the library's FedPer)
 FIXED9 = {"FedPer": (1.0, 1.0), "(0.3,1)": (0.3, 1.0), "(1,0.5)": (1.0, 0.5)}
 
 
@@ -432,8 +555,10 @@ def fig9_grid(base: RunConfig, band_hz: float, case: str, deadline_s: float, ban
         configs[(band, "OPT", base.seed)] = method_config(
             base, allocation="dca", options=fixed[band], **cell[band], **CASES[case])
         for name, (k, r) in FIXED9.items():
-            configs[(band, name, base.seed)] = method_config(
-                base, k=k, r=r, options=fixed[band], **cell[band], **CASES[case])
+            configs[(band, name, base.seed)] = config_for(
+                base, METHODS["FedPer"], **cell[band], **CASES[case]) if name == "FedPer" \
+                else method_config(base, k=k, r=r, options=fixed[band], **cell[band],
+                                   **CASES[case])
     return configs
 
 
@@ -455,7 +580,7 @@ def fig9_latency(runs: Runs, bands) -> tuple[float, dict]:
 FIG10_GROUPS = {"(a) components": ["FedAvg-P", "FedAvg-S", "FedPer"],
                 "(b) sparsification k": ["FedPer", "(0.5,1)", "(0.1,1)"],
                 "(c) pruning r": ["FedPer", "(1,0.8)", "(1,0.5)"],
-                "(d) fixed vs OPT": ["(0.5,0.8)", "OPT, equal shares", "OPT"]}
+                "(d) fixed vs OPT": ["(0.5,0.8)", "OPT, equal shares", "FedPer+BW", "OPT"]}
 
 
 def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
@@ -472,7 +597,7 @@ def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
     plots.legend_below(fig, axes)
     plt.show()
     rows = []
-    for m in ["OPT", "OPT, equal shares", *FIXED_PAIRS, "FedAvg-S", "FedAvg-P"]:
+    for m in ["OPT", "OPT, equal shares", "FedPer+BW", *FIXED_PAIRS, "FedAvg-S", "FedAvg-P"]:
         rs = runs(case, m, seeds)
         per_round = [np.mean([row["round_time_s"] for row in r["history"]]) for r in rs]
         rows.append([f"{m} ({len(rs)})", fmt_mean_sd([final_pct(r) for r in rs], seeds=False),
@@ -486,7 +611,7 @@ def show_fig10(runs: Runs, target: float, case: str = "alpha=0.1") -> None:
 def text_grid(base: RunConfig, alphas, seeds) -> dict:
     """The runs of Figs. 6-8 keyed ``(alpha, method, seed)``; OPT and FedPer on every
     seed, the other two on the first."""
-    return {(a, m, s): method_config(base, **opts, alpha=a, seed=s)
+    return {(a, m, s): config_for(base, opts, alpha=a, seed=s)
             for a in alphas for m, opts in TEXT_METHODS.items()
             for s in (seeds if m in SPREAD_METHODS else seeds[:1])}
 
@@ -558,6 +683,12 @@ def _gaps(runs: Runs, cases, a: str, b, seeds, key: str = "acc_personal", worst=
                            for c in cases) for s in seeds])
 
 
+def _round_time(runs: Runs, case, method: str, seeds) -> float:
+    """``method``'s mean round time (s) over rounds and ``seeds``."""
+    return float(np.mean([row["round_time_s"] for r in runs(case, method, seeds)
+                          for row in r["history"]]))
+
+
 def _ratio(a: float, b: float) -> float:
     """``a / b`` for latencies: ``inf`` if ``a`` never arrives, 0 if only ``b`` never does."""
     if not math.isfinite(a):
@@ -600,9 +731,14 @@ def _seeds_note(seeds) -> str:
     return f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
 
 
-def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
-    """Table IV and Figs. 2-3 (LeNet-5): latency to X2 against the baselines, bits, final
-    accuracy against FedPer and FedAvg, FedAvg-P against FedAvg."""
+def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict,
+                 probe: tuple[str, dict] | None = None) -> None:
+    """Table IV and Figs. 2-3 (LeNet-5): latency to X2 against the baselines and against
+    FedPer with latency-minimising shares, bits, final accuracy against FedPer and FedAvg,
+    FedAvg-P against FedAvg. ``probe``: ``(case, scale_probe(...))``, whose longer runs
+    test the rows against FedPer."""
+    tested = {w: "; " + probe_text(probe[1], probe[0], w) if probe else ""
+              for w in ("gap", "ratio")}
     x2 = {c: targets[c][0.9] for c in cases}
     need = min(3, len(cases))
     seeds, won = cases_won(runs, cases, "OPT", BASELINES, x2.get, 0.8)
@@ -626,7 +762,20 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
                      values=won_m, criterion=at_least(need, what="cases won"),
                      measured=_count(won_m, len(cases), "cases"),
                      why=f"latency to X2, OPT vs {m} (mean over {_seeds_note(s_m)}): "
-                         + _latencies(runs, cases, "OPT", m, x2, s_m),
+                         + _latencies(runs, cases, "OPT", m, x2, s_m)
+                         + (tested["ratio"] if m == "FedPer" else ""),
+                     section="lightweight_pfl-table4")
+    if all(runs(c, "FedPer+BW") for c in cases):
+        s_w, won_w = cases_won(runs, cases, "OPT", ["FedPer+BW"], x2.get)
+        ledger.claim("Sec. V-E", "OPT (k, r and shares chosen jointly) reaches X2 no later than "
+                     f"FedPer with latency-minimising shares in ≥ {need} of {len(cases)} cases",
+                     paper="joint optimisation beats any module alone", values=won_w,
+                     criterion=at_least(need, what="cases won"),
+                     measured=_count(won_w, len(cases), "cases"),
+                     why="latency to X2, OPT vs FedPer+BW: "
+                         + _latencies(runs, cases, "OPT", "FedPer+BW", x2, s_w)
+                         + "; FedPer+BW vs FedPer: "
+                         + _latencies(runs, cases, "FedPer+BW", "FedPer", x2, s_w),
                      section="lightweight_pfl-table4")
     s_b, won_b = cases_won(runs, cases, "OPT", ["FedPer"], x2.get, key="uplink_bits")
     ledger.claim("Table IV", f"OPT uploads fewer bits than FedPer to reach X2 in ≥ {need} "
@@ -642,8 +791,9 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict) -> None:
     ledger.claim("Figs. 2–3", "OPT's final accuracy is within 2 points of FedPer's (same "
                  "rounds, every case)", paper="negligible loss", values=gap, unit=" points",
                  criterion=at_least(-2, " points", "worst case OPT − FedPer"),
-                 why=f"OPT − FedPer per case: {_per_case(means, 1)} points; a likely cause "
-                     "(conjecture): clients at k_min barely update the base",
+                 why=f"OPT − FedPer per case: {_per_case(means, 1)} points" + tested["gap"]
+                     + "; a likely cause (conjecture): clients at k_min barely update the "
+                       "base",
                  section="lightweight_pfl-fig2-3",
                  headline=True)
     hard = [c for c in ("class-2", "alpha=0.1") if c in cases]
@@ -735,8 +885,11 @@ def ablation_claims(ledger: Ledger, runs: Runs, target: float) -> None:
                  "than equal shares with the same (k, r) rule",
                  paper="the joint allocation is faster", values=ratio, digits=2,
                  criterion=at_most(0.95, what="latency OPT / equal shares"),
-                 why=f"latency ratio {fmt(float(np.mean(ratio)), 2)}: both end their "
-                     "rounds at the deadline; the shares buy a larger k, not a shorter round",
+                 why=f"latency ratio {fmt(float(np.mean(ratio)), 2)}; mean round "
+                     + ", ".join(f"{m} {fmt(_round_time(runs, case, m, seeds), 3, ' s')}, "
+                                 f"k-bar {fmt(chosen(runs(case, m, seeds))[0], 2)}"
+                                 for m in ("OPT", "OPT, equal shares"))
+                     + ": the shares buy a larger k, not a shorter round",
                  section="lightweight_pfl-fig10")
     orders = (["FedPer", "(0.5,1)", "(0.1,1)"], ["FedPer", "(1,0.8)", "(1,0.5)"])
     rise = np.max([fin[b] - fin[a] for order in orders for a, b in zip(order, order[1:])],
@@ -819,9 +972,9 @@ def text_claims(ledger: Ledger, runs: Runs, alphas, majority: dict) -> None:
     lg = _gaps(runs, alphas, "LG-FedAvg", "FedAvg", seeds, worst=max)
     ledger.claim("Fig. 7", "LG-FedAvg ends below FedAvg", paper="below FedAvg", values=lg,
                  unit=" points", criterion=at_most(0, " points", "LG-FedAvg − FedAvg"),
-                 why=f"LG-FedAvg − FedAvg: {fmt(lg.mean(), 1)} points; here LG-FedAvg "
-                     "keeps both layers' LoRA private, and private adapters learn each "
-                     "client's label skew", section="lightweight_pfl-text")
+                 why=f"LG-FedAvg − FedAvg: {fmt(lg.mean(), 1)} points; conjecture: here "
+                     "LG-FedAvg keeps both layers' LoRA private, and private adapters "
+                     "learn each client's label skew", section="lightweight_pfl-text")
     _, first = cases_won(runs, alphas, "OPT", rivals, goal.get, seeds=seeds)
     ledger.claim("Figs. 6–8", "OPT is the first method to reach FedAvg's final accuracy",
                  paper="OPT fastest", values=first,

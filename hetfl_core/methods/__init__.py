@@ -1,31 +1,17 @@
-"""The registry of federated methods: ``python -m hetfl_core list`` prints it."""
+"""Every federated method, one file each, and the registry that names them.
+
+The plug-in base (:class:`~hetfl_core.methods.base.Method`, ``ClientPlan``,
+``ClientReport``) and :func:`register` live in :mod:`hetfl_core.methods.base`, which the
+method files import; this package imports the method files, so importing it fills
+:data:`METHODS` (``python -m hetfl_core list`` prints it). A new method file is added to
+the import list below.
+"""
 from __future__ import annotations
 
-from ..errors import ConfigError
+from . import (aggregate, ditto, fedavg, fedbabu, fedlps, fedper, fedrep, fedrolex, fjord, flanc, heroes, heterofl, lgfedavg,
+               local, lotteryfl, ltp, ofafl, oneshot, prunefl, sparse_prune_pfl, srp_pfed, topk, unit_mask)
+from .base import METHODS, ClientPlan, ClientReport, Method, get_method, register
 
-METHODS: dict[str, type] = {}
-
-
-def register(cls):
-    """Class decorator: make a :class:`~hetfl_core.engine.Method` runnable by its ``name``."""
-    METHODS[cls.name] = cls
-    return cls
-
-
-def get_method(name: str):
-    """The method class registered as ``name``, or :class:`ConfigError`."""
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
-    return METHODS[name]
-
-
-def _import_all() -> None:
-    """Import every module of this package: each registers its methods (one file per method)."""
-    import importlib
-    import pkgutil
-
-    for info in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{info.name}")
-
-
-_import_all()
+__all__ = ["METHODS", "ClientPlan", "ClientReport", "Method", "get_method", "register", "aggregate", "ditto", "fedavg", "fedbabu",
+           "fedlps", "fedper", "fedrep", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lgfedavg", "local",
+           "lotteryfl", "ltp", "ofafl", "oneshot", "prunefl", "sparse_prune_pfl", "srp_pfed", "topk", "unit_mask"]

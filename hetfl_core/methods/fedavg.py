@@ -12,17 +12,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, Method
+from ..options import Option
 from ..system import dense_bits, training_flops
 from ..training import LocalResult, clone_model, local_sgd
-from . import register
-
-
-def weighted_average(states: list[dict], weights: list[float]) -> dict:
-    """sum_k w_k state_k / sum_k w_k, tensor by tensor."""
-    total = float(sum(weights))
-    return {name: sum(s[name] * (w / total) for s, w in zip(states, weights)) for name in states[0]}
+from .aggregate import weighted_average
+from .base import ClientPlan, ClientReport, Method, register
 
 
 @register

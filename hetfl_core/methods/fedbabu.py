@@ -7,12 +7,11 @@ the global model is the body with the frozen head.
 """
 from __future__ import annotations
 
-from ..config import Option
-from ..engine import seeded_generator
+from ..options import Option
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import clone_model
-from . import register
+from .base import register, seeded_generator
 from .fedper import FedPer
 
 

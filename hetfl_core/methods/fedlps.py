@@ -31,7 +31,10 @@ Options beyond the paper, for its ablations: ``pattern`` (``learned`` or the heu
 (``pucbv``; ``capability``: s = z, the RCR rule; ``fixed``: s = ``ratio`` for every
 client, uncapped), ``capability`` (``fixed`` tiers or ``dynamic``: a client's tier is
 redrawn every round) and ``aggregation`` (``eq13`` or ``holders``: each entry averaged
-over the clients that trained it, as HeteroFL does).
+over the clients that trained it, as HeteroFL does). For P-UCBV: ``explore`` (the
+authors' code's epsilon-greedy step) and ``ucb_xi`` (xi of Eq. 17 set by hand; with the
+paper's xi = R / (K eps) a short run has xi psi eps < 1 from the first index, so the
+bonus is zero and the bandit is greedy).
 """
 from __future__ import annotations
 
@@ -41,20 +44,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bandits import PUCBV, pucbv_reward
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..options import Option
 from ..errors import ConfigError
-from ..masks import top_units, unit_keep_fractions, unit_magnitudes, unit_masks_to_parameters
+from ..masks import kept_fractions_of_units, masked_copy, top_units, unit_magnitudes, unit_masks_to_parameters
 from ..models import structured_units
-from ..system import client_time, compute_time, dense_bits, training_flops, transfer_time
+from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate, local_sgd
-from . import register
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
 #: Models whose hidden unit layers form a chain (each layer feeds the next one).
 SUPPORTED_MODELS = ("mlp", "cnn", "lenet5", "wcnn")
 PATTERNS = ("learned", "random", "ordered", "magnitude")
 RATIO_RULES = ("pucbv", "capability", "fixed")
+
+
+def pucbv_horizon(config) -> float:
+    """xi = R / (K eps) of Alg. 2, line 1: the rounds per selected-client slot of a run."""
+    return config.rounds / max(1, round(config.participation * config.clients))
 
 
 def pattern_string(keep: dict[str, torch.Tensor]) -> str:
@@ -150,6 +157,8 @@ class FedLPS(FedAvg):
         "rho": Option(0.5, "P-UCBV's Efficient-UCBV constant rho (Alg. 2)", 0, 1e6, low_open=True),
         "delta": Option(-0.05, "P-UCBV's elimination threshold on the change of training accuracy", -1, 0),
         "explore": Option(False, "the authors' code's epsilon-greedy step (a random interval w.p. 1/n)"),
+        "ucb_xi": Option(None, "P-UCBV's xi of Eq. (17); None: R / (K eps) of this run (Alg. 2, line 1)",
+                         0, 1e9, low_open=True, kind=float),
     }
 
     @classmethod
@@ -170,7 +179,6 @@ class FedLPS(FedAvg):
         o = self.options
         self.layers = [name for name, _, _ in structured_units(self.model)]
         self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
-        self.fastest = max(d.flops_per_s for d in devices)
         self.tiers = list({d.tier: d for d in devices}.values())
         self.scores = {}
         if o["pattern"] == "learned":
@@ -179,8 +187,7 @@ class FedLPS(FedAvg):
                 g = seeded_generator(config.seed, 41, k)
                 self.scores[k] = {n: torch.sigmoid(t) + 1e-3 * torch.randn(t.shape, generator=g)
                                   for n, t in target.items()}
-        per_round = max(1, round(config.participation * config.clients))
-        horizon = config.rounds / per_round   # xi = R / (K eps)
+        horizon = o["ucb_xi"] or pucbv_horizon(config)
         self.agents, self.proposed = {}, {}
         for k, d in enumerate(devices):
             if o["ratio_rule"] == "pucbv":
@@ -195,11 +202,10 @@ class FedLPS(FedAvg):
         self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
                        else self.proposed[k] for k, d in enumerate(devices)}
         self.personal: dict[int, dict] = {}
-        self.round_devices: dict[int, object] = {}
 
     def capability(self, device) -> float:
         """z_k: the device's FLOP/s relative to the fastest device."""
-        return device.flops_per_s / self.fastest
+        return capability(device, self.devices)
 
     # -- server ------------------------------------------------------------------------------
     def configure_round(self, round_idx, client_ids):
@@ -210,13 +216,13 @@ class FedLPS(FedAvg):
             if self.options["capability"] == "dynamic":   # resources change between rounds
                 rng = np.random.default_rng([self.config.seed, 47, round_idx, k])
                 device = self.tiers[int(rng.integers(len(self.tiers)))]
-            self.round_devices[k] = device
             z, rule = self.capability(device), self.options["ratio_rule"]
             proposed = z if rule == "capability" else self.proposed[k]
             ratio = {"pucbv": min(proposed, z), "capability": z, "fixed": proposed}[rule]
             self.ratios[k] = ratio
             plans[k] = ClientPlan(self.local_steps(self.data.clients[k]), ratio=ratio,
-                                  extra={"proposed": proposed, "capability": z})
+                                  extra={"proposed": proposed, "capability": z},
+                                  device=None if device is self.devices[k] else device)   # the engine charges it
         return plans
 
     def aggregate(self, round_idx, reports):
@@ -295,10 +301,10 @@ class FedLPS(FedAvg):
             residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
             self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
         n_params = sum(p.numel() for p in self.model.parameters())
-        flops = training_flops(self.costs, result.samples, keep=unit_keep_fractions(keep))
+        flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         down = dense_bits(n_params)
-        device = self.round_devices.get(k, self.devices[k])
+        device = plan.device or self.devices[k]
         cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)   # Eq. (14)
         acc = seen["correct"] / max(seen["total"], 1)
         return ClientReport(k, client.n_train, (residual, held), result.loss, flops=flops, uplink_bits=up,
@@ -306,8 +312,7 @@ class FedLPS(FedAvg):
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
                                    "train_acc": acc, "cost_s": cost, "units": pattern_string(keep),
                                    "magnitude_units": pattern_string(top_units(unit_magnitudes(scored.net),
-                                                                               plan.ratio))},
-                            time_s=client_time(device, flops, up, down))
+                                                                               plan.ratio))})
 
     # -- models --------------------------------------------------------------------------------
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
@@ -321,13 +326,11 @@ class FedLPS(FedAvg):
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""
+        if client_id not in self.personal:
+            return masked_copy(self.model, unit_masks_to_parameters(self.model, self.unit_pattern(client_id)))
         model = clone_model(self.model)
         with torch.no_grad():
             params = dict(model.named_parameters())
-            if client_id in self.personal:
-                for n, value in self.personal[client_id].items():
-                    params[n].copy_(value)
-            else:
-                for n, m in unit_masks_to_parameters(self.model, self.unit_pattern(client_id)).items():
-                    params[n].mul_(m)
+            for n, value in self.personal[client_id].items():
+                params[n].copy_(value)
         return model

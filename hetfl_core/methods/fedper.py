@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..personalization import PrivateStore, body_parameter_names
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
 

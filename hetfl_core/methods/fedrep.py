@@ -10,8 +10,8 @@ from __future__ import annotations
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import steps_for_epochs
-from ..config import Option
-from . import register
+from ..options import Option
+from .base import register
 from .fedper import FedPer
 
 

@@ -8,7 +8,7 @@ width and the large-width units are not left to the fast clients alone.
 from __future__ import annotations
 
 from ..submodel import rolling_units
-from . import register
+from .base import register
 from .heterofl import HeteroFL
 
 

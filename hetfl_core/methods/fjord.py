@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import ClientReport
-from ..submodel import embed, extract, unit_keep_fractions
+from ..submodel import embed, extract, kept_fractions_of_indices
 from ..system import dense_bits, training_flops
-from . import register
+from .base import ClientReport, register
 from .heterofl import HeteroFL
 
 
@@ -34,7 +33,7 @@ class FjORD(HeteroFL):
             model.load_state_dict(extract(self.model, working, idx))
             result = self.local_train(model, client, 1, generator)
             working, _ = embed(self.model, model.state_dict(), idx, like=working)
-            flops += training_flops(self.costs, result.samples, keep=unit_keep_fractions(self.model, idx))
+            flops += training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
             loss_sum, samples = loss_sum + result.loss * result.samples, samples + result.samples
         top = self.indices(plan.width, self.round_idx)
         sent = extract(self.model, working, top)

@@ -11,8 +11,8 @@ off (the paper's comparison gives every width method the same widths).
 from __future__ import annotations
 
 from ..composition import Selection, flanc_block_count, width_blocks
-from ..config import Option
-from . import register
+from ..options import Option
+from .base import register
 from .heroes import Heroes
 
 

@@ -28,14 +28,13 @@ import torch.nn.functional as F
 
 from ..composition import (COMPOSED_MODELS, Selection, aggregate_blocks, build_composed, least_trained,
                            subgrid_selection)
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
+from ..options import Option
 from ..errors import ConfigError
 from ..frequency import block_variance, plan_frequencies, tau_calibrated, tau_eps, tau_raw, width_for_budget
 from ..models import build_model
 from ..system import dense_bits, profile_model, training_flops, transfer_time
 from ..training import clone_model, steps_for_epochs
-from . import register
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
 SELECTIONS = ("free", "subgrid", "random")

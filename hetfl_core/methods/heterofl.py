@@ -10,35 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
-from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, unit_keep_fractions
+from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, kept_fractions_of_indices
 from ..system import dense_bits, training_flops
-from . import register
+from .aggregate import average_over_holders
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
-
-
-def average_over_holders(model, reports) -> None:
-    """Set each entry of ``model`` to the data-weighted mean over the reports that hold it.
-
-    Each report's ``update`` is ``(values, held)`` in the global shapes (see
-    ``submodel.embed``); entries no report holds keep their value.
-    """
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            total = sum(r.n_samples * r.update[1][name] for r in reports)
-            weighted = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
-            p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
-
-
-def masked_upload(model, masks: dict) -> tuple[tuple[dict, dict], int]:
-    """A client's ``(values, held)`` update under parameter ``masks`` (unmasked tensors are
-    held whole), and the number of entries it holds."""
-    params = dict(model.named_parameters())
-    held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
-    values = {n: p.detach().clone() for n, p in params.items()}
-    return (values, held), int(sum(h.sum() for h in held.values()))
 
 
 @register
@@ -89,7 +67,7 @@ class HeteroFL(FedAvg):
         values, held = embed(self.model, model.state_dict(), idx)
         n_params = sum(p.numel() for p in model.parameters())
         return ClientReport(client.client_id, client.n_train, (values, held), result.loss,
-                            flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(self.model, idx)),
+                            flops=training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx)),
                             uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)
 

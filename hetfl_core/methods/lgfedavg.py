@@ -6,9 +6,9 @@ LeNet-5's first two layers private, i.e. ``head_layers=3``.
 """
 from __future__ import annotations
 
-from ..config import Option
+from ..options import Option
 from ..personalization import head_parameter_names
-from . import register
+from .base import register
 from .fedper import FedPer
 
 

@@ -5,11 +5,10 @@ traffic. Every client starts from the same initial model.
 """
 from __future__ import annotations
 
-from ..engine import ClientReport
 from ..personalization import PrivateStore
 from ..system import training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientReport, register
 from .fedavg import FedAvg
 
 

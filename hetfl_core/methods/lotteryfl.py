@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Option
-from ..engine import ClientReport
-from ..masks import layer_densities, magnitude_mask, prunable
+from ..options import Option
+from ..masks import layer_densities, magnitude_mask, masked_copy, prunable
 from ..system import dense_bits, training_flops
-from ..training import clone_model, evaluate
-from . import register
+from ..training import evaluate
+from .base import ClientReport, register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 @register
@@ -48,12 +47,7 @@ class LotteryFL(FedAvg):
         return self.tickets[client_id]
 
     def masked(self, client_id: int):
-        model = clone_model(self.model)
-        with torch.no_grad():
-            params = dict(model.named_parameters())
-            for n, m in self.ticket(client_id).items():
-                params[n].mul_(m)
-        return model
+        return masked_copy(self.model, self.ticket(client_id))
 
     def client_update(self, client, plan, generator):
         """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the ticket."""

@@ -9,7 +9,7 @@ their own losses; comparing with ``ofafl`` isolates Alg. 4's averaged loss.
 """
 from __future__ import annotations
 
-from . import register
+from .base import register
 from .ofafl import OFAFL
 
 

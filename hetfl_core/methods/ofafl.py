@@ -31,16 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
 from ..lottery import ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within, rewind
 from ..masks import layer_densities, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model, evaluate
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 def default_capacities(ratios: list[float], n_clients: int) -> list[float]:

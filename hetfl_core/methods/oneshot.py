@@ -8,14 +8,12 @@ that both sides know it, so messages carry only the kept values.
 """
 from __future__ import annotations
 
-import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
-from ..masks import layer_densities, magnitude_mask, prunable
+from ..options import Option
+from ..masks import apply_mask, layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
 
@@ -42,9 +40,7 @@ class OneShotPruning(FedAvg):
             params = dict(self.model.named_parameters())
             self.masks = magnitude_mask({n: params[n].detach() for n in prunable(self.model)},
                                         float(self.options["density"]), self.options["scope"])
-            with torch.no_grad():
-                for n, m in self.masks.items():
-                    params[n].mul_(m)
+            apply_mask(self.model, self.masks)
             self.mask_news = True
         return super().configure_round(round_idx, client_ids)
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
-from ..masks import layer_densities, magnitude_mask, mask_density, prunable
+from ..options import Option
+from ..compression import unflatten
+from ..masks import apply_mask, layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
 from ..training import clone_model
-from . import register
-from .fedavg import FedAvg, weighted_average
+from .base import ClientPlan, ClientReport, register, seeded_generator
+from .aggregate import weighted_average
+from .fedavg import FedAvg
 
 
 def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_density: float) -> dict[str, torch.Tensor]:
@@ -48,11 +49,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
     k = first + int(torch.argmax(score[first - 1:]))
     keep = torch.zeros(n)
     keep[order[:k]] = 1.0
-    masks, pos = {}, 0
-    for name, v in importance.items():
-        masks[name] = keep[pos:pos + v.numel()].reshape(v.shape)
-        pos += v.numel()
-    return masks
+    return unflatten(keep, importance)
 
 
 @register
@@ -143,7 +140,4 @@ class PruneFL(FedAvg):
             importance = weighted_average([r.update[1] for r in reports], weights)
             self.masks = adaptive_mask(importance, float(self.options["overhead"]), float(self.options["min_density"]))
             self.mask_news = True
-        with torch.no_grad():
-            for n, p in self.model.named_parameters():
-                if n in self.masks:
-                    p.mul_(self.masks[n])  # pruned weights are zero; rejoining ones restart from zero
+        apply_mask(self.model, self.masks)   # pruned weights are zero; rejoining ones restart from zero

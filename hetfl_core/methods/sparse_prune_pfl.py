@@ -32,6 +32,9 @@ LG-FedAvg's shared FC; "all": FedAvg; "first:N": the first N layers, Table III;
 ``prune_scope="all"`` (FedAvg-P: prune the whole model). The band (10 MHz per 100 clients,
 Sec. VI, unless ``RunConfig.bandwidth_mhz`` says otherwise) belongs to the cell;
 ``deadline_s`` fixes tau_max (else it is calibrated, see :func:`hetfl_core.dca.calibrate_deadline`).
+``theta_warmup_rounds`` > 0 runs that many rounds at k = r = 1 with the cell's shares and
+then sets theta1 / theta2 from their gradients and private weights
+(:meth:`SparsePrunePFL.record_warmup`) instead of the fixed ``theta_ratio``.
 """
 from __future__ import annotations
 
@@ -43,16 +46,17 @@ import torch
 
 from .. import dca
 from ..compression import flatten, top_k, unflatten
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
 from ..masks import magnitude_mask
 from ..personalization import split_parameter_names
 from ..system import FLOAT_BITS, index_bits, training_flops
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedper import FedPer
 
 ALLOCATIONS = ("dca", "uniform", "fixed")
+#: the range a warmed-up theta1 / theta2 is clipped to
+THETA_CLIP = (1e-3, 1e3)
 
 
 def _check_split(option: str, split: str) -> None:
@@ -77,6 +81,8 @@ class SparsePrunePFL(FedPer):
                               choices=("private", "all")),
         "theta_ratio": Option(10.0, "theta1 / theta2 of the objective (31a): pruning against sparsification", 0, 1e9,
                               low_open=True),
+        "theta_warmup_rounds": Option(0, "rounds at k = r = 1 whose gradients and private weights set theta1 / "
+                                      "theta2 (0: the fixed theta_ratio)", 0, 10_000),
         "deadline_s": Option(None, "the round deadline tau_max (None: calibrated)", 0, 1e9, low_open=True,
                              kind=float),
         "deadline_position": Option(0.5, "where the calibrated deadline sits between the least feasible one "
@@ -95,6 +101,9 @@ class SparsePrunePFL(FedPer):
         _check_split("split", o["split"])
         if o["prune_scope"] == "all" and o["allocation"] != "fixed":
             raise ConfigError("prune_scope=all (FedAvg-P) needs allocation=fixed")
+        if o["theta_warmup_rounds"] and o["allocation"] == "fixed":
+            raise ConfigError("theta_warmup_rounds sets theta1 / theta2 for an allocation: it needs allocation dca "
+                              "or uniform")
 
     @classmethod
     def check_config(cls, config):
@@ -102,6 +111,9 @@ class SparsePrunePFL(FedPer):
         if config.system == "compute" and {**cls.defaults, **config.options}["allocation"] != "fixed":
             raise ConfigError("sparse-prune-pfl's allocation splits the wireless cell's band: run it with "
                               "system wireless (its default) or with allocation fixed")
+        warmup = {**cls.defaults, **config.options}["theta_warmup_rounds"]
+        if warmup >= config.rounds:
+            raise ConfigError(f"theta_warmup_rounds must be below rounds ({config.rounds}), got {warmup}")
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
@@ -114,6 +126,8 @@ class SparsePrunePFL(FedPer):
         self.gamma = np.array([c.n_train for c in data.clients], float)
         self.flops_per_sample = training_flops(self.costs, 1)
         self._mean_round = None
+        self.theta_ratio = float(o["theta_ratio"])
+        self.warmup = {"rounds_done": 0, "grad_sq": {}, "private_norm": 0.0}
 
     def samples_per_round(self) -> int:
         """b in (12): samples a client processes per round (local steps x batch)."""
@@ -140,7 +154,7 @@ class SparsePrunePFL(FedPer):
 
     def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
         """This round's (k, r, l): Alg. 2 (DCA), equal shares with the best (k, r), or fixed."""
-        mode, theta1 = self.options["allocation"], float(self.options["theta_ratio"])
+        mode, theta1 = self.options["allocation"], self.theta_ratio
         if mode == "dca":
             return dca.solve_dca(system, theta1)
         if mode == "uniform":
@@ -151,10 +165,12 @@ class SparsePrunePFL(FedPer):
         """Alg. 2 on this round's draw of the cell: (k_n, r_n, l_n) among the participants.
         With ``allocation="fixed"`` the cost model splits the band."""
         o = self.options
-        if o["allocation"] == "fixed":
-            k, r = float(o["k"]), float(o["r"])
+        warming = self.warmup["rounds_done"] < o["theta_warmup_rounds"]
+        if o["allocation"] == "fixed" or warming:
+            k, r = (1.0, 1.0) if warming else (float(o["k"]), float(o["r"]))
             return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=r,
-                                    extra={"k": k, "r": r, "relaxed": False}) for cid in client_ids}
+                                    extra={"k": k, "r": r, "relaxed": False, **({"warmup": True} if warming else {})})
+                    for cid in client_ids}
         idx = np.array(client_ids)
         budget = o["energy_budget_j"]
         system = dca.with_state(self.mean_round(), self.cost_model.state, budget)
@@ -188,9 +204,13 @@ class SparsePrunePFL(FedPer):
                 for n, m in masks.items():
                     params[n].mul_(m)
         start = flatten({n: params[n].detach().clone() for n in self.shared_names})
+        start_private = flatten({n: params[n].detach().clone() for n in self.private_names}) \
+            if plan.extra.get("warmup") else None
         result = self.local_train(model, client, plan.local_steps, generator, masks=masks)
         self.private.save(client.client_id, model, self.private_names)
         gradient = (start - flatten({n: params[n].detach() for n in self.shared_names})) / self.config.lr
+        measured = {} if start_private is None else \
+            self.warmup_measurements(gradient, start_private, params, plan.local_steps)
         sent, nnz = top_k(gradient, k)
         kept_base = self.d_base * (r if self.options["prune_scope"] == "all" else 1.0)
         bits = self.upload_bits(k, max(1, round(kept_base)))
@@ -199,7 +219,21 @@ class SparsePrunePFL(FedPer):
         flops = self.flops_per_sample * result.samples * computed / (self.d_base + self.d_private)
         return ClientReport(client.client_id, client.n_train, sent, result.loss, flops=flops, uplink_bits=bits,
                             downlink_bits=float(self.d_base * FLOAT_BITS), local_steps=plan.local_steps,
-                            ratio=r, extra={"k": k, "r": r, "sent_values": nnz, "relaxed": plan.extra["relaxed"]})
+                            ratio=r, extra={"k": k, "r": r, "sent_values": nnz, "relaxed": plan.extra["relaxed"],
+                                            **measured, **self.theta_record()})
+
+    def theta_record(self) -> dict:
+        """The theta1 / theta2 in use, recorded per client when a warm-up sets it."""
+        return {"theta_ratio": self.theta_ratio} if self.options["theta_warmup_rounds"] else {}
+
+    def warmup_measurements(self, base_step, start_private, params, steps: int) -> dict:
+        """A warm-up round's ||g||^2 (A3, Eq. 21: the mean gradient per local step over the
+        whole model) and ||w^P|| (Eq. 22 on the private part, the norm Proposition 2 bounds)."""
+        private = flatten({n: params[n].detach() for n in self.private_names}) if self.private_names \
+            else torch.zeros(0)
+        private_step = (start_private - private) / self.config.lr if self.private_names else torch.zeros(0)
+        grad_sq = (float(base_step.pow(2).sum()) + float(private_step.pow(2).sum())) / steps ** 2
+        return {"grad_sq": grad_sq, "private_norm": float(private.norm())}
 
     # -- server: Eq. (6) --------------------------------------------------------
     def aggregate(self, round_idx, reports):
@@ -211,6 +245,29 @@ class SparsePrunePFL(FedPer):
         with torch.no_grad():
             for name, delta in unflatten(step, shared).items():
                 params[name].sub_(self.config.lr * delta)
+        if any("grad_sq" in r.extra for r in reports):
+            self.record_warmup(reports)
+
+    def record_warmup(self, reports) -> None:
+        """Keep a warm-up round's measurements; after the last, set theta1 / theta2 from them.
+
+        Under the corrected Theorem 1, theta1 = 2 L1 M / (eta T) and theta2 = 2 G^2 / T
+        (the paper's theta2 under (31a) is (3 - L2 eta) G^2 / T; the Psi_2 step that gives it
+        needs eta >= 3 / L2, see the chapter), so theta1 / theta2 = L1 M / (eta G^2). The
+        warm-up estimates G^2 = max_n mean_t ||g_{n,t}||^2 (21), L1 = G (a loss whose
+        gradients are bounded by G is G-Lipschitz, (16)) and M = max_{n,t} ||w^P_{n,t}|| (22),
+        so the ratio is M / (eta G), clipped to [1e-3, 1e3] so one outlying round cannot
+        remove either term of (31a).
+        """
+        w = self.warmup
+        for r in reports:
+            w["grad_sq"].setdefault(r.client_id, []).append(r.extra["grad_sq"])
+            w["private_norm"] = max(w["private_norm"], r.extra["private_norm"])
+        w["rounds_done"] += 1
+        if w["rounds_done"] == self.options["theta_warmup_rounds"]:
+            g = math.sqrt(max(float(np.mean(v)) for v in w["grad_sq"].values()))
+            ratio = w["private_norm"] / (self.config.lr * g) if g > 0 else THETA_CLIP[1]
+            self.theta_ratio = float(np.clip(ratio, *THETA_CLIP))
 
     def global_model(self):
         return self.model if not self.private_names else None

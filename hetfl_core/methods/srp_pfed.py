@@ -36,14 +36,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport
+from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid
 from ..system import client_time, dense_bits, forward_flops, sparse_bits, training_flops
 from ..training import clone_model, evaluate
-from . import register
+from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import torch
 
 from ..compression import ErrorFeedback, flatten, top_k, unflatten
-from ..config import Option
-from ..engine import ClientReport
+from ..options import Option
 from ..system import dense_bits, sparse_bits, training_flops
 from ..training import clone_model
-from . import register
+from .base import ClientReport, register
 from .fedavg import FedAvg
 
 

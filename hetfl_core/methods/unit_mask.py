@@ -10,16 +10,13 @@ under its own mask.
 """
 from __future__ import annotations
 
-import torch
 
-from ..config import Option
-from ..engine import ClientPlan, ClientReport, seeded_generator
-from ..masks import ordered_units, random_units, unit_keep_fractions, unit_masks_to_parameters
-from ..system import dense_bits, training_flops
-from ..training import clone_model
-from . import register
+from ..options import Option
+from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
+from ..system import capability, dense_bits, training_flops
+from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
-from .heterofl import average_over_holders, masked_upload
+from .aggregate import average_over_holders, masked_upload
 
 
 @register
@@ -33,9 +30,8 @@ class OrderedMask(FedAvg):
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
-        fastest = max(d.flops_per_s for d in devices)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else d.flops_per_s / fastest
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, devices)
                        for k, d in enumerate(devices)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
@@ -54,7 +50,7 @@ class OrderedMask(FedAvg):
         result = self.local_train(model, client, plan.local_steps, generator, masks=masks)
         update, kept = masked_upload(model, masks)
         return ClientReport(client.client_id, client.n_train, update, result.loss,
-                            flops=training_flops(self.costs, result.samples, keep=unit_keep_fractions(units)),
+                            flops=training_flops(self.costs, result.samples, keep=kept_fractions_of_units(units)),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
                             local_steps=plan.local_steps, ratio=plan.ratio)
 
@@ -64,12 +60,7 @@ class OrderedMask(FedAvg):
 
     def personal_model(self, client_id):
         """The global model under the client's mask."""
-        model = clone_model(self.model)
-        with torch.no_grad():
-            params = dict(model.named_parameters())
-            for name, m in unit_masks_to_parameters(self.model, self.units[client_id]).items():
-                params[name].mul_(m)
-        return model
+        return masked_copy(self.model, unit_masks_to_parameters(self.model, self.units[client_id]))
 
 
 @register

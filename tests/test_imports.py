@@ -1,0 +1,141 @@
+"""The package's import graph has no cycles, counting imports inside functions, and every
+module imports alone in a fresh interpreter."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "hetfl_core"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _type_checking(node) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (getattr(test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(test, "attr", None) == "TYPE_CHECKING")
+
+
+def _imports(tree):
+    """Every import statement, at any depth (functions included), outside ``if TYPE_CHECKING``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if _type_checking(child):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            stack.append(child)
+
+
+def edges(name: str) -> set[str]:
+    """The package modules ``name`` imports (``from .pkg import sub`` counts ``pkg.sub``;
+    ``__import__("hetfl_core.x")`` and ``importlib.import_module`` with a literal count too)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    tree = ast.parse(path.read_text())
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                base = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            # ``from P import n``: the module P.n if there is one, else P itself
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0] if "." in target else ""
+            if target and target != name:
+                out.add(target)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "__import__", "import_module") and node.args and isinstance(node.args[0], ast.Constant):
+            target = str(node.args[0].value)
+            if target in MODULES and target != name:
+                out.add(target)
+    return out
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = {m: edges(m) for m in MODULES}
+    # a package's __init__ runs before any of its modules: a module importing its own
+    # package's __init__ (directly or not) is not a cycle of ours unless __init__ imports it back
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return out
+
+
+def test_no_import_cycles():
+    found = cycles()
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_graph_sees_function_imports():
+    """The check would catch a cycle hidden behind an import inside a function."""
+    assert any("hetfl_core.data" == e or e.startswith("hetfl_core.data.") for e in edges("hetfl_core.transformer"))
+
+
+IMPORT_EACH = """
+import os, sys, traceback
+import numpy, scipy.special, torch          # the heavy third-party imports, once, before forking
+failed = []
+for name in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:                          # a child with no hetfl_core module loaded yet
+        try:
+            __import__(name)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    if os.waitpid(pid, 0)[1] != 0:
+        failed.append(name)
+print("FAILED:" + ",".join(failed))
+"""
+
+
+def test_every_module_imports_alone():
+    """Each module imported first, in a fresh process (forked before any hetfl_core import)."""
+    names = sorted(m for m in MODULES if not m.endswith("__main__"))
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, *names], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    failed = done.stdout.strip().rpartition("FAILED:")[2]
+    assert not failed, f"these modules fail when imported alone: {failed}\n{done.stderr[-2000:]}"
