@@ -72,8 +72,9 @@ class Simulation:
         ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits``,
         ``flops`` and ``energy_j``, the scores (``acc_global``, ``loss_global``,
         ``acc_personal``, ``loss_personal``, ``acc_clients``; ``None`` between
-        evaluations; ``acc_val`` on the validation splits when ``val_fraction`` > 0) with the method's own metrics under their own keys, and ``clients``:
-        each participant's tier, time, energy, steps, width and ratio.
+        evaluations; ``acc_val`` on the validation splits when ``val_fraction`` > 0) with
+        the method's own metrics under their own keys, and ``clients``: each participant's
+        tier, time, energy, steps, width and ratio.
         """
         config, method = self.config, self.method
         sampled = self.sample(round_idx) if clients is None else sorted(int(k) for k in clients)
