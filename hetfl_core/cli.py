@@ -1,5 +1,7 @@
 """Command line: ``python -m hetfl_core run METHOD ...``, ``python -m hetfl_core list`` and
-``python -m hetfl_core list METHOD`` (a method's options, their defaults and its description).
+``python -m hetfl_core list METHOD`` (a method's options, their defaults and its description),
+``python -m hetfl_core arena`` (the benchmark of :mod:`hetfl_core.arena`: a leaderboard as
+CSV and JSON and a Pareto figure) and ``python -m hetfl_core plot RUN.json ... -o FIG.png``.
 
 Bad input (an unknown method or dataset, a value out of range) exits with code 2 and
 one line, before any training starts.
@@ -85,7 +87,27 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("process", "ray"), default=None,
                      help="where the run executes: this process, or a Ray task (default: $HETFL_EXECUTOR or process)")
     run.add_argument("--address", help="the Ray cluster's address (default: $HETFL_RAY_ADDRESS, else a local Ray)")
+    _add_arena_parsers(sub)
     return parser
+
+
+def _add_arena_parsers(sub) -> None:
+    """The ``arena`` and ``plot`` subcommands."""
+    arena = sub.add_parser("arena", help="run the arena (every method on one benchmark) and write its leaderboard")
+    arena.add_argument("--scale", choices=("smoke", "book", "paper"), default="smoke",
+                       help="the arena's size (default: smoke, seconds)")
+    arena.add_argument("--methods", nargs="+", metavar="METHOD",
+                       help="the methods to run (default: the arena's fifteen); any registered method")
+    arena.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                       help="a Python file that registers a method (repeatable); runs then stay in this process")
+    arena.add_argument("--out", default="arena", help="directory for leaderboard.csv/.json and pareto.png")
+    arena.add_argument("--processes", type=int, default=2, help="worker processes (default: 2)")
+    arena.add_argument("--seed", type=int, default=0, help="the first seed (default: 0)")
+    arena.add_argument("--quiet", action="store_true", help="no progress bar")
+    plot = sub.add_parser("plot", help="draw accuracy against rounds, time and traffic for saved runs")
+    plot.add_argument("runs", nargs="+", metavar="RUN.json", help="files written by 'run --out'")
+    plot.add_argument("-o", "--out", required=True, metavar="FIG.png", help="the figure to write")
+    plot.add_argument("--y", default="acc_personal", help="what to plot (default: acc_personal)")
 
 
 def _join_negative(argv: list[str]) -> list[str]:
@@ -181,7 +203,7 @@ def main(argv=None) -> int:
             return 2
         return 0
     try:
-        return _run(args)
+        return {"arena": _arena, "plot": _plot}.get(args.command, _run)(args)
     except ConfigError as exc:        # also one found only once the data is loaded
         _error(exc)
         return 2
@@ -229,4 +251,98 @@ def _run(args) -> int:
         except OSError as exc:
             kept = f"the run is cached at {cache_path(config)}" if not args.no_cache else "the run was not cached"
             raise HetflError(f"could not write --out {out}: {exc.strerror or exc}; {kept}") from None
+    return 0
+
+
+def _load_plugin(path: str) -> None:
+    """Import a Python file that registers methods (``@register``)."""
+    import importlib.util
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--plugin {path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"hetfl_plugin_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:      # the user's file: report it in one line
+        raise ConfigError(f"--plugin {path} failed to load: {type(exc).__name__}: {exc}") from None
+
+
+def _arena(args) -> int:
+    """``arena``: tune and run the grid (cached), write the leaderboard and the Pareto figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from . import arena
+    from .experiments import check_writable
+
+    for path in args.plugin:
+        _load_plugin(path)
+    if args.processes < 1:
+        raise ConfigError(f"--processes must be at least 1, got {args.processes}")
+    out = Path(args.out)
+    check_writable(out, "--out")
+    processes = 1 if args.plugin else args.processes    # spawned workers would not know a plug-in
+    runs = arena.run_arena(args.scale, args.methods, processes=processes, seed=args.seed,
+                           progress=not args.quiet)
+    rows = arena.leaderboard(runs)
+    csv_path, json_path = arena.write_leaderboard(rows, out)
+    reference = [r for r in rows if r["scenario"] == runs.settings.reference.name]
+    axes = arena.plot_pareto(reference)
+    axes[0].figure.suptitle(runs.settings.reference.name)
+    axes[0].figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=5, fontsize=8)
+    png = out / "pareto.png"
+    axes[0].figure.savefig(png, dpi=120)
+    plt.close(axes[0].figure)
+    for (task, m), why in runs.unsupported.items():
+        print(f"{m} does not run the {task} task: {why}", file=sys.stderr)
+    for key, why in runs.failed.items():
+        print(f"failed: {key}: {why}", file=sys.stderr)
+    print(f"{runs.settings.reference.name}:", file=sys.stderr)
+    for r in reference:
+        print(f"  {r['rank']:2d}. {r['label']:16s} {100 * r['mean']['acc']:5.1f}%  "
+              f"{r['mean']['time_s']:8.1f} s  {r['mean']['bits'] / 8e6:8.2f} MB", file=sys.stderr)
+    print(f"wrote {csv_path}, {json_path} and {png}", file=sys.stderr)
+    return 1 if runs.failed else 0
+
+
+def _plot(args) -> int:
+    """``plot``: accuracy against rounds, simulated time and traffic, one line per file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .experiments import check_writable
+    from .plots import Y_AXES, plot_curves
+
+    if args.y not in Y_AXES:
+        raise ConfigError(f"--y must be one of: {', '.join(Y_AXES)}; got {args.y!r}")
+    out = Path(args.out)
+    check_writable(out.parent, "-o", out.name)
+    results = []
+    for path in args.runs:
+        try:
+            result = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: not a run's JSON ({type(exc).__name__})") from None
+        if not (isinstance(result, dict) and isinstance(result.get("history"), list) and result["history"]
+                and isinstance(result.get("config"), dict)):
+            raise ConfigError(f"{path}: not a run's JSON (no config and history)")
+        results.append(result)
+    names = [Path(p).stem for p in args.runs]
+    from .plots import legend_below
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), constrained_layout=True)
+    for ax, x in zip(axes, ("round", "time_s", "uplink_bits")):
+        for i, (name, result) in enumerate(zip(names, results)):   # a method's colour, a file's line style
+            plot_curves([result], x=x, y=args.y, ax=ax, ls=("-", "--", ":", "-.")[i % 4],
+                        label=lambda r, n=name: n if r["config"]["method"] in n else f"{r['config']['method']} ({n})")
+    legend_below(fig, axes)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -72,8 +72,9 @@ class Simulation:
         ``loss`` (mean local training loss), cumulative ``uplink_bits``, ``downlink_bits``,
         ``flops`` and ``energy_j``, the scores (``acc_global``, ``loss_global``,
         ``acc_personal``, ``loss_personal``, ``acc_clients``; ``None`` between
-        evaluations) with the method's own metrics under their own keys, and ``clients``:
-        each participant's tier, time, energy, steps, width and ratio.
+        evaluations; ``acc_val`` on the validation splits when ``val_fraction`` > 0) with
+        the method's own metrics under their own keys, and ``clients``: each participant's
+        tier, time, energy, steps, width and ratio.
         """
         config, method = self.config, self.method
         sampled = self.sample(round_idx) if clients is None else sorted(int(k) for k in clients)
@@ -194,6 +195,9 @@ def evaluate_method(sim: Simulation) -> dict:
                                    personal_counts)
     row = {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
            "acc_clients": per_client}
+    if sim.config.val_fraction > 0:   # pooled personalised accuracy on the validation splits (for tuning)
+        row["acc_val"] = _score((method.personal_model(c.client_id), c.x_val, c.y_val)
+                                for c in data.clients if len(c.y_val))[0]
     if binary:  # MRPC-style tasks report F1 of the positive class too
         row["f1_global"] = f1_score(global_counts) if model is not None else None
         row["f1_personal"] = f1_score(personal_counts)

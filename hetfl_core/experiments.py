@@ -40,7 +40,7 @@ def cache_dir() -> Path:
 
 
 #: package files that cannot change a run's numbers: what reads and shows results
-NOT_IN_RUNS = ("chapters", "report.py", "plots.py", "cli.py", "__main__.py")
+NOT_IN_RUNS = ("chapters", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
 
 
 def source_hash() -> str:

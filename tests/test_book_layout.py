@@ -39,7 +39,7 @@ def test_code_is_short_stored_clean_and_parameters_typed(path):
     assert any("check_parameters(globals()" in text(c) for c in code)
 
 
-@pytest.mark.parametrize("stem", PAPERS)
+@pytest.mark.parametrize("stem", (*PAPERS, "arena"))   # the arena has a ledger too
 def test_a_paper_chapter_has_its_verdict_box_and_ledger(stem):
     nb = cells(ROOT / "book" / f"{stem}.ipynb")
     boxes = [i for i, c in enumerate(nb) if "verdict-box" in c["metadata"].get("tags", [])]

@@ -1,0 +1,512 @@
+"""The arena: every paper's method and the baselines on one benchmark.
+
+Each paper compares its method with baselines it chose, on its own data, device model
+and tuning. The arena runs all of them on one grid of scenarios, through one simulator
+and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone:
+
+* **data**: Fashion-MNIST (14x14) with a small CNN (``wcnn``, the one image model every
+  method here can run), and Shakespeare's next character with its natural one client per
+  speaking role (``charlstm-s``; methods that cannot run an LSTM are marked, not run);
+* **label skew**: Dirichlet alpha 0.1, 0.5 and near-IID (alpha 100); **device
+  heterogeneity**: the shared tiers ``low``, ``medium``, ``high``
+  (:data:`hetfl_core.system.HETEROGENEITY`);
+* **one cost model**: every run is charged by the ``compute`` system (tiered devices,
+  fixed links), whatever its paper's own device model, except the lightweight PFL
+  method, whose allocation exists only on its wireless cell (:data:`OWN_SYSTEM`);
+* **equal for all**: clients, rounds, local steps, batch size, participation, seeds;
+  each method's learning rate is chosen from the same small grid by its final
+  personalised accuracy on the clients' *validation* splits (``acc_val``) in the
+  reference scenario, seed ``seeds[0]``; every other hyperparameter is its paper's
+  default (a run that diverges falls back to the next smaller rate of the grid). OFA-FL
+  serves each client the largest density its device tier affords and runs its pruning
+  schedule scaled to the arena's rounds (see :func:`method_options`).
+
+:func:`run_arena` runs (or reads from the cache) the whole grid; :func:`leaderboard`
+turns the runs into one row per scenario and method: personalised and global accuracy,
+the worst 10% of clients, simulated time, bits, energy and FLOPs at the end and to the
+scenario's target accuracy (90% of the best method's final mean accuracy), and the
+accuracy at a fixed simulated-time budget (the median finishing time of the methods).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import RunConfig, by_scale, check_scale
+from .errors import ConfigError, HetflError
+
+__all__ = ["SYSTEM", "OWN_SYSTEM", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
+           "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
+           "run_configs", "ArenaRuns", "run_arena", "worst_share", "run_metrics", "leaderboard",
+           "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners", "label"]
+
+#: the arena's methods: the five papers' first, then the baselines
+METHODS = ("fedlps", "heroes", "ofafl", "srp-pfed", "sparse-prune-pfl", "fedavg", "fedprox", "heterofl",
+           "fedrolex", "fjord", "fedper", "fedrep", "lg-fedavg", "ditto", "local")
+PAPER_METHODS = METHODS[:5]
+#: the baselines each paper compared against that also run in the arena (FedLPS Table I,
+#: Heroes Table II, SRP-pFed Table III, the lightweight PFL paper's Figs. 3-4); OFA-FL
+#: compared only with pruning schedules (LTP, one-shot), none of which is an arena method
+PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"),
+                   "heroes": ("fedavg", "heterofl"),
+                   "ofafl": (),
+                   "srp-pfed": ("fedavg", "fedper", "fedrep", "lg-fedavg", "ditto", "local"),
+                   "sparse-prune-pfl": ("fedper", "lg-fedavg", "fedavg")}
+#: the metric each paper reports its method by (OFA-FL's: each client's own sub-network on
+#: its data, which is the arena's personalised accuracy; its server keeps no single model)
+PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_personal",
+                "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
+LABELS = {"fedlps": "FedLPS", "heroes": "Heroes", "ofafl": "OFA-FL", "srp-pfed": "SRP-pFed",
+          "sparse-prune-pfl": "Lightweight PFL", "fedavg": "FedAvg", "fedprox": "FedProx",
+          "heterofl": "HeteroFL", "fedrolex": "FedRolex", "fjord": "FjORD", "fedper": "FedPer",
+          "fedrep": "FedRep", "lg-fedavg": "LG-FedAvg", "ditto": "Ditto", "local": "Local"}
+#: the one cost model every run is charged by (see :mod:`hetfl_core.system`)
+SYSTEM = "compute"
+#: methods that exist only on another cost model: the lightweight PFL method's DCA
+#: allocates the wireless cell's band (Alg. 2), so it runs on that cell, and its time and
+#: energy are that cell's (bits and accuracy compare directly)
+OWN_SYSTEM = {"sparse-prune-pfl": "wireless"}
+#: label skew name -> Dirichlet alpha (``natural`` is a text corpus's own split)
+SKEWS = {"α=0.1": 0.1, "α=0.5": 0.5, "near-IID": 100.0, "natural": None}
+
+
+def label(method: str) -> str:
+    """A method's display name (``"sparse-prune-pfl"`` -> ``"Lightweight PFL"``)."""
+    return LABELS.get(method, method)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One cell of the grid: a task (``image`` or ``text``), a label skew and a device
+    heterogeneity level."""
+
+    task: str
+    skew: str
+    heterogeneity: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}, {self.skew}, {self.heterogeneity} heterogeneity"
+
+
+@dataclass
+class Settings:
+    """What every method gets at one scale (identical for all of them)."""
+
+    scale: str
+    image: RunConfig
+    text: RunConfig | None
+    skews: tuple
+    heterogeneities: tuple
+    reference: Scenario
+    seeds: int                  # seeds in the reference scenario
+    text_seeds: int             # seeds in the text scenario
+    map_seeds: int              # seeds in the other image cells
+    lr_grid: dict               # task -> the learning rates every method is tuned over
+    extra: dict = field(default_factory=dict)
+
+
+def settings(scale: str, seed: int = 0) -> Settings:
+    """The arena's settings at ``scale``: ``smoke`` (seconds, digits), ``book`` (the
+    chapter: Fashion-MNIST 14x14 and Shakespeare, minutes on two cores) or ``paper``
+    (larger federations and longer training)."""
+    check_scale(scale)
+    image = RunConfig(dataset=by_scale(scale, smoke="digits", book="fashion-mnist-14", paper="fashion-mnist"),
+                      model="wcnn", partition="dirichlet", alpha=0.5,
+                      clients=by_scale(scale, smoke=6, book=10, paper=50),
+                      participation=by_scale(scale, smoke=0.5, book=0.5, paper=0.2),
+                      rounds=by_scale(scale, smoke=2, book=12, paper=200),
+                      local_steps=by_scale(scale, smoke=2, book=5, paper=10), batch_size=32,
+                      train_samples=by_scale(scale, smoke=300, book=2000, paper=None),
+                      val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
+                      eval_every=by_scale(scale, smoke=1, book=4, paper=10), seed=seed)
+    text = None if scale == "smoke" else RunConfig(
+        dataset="shakespeare", model="charlstm-s", partition="natural",
+        clients=by_scale(scale, smoke=6, book=10, paper=50), participation=image.participation,
+        rounds=by_scale(scale, smoke=2, book=6, paper=100), local_steps=image.local_steps, batch_size=16,
+        train_samples=by_scale(scale, smoke=2000, book=6000, paper=None), val_fraction=0.1,
+        test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
+        eval_every=by_scale(scale, smoke=1, book=2, paper=10),
+        seed=seed)
+    return Settings(scale=scale, image=image, text=text,
+                    skews=by_scale(scale, smoke=("α=0.5",), book=("α=0.1", "α=0.5", "near-IID")),
+                    heterogeneities=by_scale(scale, smoke=("medium",), book=("low", "medium", "high")),
+                    reference=Scenario("image", "α=0.5", "medium"),
+                    seeds=by_scale(scale, smoke=1, book=3), text_seeds=by_scale(scale, smoke=1, book=2, paper=3),
+                    map_seeds=by_scale(scale, smoke=1, book=1, paper=3),
+                    lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.1, 0.3), paper=(0.03, 0.1, 0.3)),
+                             "text": by_scale(scale, smoke=(1.0,), book=(1.0,), paper=(0.3, 1.0, 3.0))})
+
+
+def scenarios(s: Settings) -> list[Scenario]:
+    """Every scenario of the grid: the image cells (skew x heterogeneity), then the text one."""
+    cells = [Scenario("image", k, h) for k in s.skews for h in s.heterogeneities]
+    return cells + ([Scenario("text", "natural", "medium")] if s.text is not None else [])
+
+
+def ofa_capacities(config: RunConfig, ratios) -> list[float]:
+    """OFA-FL's capacity C[i] of each client: the largest density in ``ratios`` not above
+    its device's compute factor (the sub-network its device affords; the slowest tier
+    gets the smallest ratio). The devices are those the engine draws for ``config``."""
+    from .system import REFERENCE_DEVICE, make_devices
+
+    devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
+    caps = []
+    for d in devices:
+        factor = d.flops_per_s / REFERENCE_DEVICE.flops_per_s
+        fits = [r for r in ratios if r <= factor + 1e-9]
+        caps.append(max(fits) if fits else min(ratios))
+    if 1.0 not in caps:        # OFA-FL's warm-up needs one full-model client
+        caps[int(np.argmax([d.flops_per_s for d in devices]))] = 1.0
+    return caps
+
+
+def method_options(method: str, config: RunConfig) -> dict:
+    """The options a method runs with in the arena: its paper's defaults, except where the
+    arena has to set them. OFA-FL: capacities from the device tiers (:func:`ofa_capacities`)
+    and its pruning schedule (the paper's W=200, P=50 of a 500-round run) scaled to the
+    arena's rounds, W = rounds/5 and P = rounds/10, so every ratio is pruned by half-way;
+    the lightweight PFL method on the character LSTM shares the embedding and the LSTM and
+    keeps the classifier private (``split="first:2"``: its default splits convolutions)."""
+    if method == "ofafl":
+        from .methods.ofafl import OFAFL
+
+        ratios = OFAFL.defaults["ratios"]
+        return {"capacities": ofa_capacities(config, ratios), "warmup": max(1, config.rounds // 5),
+                "every": max(1, config.rounds // 10)}
+    if method == "sparse-prune-pfl" and config.model.startswith("charlstm"):
+        return {"split": "first:2"}
+    return {}
+
+
+def _base(s: Settings, scenario: Scenario) -> RunConfig:
+    if scenario.task == "text":
+        return s.text.replace(heterogeneity=scenario.heterogeneity)
+    return s.image.replace(alpha=SKEWS[scenario.skew], heterogeneity=scenario.heterogeneity)
+
+
+def _config(s: Settings, scenario: Scenario, method: str, lr: float, seed: int) -> RunConfig:
+    c = _base(s, scenario).replace(method=method, lr=lr, seed=seed, system=OWN_SYSTEM.get(method, SYSTEM))
+    return c.replace(options=method_options(method, c))
+
+
+def _supported(config: RunConfig) -> bool:
+    try:
+        config.validate()
+    except ConfigError:
+        return False
+    return True
+
+
+def tuning_configs(s: Settings, methods) -> dict:
+    """``{(task, method, lr): config}``: each method at each learning rate of the grid, in
+    the task's reference scenario (the image reference cell; the text scenario), first seed."""
+    seed = s.image.seed
+    refs = {"image": s.reference, **({"text": Scenario("text", "natural", "medium")} if s.text else {})}
+    grid = {}
+    for task, scenario in refs.items():
+        for m in methods:
+            for lr in s.lr_grid[task]:
+                c = _config(s, scenario, m, lr, seed)
+                if _supported(c):
+                    grid[(task, m, lr)] = c
+    return grid
+
+
+def pick_lr(tuning: dict, lr_grid: dict) -> dict:
+    """``{(task, method): lr}``: the value of the task's grid ``lr_grid[task]`` with the best
+    final validation accuracy (``acc_val``); a run that diverged (``None``) loses; ties go to the smaller rate."""
+    chosen = {}
+    for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
+        scores = []
+        for lr in lr_grid[task]:
+            result = tuning.get((task, m, lr))
+            rows = [r for r in (result or {}).get("history", []) if r.get("acc_val") is not None]
+            scores.append(rows[-1]["acc_val"] if rows else -math.inf)
+        if max(scores) > -math.inf:
+            chosen[(task, m)] = lr_grid[task][int(np.argmax(scores))]
+    return chosen
+
+
+def run_configs(s: Settings, methods, lrs: dict) -> dict:
+    """``{(scenario, method, seed): config}`` for every cell, tuned method and seed."""
+    grid = {}
+    for scenario in scenarios(s):
+        n = s.seeds if scenario == s.reference else s.text_seeds if scenario.task == "text" else s.map_seeds
+        for m in methods:
+            if (scenario.task, m) not in lrs:
+                continue
+            for seed in range(s.image.seed, s.image.seed + n):
+                grid[(scenario, m, seed)] = _config(s, scenario, m, lrs[(scenario.task, m)], seed)
+    return grid
+
+
+@dataclass
+class ArenaRuns:
+    """What :func:`run_arena` returns: the settings, the chosen learning rates, every
+    result by ``(scenario, method, seed)``, the runs that failed (with their one-line
+    error) and the methods a task cannot run."""
+
+    settings: Settings
+    methods: tuple
+    lrs: dict
+    results: dict
+    failed: dict
+    unsupported: dict
+
+    def runs(self, scenario: Scenario, method: str) -> list[dict]:
+        """The results of ``method`` in ``scenario``, one per seed, in seed order."""
+        return [r for (sc, m, _), r in sorted(self.results.items(), key=lambda kv: kv[0][2])
+                if sc == scenario and m == method]
+
+
+def _sweep_tolerant(grid: dict, processes: int, desc: str, directory, progress: bool):
+    """Run every config of ``grid`` through :func:`~hetfl_core.experiments.sweep`; a run
+    that fails (diverges, say) is recorded, the others are kept."""
+    from .experiments import _one_line, load_cached, sweep
+
+    keys, configs = list(grid), list(grid.values())
+    try:
+        results = sweep(configs, processes=processes, directory=directory, desc=desc, progress=progress)
+        return dict(zip(keys, results)), {}
+    except HetflError as exc:
+        out = {k: load_cached(c, directory) for k, c in zip(keys, configs)}
+        missing = [k for k, r in out.items() if r is None]
+        why = _one_line(exc) if len(missing) == 1 else f"one of {len(missing)} failed runs; {_one_line(exc)}"
+        return {k: r for k, r in out.items() if r is not None}, {k: why for k in missing}
+
+
+def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int = 0, directory=None,
+              progress: bool = True) -> ArenaRuns:
+    """Tune, then run the whole arena at ``scale`` (cached and resumable: a rerun reads
+    every finished run from the cache). ``methods`` defaults to :data:`METHODS`; any
+    registered method (a plug-in) may be named. A method that cannot run a task's model is
+    left out of that task. A run that fails (diverges) is run again at the next smaller
+    rate of the grid, for every method alike; one that still fails is reported in ``failed``."""
+    from .methods import get_method
+
+    s = settings(scale, seed)
+    methods = tuple(dict.fromkeys(methods or METHODS))
+    if not methods:
+        raise ConfigError("name at least one method")
+    for m in methods:
+        get_method(m)
+    tasks = ["image"] + (["text"] if s.text else [])
+    unsupported = {}
+    for task in tasks:
+        scenario = s.reference if task == "image" else Scenario("text", "natural", "medium")
+        for m in methods:
+            c = _config(s, scenario, m, s.lr_grid[task][0], seed)
+            try:
+                c.validate()
+            except ConfigError as exc:
+                unsupported[(task, m)] = str(exc)
+    tuning, failed = _sweep_tolerant(tuning_configs(s, methods), processes, "arena: tuning lr", directory,
+                                     progress)
+    lrs = pick_lr(tuning, s.lr_grid)
+    grid = run_configs(s, methods, lrs)
+    results, failed_runs = _sweep_tolerant(grid, processes, "arena: runs", directory, progress)
+    retry = {k: grid[k].replace(lr=lower) for k in failed_runs
+             if (lower := max([lr for lr in s.lr_grid[k[0].task] if lr < grid[k].lr], default=None))}
+    if retry:      # the same rule for every method: a failed run (diverged) falls back one rate
+        more, failed_runs = _sweep_tolerant(retry, processes, "arena: lower lr", directory, progress)
+        results.update(more)
+    return ArenaRuns(s, methods, lrs, results, {**failed, **failed_runs}, unsupported)
+
+
+# -- metrics -------------------------------------------------------------------------------
+def worst_share(accuracies, share: float = 0.1) -> float:
+    """Mean accuracy of the worst ``share`` of clients (at least one client); ``nan``
+    if no client was scored."""
+    values = np.sort([a for a in accuracies or [] if a is not None])
+    if values.size == 0:
+        return math.nan
+    return float(values[:max(1, math.ceil(share * values.size))].mean())
+
+
+def _last(result: dict, key: str) -> float:
+    value = result["history"][-1].get(key)
+    return math.nan if value is None else float(value)
+
+
+def run_metrics(result: dict, target: float, budget: float) -> dict:
+    """One run's arena metrics: final personalised (``acc``) and global (``acc_global``)
+    accuracy, the worst 10% of clients (``worst10``), simulated ``time_s``, ``bits`` (up
+    plus down), ``energy_j`` (``nan`` where the history has none) and ``flops`` at the end;
+    the same four costs when personalised accuracy first reaches ``target`` (``inf`` if it
+    never does); and the personalised accuracy within the simulated-time ``budget``."""
+    from .report import final, first_reach, value_at
+
+    rows = [r for r in result["history"] if r.get("acc_clients") is not None]
+    last = result["history"][-1]
+    has_energy = last.get("energy_j") is not None
+    out = {"acc": final(result), "acc_global": final(result, "acc_global"),
+           "worst10": worst_share(rows[-1]["acc_clients"]) if rows else math.nan,
+           "time_s": _last(result, "time_s"), "bits": last["uplink_bits"] + last["downlink_bits"],
+           "energy_j": _last(result, "energy_j"), "flops": _last(result, "flops"),
+           "acc_at_budget": value_at(result, budget)}
+    for key, x in (("time", "time_s"), ("bits", "traffic_bits"), ("energy", "energy_j"), ("flops", "flops")):
+        out[f"{key}_to_target"] = math.nan if key == "energy" and not has_energy else \
+            first_reach(result, target, x)
+    return out
+
+
+def targets(runs: ArenaRuns, scenario: Scenario, share: float = 0.9) -> tuple[float, float]:
+    """The scenario's target accuracy (``share`` of the best method's final mean
+    personalised accuracy) and time budget (the median finishing time of its methods)."""
+    from .report import final
+
+    accs, times = [], []
+    for m in runs.methods:
+        rs = runs.runs(scenario, m)
+        if rs:
+            accs.append(np.nanmean([final(r) for r in rs]))
+            times.append(np.mean([r["history"][-1]["time_s"] for r in rs]))
+    if not accs:
+        return math.nan, math.nan
+    return share * float(np.nanmax(accs)), float(np.median(times))
+
+
+#: leaderboard columns: key -> (header, digits, scale, unit)
+COLUMNS = {"acc": ("personalised acc. (%)", 1, 100, ""), "acc_global": ("global acc. (%)", 1, 100, ""),
+           "worst10": ("worst 10% (%)", 1, 100, ""), "acc_at_budget": ("acc. at time budget (%)", 1, 100, ""),
+           "time_s": ("time (s)", 1, 1, ""), "bits": ("traffic (MB)", 1, 1 / 8e6, ""),
+           "energy_j": ("energy (J)", 2, 1, ""), "flops": ("GFLOPs", 0, 1e-9, ""),
+           "time_to_target": ("time to target (s)", 1, 1, ""),
+           "bits_to_target": ("MB to target", 1, 1 / 8e6, ""),
+           "energy_to_target": ("J to target", 2, 1, ""),
+           "flops_to_target": ("GFLOPs to target", 0, 1e-9, "")}
+
+
+def leaderboard(runs: ArenaRuns) -> list[dict]:
+    """One row per scenario and method, best personalised accuracy first within each
+    scenario: the method, its learning rate, its seeds, and per metric of
+    :func:`run_metrics` the per-seed values (``values``) and their mean (``mean``)."""
+    rows = []
+    for scenario in scenarios(runs.settings):
+        target, budget = targets(runs, scenario)
+        block = []
+        for m in runs.methods:
+            rs = runs.runs(scenario, m)
+            if not rs:
+                continue
+            per = [run_metrics(r, target, budget) for r in rs]
+            values = {k: [p[k] for p in per] for k in per[0]}
+            mean = {k: _mean(v) for k, v in values.items()}
+            block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
+                          "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
+                          "lr": max(r["config"]["lr"] for r in rs),
+                          "lrs": sorted({r["config"]["lr"] for r in rs}, reverse=True), "seeds": len(rs),
+                          "system": OWN_SYSTEM.get(m, SYSTEM), "target": target,
+                          "budget_s": budget, "mean": mean, "values": values})
+        block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))
+        for rank, row in enumerate(block, 1):
+            row["rank"] = rank
+        rows += block
+    return rows
+
+
+def _mean(values) -> float:
+    v = np.asarray(values, float)
+    if v.size == 0 or np.isnan(v).all():
+        return math.nan
+    if np.isposinf(v).any():
+        return math.inf
+    return float(np.nanmean(v))
+
+
+def _csv_value(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and math.isinf(value):
+        return "never"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def write_leaderboard(rows: list[dict], out: Path) -> tuple[Path, Path]:
+    """``leaderboard.csv`` (one line per scenario and method, the metrics' means) and
+    ``leaderboard.json`` (with every seed's value) in the directory ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    head = ["scenario", "rank", "method", "lr", "seeds", "system", "target", "budget_s", *COLUMNS]
+    csv_path, json_path = out / "leaderboard.csv", out / "leaderboard.json"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        for r in rows:
+            w.writerow([_csv_value(r[k]) for k in head[:8]] + [_csv_value(r["mean"][k]) for k in COLUMNS])
+
+    def plain(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None if math.isnan(v) else "inf"
+        return v
+
+    data = [{**{k: plain(v) for k, v in r.items() if k not in ("mean", "values")},
+             "mean": {k: plain(v) for k, v in r["mean"].items()},
+             "values": {k: [plain(x) for x in v] for k, v in r["values"].items()}} for r in rows]
+    json_path.write_text(json.dumps(data, indent=1))
+    return csv_path, json_path
+
+
+# -- pictures -------------------------------------------------------------------------------
+def pareto_front(points) -> list[int]:
+    """Indices of the points ``(cost, accuracy)`` no other point beats on both (lower or
+    equal cost and higher or equal accuracy, one strictly), cheapest first."""
+    pts = [(float(c), float(a)) for c, a in points]
+    keep = [i for i, (c, a) in enumerate(pts) if math.isfinite(c) and math.isfinite(a) and
+            not any(c2 <= c and a2 >= a and (c2 < c or a2 > a) for c2, a2 in pts
+                    if math.isfinite(c2) and math.isfinite(a2))]
+    return sorted(keep, key=lambda i: pts[i][0])
+
+
+def plot_pareto(rows: list[dict], axes=None, costs=("time_s", "bits"), y: str = "acc"):
+    """Accuracy against each cost in ``costs`` (one panel each), one point per method
+    (mean over seeds, in the method's colour and marker), the Pareto front as a dashed
+    step line. ``rows`` are the leaderboard rows of one scenario."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    from .plots import method_style
+
+    if axes is None:
+        _, axes = plt.subplots(1, len(costs), figsize=(4.2 * len(costs), 3.6), constrained_layout=True)
+    axes = np.atleast_1d(axes)
+    for ax, cost in zip(axes, costs):
+        header, _, scale, _ = COLUMNS[cost]
+        pts = [(r["mean"][cost] * scale, r["mean"][y] * 100) for r in rows]
+        for r, (cx, cy) in zip(rows, pts):
+            if math.isfinite(cx) and math.isfinite(cy):
+                ax.scatter(cx, cy, s=45, label=r["label"], **method_style(r["method"]), zorder=3)
+        front = [pts[i] for i in pareto_front(pts)]
+        if front:
+            ax.step([p[0] for p in front], [p[1] for p in front], where="post", ls="--", color="0.4",
+                    lw=1, zorder=2)
+        ax.set_xscale("log")
+        low, high = ax.get_xlim()
+        if high > 10 * low:          # labelled decades; minor labels would overlap them
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        free = [r["label"] for r, (cx, _) in zip(rows, pts) if cx == 0]
+        if free:                      # no cost at all (Local sends nothing): off a log axis
+            ax.text(0.02, 0.02, "zero cost: " + ", ".join(free), transform=ax.transAxes, fontsize=8)
+        ax.set_xlabel(header.replace("(", "(log, ") if "(" in header else header)
+        ax.set_ylabel(COLUMNS[y][0])
+    return axes
+
+
+def winners(rows: list[dict], key: str = "acc", skews=None, heterogeneities=None) -> dict:
+    """``{(skew, heterogeneity): (method, mean)}``: the method with the highest mean
+    ``key`` in each image scenario (ties: the first in leaderboard order)."""
+    best = {}
+    for r in rows:
+        if r["task"] != "image" or (skews and r["skew"] not in skews) or \
+                (heterogeneities and r["heterogeneity"] not in heterogeneities):
+            continue
+        cell, value = (r["skew"], r["heterogeneity"]), r["mean"][key]
+        if math.isfinite(value) and (cell not in best or value > best[cell][1]):
+            best[cell] = (r["method"], value)
+    return best

@@ -1,0 +1,204 @@
+"""The arena (hetfl_core.arena) and its command line: metrics on hand-made histories, the
+equal rules, a toy plug-in joining the smoke arena, and the 'arena' and 'plot' commands."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hetfl_core import arena
+from hetfl_core.cli import main
+from hetfl_core.errors import ConfigError
+from hetfl_core.methods import METHODS, register
+from hetfl_core.methods.fedavg import FedAvg
+
+
+def run(accs, times, bits=(1.0, 1.0), clients=None, energy=None, method="fedavg", seed=0):
+    """A run whose evaluated rounds have these accuracies, times and per-round bits."""
+    rows = []
+    for i, (a, t) in enumerate(zip(accs, times)):
+        row = {"round": i + 1, "time_s": t, "acc_personal": a, "acc_global": None,
+               "uplink_bits": bits[0] * (i + 1), "downlink_bits": bits[1] * (i + 1), "flops": 10.0 * (i + 1),
+               "acc_clients": clients if clients is not None else [a]}
+        if energy is not None:
+            row["energy_j"] = energy * (i + 1)
+        rows.append(row)
+    return {"config": {"method": method, "seed": seed, "options": {}}, "history": rows}
+
+
+def test_worst_share_is_the_mean_of_the_lowest_tenth_at_least_one_client():
+    assert arena.worst_share([0.9, 0.1, 0.5, None]) == pytest.approx(0.1)
+    accs = list(np.linspace(0, 1, 20))
+    assert arena.worst_share(accs) == pytest.approx(np.mean(accs[:2]))
+    assert math.isnan(arena.worst_share([None])) and math.isnan(arena.worst_share(None))
+
+
+def test_pareto_front_keeps_the_undominated_points_cheapest_first():
+    pts = [(1, 50), (2, 60), (3, 55), (0.5, 40), (2, 60), (math.inf, 99), (4, 70)]
+    assert arena.pareto_front(pts) == [3, 0, 1, 4, 6]
+    assert arena.pareto_front([(1, math.nan)]) == []
+
+
+def test_run_metrics_reads_target_budget_and_missing_energy():
+    r = run([0.2, 0.6, 0.8], [10.0, 20.0, 30.0], clients=[0.1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.95, 1.0])
+    m = arena.run_metrics(r, target=0.6, budget=25.0)
+    assert m["acc"] == 0.8 and math.isnan(m["acc_global"]) and m["worst10"] == pytest.approx(0.15)
+    assert m["time_to_target"] == 20.0 and m["bits_to_target"] == 4.0 and m["flops_to_target"] == 20.0
+    assert m["acc_at_budget"] == 0.6 and m["bits"] == 6.0 and m["time_s"] == 30.0
+    assert math.isnan(m["energy_j"]) and math.isnan(m["energy_to_target"])
+    never = arena.run_metrics(r, target=0.9, budget=5.0)
+    assert never["time_to_target"] == math.inf and math.isnan(never["acc_at_budget"])
+    with_energy = arena.run_metrics(run([0.5], [1.0], energy=3.0), target=0.5, budget=1.0)
+    assert with_energy["energy_j"] == 3.0 and with_energy["energy_to_target"] == 3.0
+
+
+def test_pick_lr_takes_the_best_validation_accuracy_and_a_diverged_run_loses():
+    def tuned(*vals):
+        return {"history": [{"acc_val": v} for v in vals]}
+
+    grid = {"image": (0.1, 0.3)}
+    tuning = {("image", "a", 0.1): tuned(0.2, 0.5), ("image", "a", 0.3): tuned(0.9, 0.6),
+              ("image", "b", 0.1): tuned(0.4), ("image", "b", 0.3): None,
+              ("image", "c", 0.1): tuned(0.4), ("image", "c", 0.3): tuned(0.4)}
+    assert arena.pick_lr(tuning, grid) == {("image", "a"): 0.3, ("image", "b"): 0.1, ("image", "c"): 0.1}
+
+
+def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
+    s = arena.settings("book")
+    lrs = {(t, m): 0.1 for t in ("image", "text") for m in arena.METHODS}
+    grid = arena.run_configs(s, arena.METHODS, lrs)
+    assert len(arena.scenarios(s)) == 10 and s.seeds >= 3
+    own = {"method", "options", "lr", "system"}
+    for scenario in arena.scenarios(s):
+        configs = [c.to_dict() for (sc, _, _), c in grid.items() if sc == scenario]
+        shared = [{k: v for k, v in c.items() if k not in own} for c in configs]
+        seeds = sorted({c["seed"] for c in configs})
+        assert all(sh == {**shared[0], "seed": sh["seed"]} for sh in shared)
+        assert {c["method"] for c in configs} == set(arena.METHODS)
+        assert len(configs) == len(arena.METHODS) * len(seeds)
+    assert {c.system for c in grid.values() if c.method != "sparse-prune-pfl"} == {arena.SYSTEM}
+
+
+def test_ofa_capacities_follow_the_device_tiers():
+    from hetfl_core.system import REFERENCE_DEVICE, make_devices
+
+    s = arena.settings("book")
+    for het in ("low", "medium", "high"):
+        config = s.image.replace(heterogeneity=het, method="ofafl")
+        caps = arena.ofa_capacities(config, [1.0, 0.8, 0.6, 0.4, 0.2])
+        devices = make_devices(config.clients, het, np.random.default_rng([config.seed, 2]))
+        by_tier = {d.tier: c for d, c in zip(devices, caps)}
+        assert by_tier["high"] == 1.0 and by_tier["mid"] >= by_tier["low"]
+        for d, c in zip(devices, caps):    # never more than the device affords, but the smallest ratio
+            assert c <= d.flops_per_s / REFERENCE_DEVICE.flops_per_s + 1e-9 or c == 0.2
+    caps = arena.ofa_capacities(s.image.replace(heterogeneity="medium"), [1.0, 0.8, 0.6, 0.4, 0.2])
+    assert sorted(set(caps)) == [0.2, 0.4, 1.0] and caps.count(1.0) == 4    # tiers 1, 1/2, 1/4
+
+
+def test_text_task_leaves_out_methods_that_cannot_run_an_lstm():
+    s = arena.settings("book")
+    grid = arena.tuning_configs(s, ["fedlps", "heterofl", "fedavg"])
+    text = {m for t, m, _ in grid if t == "text"}
+    assert "fedavg" in text and "fedlps" not in text and "heterofl" not in text
+
+
+@register
+class Toy(FedAvg):
+    """A toy plug-in: FedAvg that keeps the old model half-way (w <- (w + avg) / 2)."""
+
+    name = "toy-half"
+    summary = "toy: half-step FedAvg"
+    defaults = {"step": 0.5}
+
+    def aggregate(self, round_idx, reports):
+        old = {k: v.clone() for k, v in self.model.state_dict().items()}
+        super().aggregate(round_idx, reports)
+        step = self.options["step"]
+        self.model.load_state_dict({k: (1 - step) * old[k] + step * v for k, v in self.model.state_dict().items()})
+
+
+def test_a_registered_toy_method_joins_the_smoke_arena(tmp_path):
+    runs = arena.run_arena("smoke", ["toy-half", "fedavg"], processes=1, directory=tmp_path, progress=False)
+    rows = arena.leaderboard(runs)
+    assert {r["method"] for r in rows} == {"toy-half", "fedavg"} and not runs.failed
+    toy = next(r for r in rows if r["method"] == "toy-half")
+    assert toy["lr"] == arena.settings("smoke").lr_grid["image"][0] and toy["seeds"] == 1
+    assert 0 <= toy["mean"]["acc"] <= 1 and toy["mean"]["time_s"] > 0
+    with pytest.raises(ConfigError, match="unknown method"):
+        arena.run_arena("smoke", ["no-such-method"], processes=1, directory=tmp_path)
+
+
+def test_cli_arena_writes_csv_json_png_and_reruns_from_the_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    log = tmp_path / "runs.jsonl"
+    monkeypatch.setenv("HETFL_RUN_LOG", str(log))
+    out = tmp_path / "out"
+    args = ["arena", "--scale", "smoke", "--methods", "fedavg", "local", "--out", str(out), "--processes", "1",
+            "--quiet"]
+    assert main(args) == 0
+    assert {p.name for p in out.iterdir()} == {"leaderboard.csv", "leaderboard.json", "pareto.png"}
+    data = json.loads((out / "leaderboard.json").read_text())
+    assert {r["method"] for r in data} == {"fedavg", "local"}
+    assert (out / "leaderboard.csv").read_text().count("\n") == 3
+    computed = [json.loads(line)["cached"] for line in log.read_text().splitlines()]
+    log.write_text("")
+    assert main(args) == 0
+    again = [json.loads(line)["cached"] for line in log.read_text().splitlines()]
+    assert not all(computed) and again and all(again)
+    assert "Local" in capsys.readouterr().err
+
+
+def test_cli_arena_loads_a_plugin_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    plugin = tmp_path / "my_method.py"
+    plugin.write_text("from hetfl_core.methods import register\n"
+                      "from hetfl_core.methods.fedavg import FedAvg\n\n\n"
+                      "@register\nclass Mine(FedAvg):\n    name = 'mine-fedavg'\n    summary = 'mine'\n")
+    try:
+        assert main(["arena", "--plugin", str(plugin), "--methods", "mine-fedavg", "--out",
+                     str(tmp_path / "o"), "--quiet"]) == 0
+        assert "mine-fedavg" in (tmp_path / "o" / "leaderboard.csv").read_text()
+    finally:
+        METHODS.pop("mine-fedavg", None)
+    assert main(["arena", "--plugin", str(tmp_path / "nope.py"), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_cli_plot_draws_any_runs_and_refuses_other_files(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(run([0.2, 0.5], [1.0, 2.0])))
+    b.write_text(json.dumps(run([0.3, 0.4], [1.5, 3.0], method="fedper")))
+    fig = tmp_path / "fig.png"
+    assert main(["plot", str(a), str(b), "-o", str(fig)]) == 0
+    assert fig.stat().st_size > 1000
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert main(["plot", str(bad), "-o", str(fig)]) == 2
+    assert main(["plot", str(a), "-o", str(fig), "--y", "nonsense"]) == 2
+
+
+@register
+class Fragile(FedAvg):
+    """A toy that diverges on seed 1 at any rate above 0.05."""
+
+    name = "toy-fragile"
+    summary = "toy: diverges on seed 1 above lr 0.05"
+
+    def client_update(self, client, plan, generator):
+        report = super().client_update(client, plan, generator)
+        if self.config.seed == 1 and self.config.lr > 0.05:
+            report.loss = float("nan")
+        return report
+
+
+def test_a_run_that_diverges_falls_back_one_rate_of_the_grid(tmp_path, monkeypatch):
+    import dataclasses
+
+    real = arena.settings
+    monkeypatch.setattr(arena, "settings", lambda scale, seed=0: dataclasses.replace(
+        real(scale, seed), seeds=2, lr_grid={"image": (0.05, 0.1), "text": (1.0,)}))
+    monkeypatch.setattr(arena, "pick_lr", lambda tuning, grid: {(t, m): max(grid[t]) for t, m, _ in tuning})
+    runs = arena.run_arena("smoke", ["toy-fragile"], processes=1, directory=tmp_path, progress=False)
+    lrs = {seed: r["config"]["lr"] for (_, _, seed), r in runs.results.items()}
+    assert lrs == {0: 0.1, 1: 0.05} and not runs.failed
+    row = arena.leaderboard(runs)[0]
+    assert row["seeds"] == 2 and row["lr"] == 0.1 and row["lrs"] == [0.1, 0.05]
