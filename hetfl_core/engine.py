@@ -28,7 +28,9 @@ from .devices import place_data, resolve_device
 from .errors import DivergenceError
 from .methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
 from .personalization import paper_split, split_parameter_names
-from .system import ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, round_time, training_flops
+from .models import build_model
+from .system import (ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, profile_model, round_time,
+                     training_flops)
 from .training import evaluate
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
@@ -128,10 +130,13 @@ def build_cost_model(config: RunConfig, data: FederatedData, devices: list[Devic
     band = 0.1e6 * config.clients if config.bandwidth_mhz is None else config.bandwidth_mhz * 1e6
     if config.bandwidth_high_mhz is not None:
         band = (band, config.bandwidth_high_mhz * 1e6)
-    params = dict(method.model.named_parameters())
-    reference = split_parameter_names(method.model, paper_split(config.model, method.model))
+    with torch.random.fork_rng():      # the plain architecture (a method may train another, e.g. composed)
+        plain = build_model(config.model, data.input_shape, data.num_classes)
+    params = dict(plain.named_parameters())
+    reference = split_parameter_names(plain, paper_split(config.model, plain))
     batch = method.local_steps(max(data.clients, key=lambda c: c.n_train)) * config.batch_size
-    return WirelessCost(devices, seed=config.seed, bandwidth_hz=band, flops_per_sample=training_flops(method.costs, 1),
+    flops_per_sample = training_flops(profile_model(plain, data.input_shape, dtype=data.dataset.x_train.dtype), 1)
+    return WirelessCost(devices, seed=config.seed, bandwidth_hz=band, flops_per_sample=flops_per_sample,
                         d_reference=sum(params[n].numel() for n in reference), batch=batch,
                         policy=config.bandwidth_policy)
 
