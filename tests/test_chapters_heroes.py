@@ -126,3 +126,19 @@ def test_claims_cnn_on_hand_made_runs():
     for c in ledger.claims:
         assert c.verdict in ("holds", "fails", "inconclusive")
         assert c.verdict == "holds" or any(d.isdigit() for d in c.why)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "book"])
+def test_width_methods_get_the_same_width_on_every_tier(scale):
+    """The chapter compares width methods at equal per-device model sizes: HeteroFL (and
+    FedRolex, FjORD in its place), Flanc, ENC-fixed and Heroes give each device tier the
+    same width under the chapter's setting, and the tiers do differ."""
+    base = ch.cnn_setting(scale)
+    configs = {n: ch.variant(n, base) for n in ch.WIDTH_VARIANTS}
+    configs.update({m: ch.variant("heterofl", base, method=m) for m in ("fedrolex", "fjord")})
+    widths = ch.tier_widths(configs)
+    assert len(widths["heroes"]) == 4 and len(set(widths["heroes"].values())) > 1
+    for name, per_tier in widths.items():
+        assert per_tier == widths["heroes"], name
+    assert ch.tier_widths({"fedavg": ch.variant("fedavg", base)})["fedavg"] == \
+        dict.fromkeys(widths["heroes"], 1.0)

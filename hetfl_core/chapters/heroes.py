@@ -15,13 +15,14 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import plots
 from ..composition import flanc_block_count, width_blocks
-from ..config import RunConfig
+from ..config import RunConfig, by_scale
+from ..engine import build_simulation
 from ..experiments import sweep
 from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
-__all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "variant",
-           "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
+__all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "WIDTH_VARIANTS", "FULL_MODEL",
+           "BASELINES", "variant", "cnn_setting", "tier_widths", "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
            "finite_mean", "waiting_per_round", "round_clients", "idle_share", "block_counters",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
@@ -33,16 +34,22 @@ __all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "vari
 Y = "acc_global"    # the full-width model, evaluated for every method
 GROUPS = 4          # P: input/output groups of every composed layer
 
+#: the one width rule of every width method: Heroes' (Alg. 1 l. 6-11), each device's
+#: widest p of P whose step fits 1.2 full-model steps of the fastest device
+SAME_WIDTHS = {"width_budget": 1.2, "max_width": GROUPS}
 LABELS = {"fedavg": "FedAvg", "oneshot": "pruning", "heterofl": "HeteroFL", "flanc": "Flanc",
           "enc": "ENC-fixed", "heroes": "Heroes"}
 VARIANTS = {
     "fedavg": dict(method="fedavg"),
     "oneshot": dict(method="oneshot", options={"density": 0.5}),
-    "heterofl": dict(method="heterofl", options={"widths": [1.0, 0.75, 0.5, 0.25]}),
-    "flanc": dict(method="flanc"),
-    "enc": dict(method="heroes", options={"frequency": "fixed"}),
-    "heroes": dict(method="heroes"),
+    "heterofl": dict(method="heterofl", options=SAME_WIDTHS),
+    "flanc": dict(method="flanc", options=SAME_WIDTHS),
+    "enc": dict(method="heroes", options={"frequency": "fixed", **SAME_WIDTHS}),
+    "heroes": dict(method="heroes", options=SAME_WIDTHS),
 }
+#: the variants that give clients narrower models; FedRolex and FjORD take HeteroFL's
+#: settings when a reader swaps them in
+WIDTH_VARIANTS = ("heterofl", "flanc", "enc", "heroes")
 #: variants that train the full model: their rounds are longer, so they run half as many
 FULL_MODEL = frozenset({"fedavg", "oneshot"})
 #: the paper's baselines among the variants (Fig. 4-9 compare Heroes with these)
@@ -55,6 +62,36 @@ def variant(name: str, base: RunConfig, **changes) -> RunConfig:
     if name in FULL_MODEL:
         kw.setdefault("rounds", max(2, base.rounds // 2))
     return base.replace(**kw)
+
+
+def cnn_setting(scale: str, dataset: str = "mnist-5k-14", heterogeneity: str = "edge",
+                seed: int = 0, skew: float = 0.4, lr: float = 0.05) -> RunConfig:
+    """The CNN runs' setting (E1) at ``scale``: Heroes' dominant-class skew with share
+    ``skew`` (the paper's Gamma, Sec. VI-A), ``tau_0`` local steps of batch 32."""
+    return RunConfig(dataset=dataset, model="pcnn", partition="dominant", alpha=skew,
+                     clients=by_scale(scale, smoke=6, book=20),
+                     participation=by_scale(scale, smoke=0.5, book=0.4),
+                     rounds=by_scale(scale, smoke=2, book=30),
+                     local_steps=by_scale(scale, smoke=3, book=10), batch_size=32, lr=lr,
+                     heterogeneity=heterogeneity,
+                     train_samples=by_scale(scale, smoke=600, book=None),
+                     eval_every=by_scale(scale, smoke=1, book=2), seed=seed).validate()
+
+
+def tier_widths(configs: dict[str, RunConfig]) -> dict[str, dict[str, float]]:
+    """The width (fraction of every layer's channels) each method of ``{name: config}``
+    gives each device tier in its first round, read from the built methods' plans."""
+    out = {}
+    for name, config in configs.items():
+        sim = build_simulation(config)
+        plans = sim.method.configure_round(1, list(range(config.clients)))
+        widths: dict[str, set] = {}
+        for k, plan in plans.items():
+            widths.setdefault(sim.devices[k].tier, set()).add(round(plan.width, 6))
+        if any(len(w) > 1 for w in widths.values()):
+            raise ValueError(f"{name} gives one tier several widths: {widths}")
+        out[name] = {tier: w.pop() for tier, w in widths.items()}
+    return out
 
 
 def experiment(names, base: RunConfig, seeds, **changes) -> dict:
