@@ -27,7 +27,7 @@ __all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "WIDTH_VARIANTS",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
            "gap_to_best", "claims_cnn", "claims_resnet", "noniid_accuracy", "claims_noniid",
-           "claims_text", "bars", "plot_round_times", "plot_time_and_waiting",
+           "claims_text", "speed_rows", "add_longer_probe", "bars", "plot_round_times", "plot_time_and_waiting",
            "plot_reach", "plot_block_counters", "plot_tau", "plot_resnet", "plot_noniid",
            "plot_text"]
 
@@ -416,6 +416,59 @@ def claims_text(ledger: Ledger, results: dict) -> None:
            values=gap_to_best(acc, "heroes", base),
            criterion=at_least(0, " points", "Heroes − best baseline"), unit=" points",
            section="heroes-fig9", why=f"at {fmt_seconds(budget)} s: {_pct(acc, names)}")
+
+
+def speed_rows(settings: dict[str, dict], names, target: float) -> list[list[str]]:
+    """One row per setting of ``{setting: {(name, seed): result}}`` and variant: the
+    waiting per client and round (Eq. 20), the time to ``target`` accuracy and Heroes'
+    speedup over the variant (its time over Heroes')."""
+    rows = []
+    for setting, results in settings.items():
+        t = reach(results, names, target)
+        for n in names:
+            wait = per_seed(runs(results, n), waiting_per_round)
+            speedup = "—" if n == "heroes" else ratio_text(ratio(t[n], t["heroes"]), other=LABELS[n])
+            rows.append([setting, LABELS[n], fmt_mean_sd(wait, 2, " s", seeds=False),
+                         fmt_mean_sd(t[n], 1, " s", seeds=False), speedup])
+    return rows
+
+
+def _trend(before: float, after: float, passes: bool, lower_is_better: bool) -> str:
+    """How a non-holding claim's value moved with more rounds, in words."""
+    if passes:
+        return "the gap closes"
+    if not (math.isfinite(before) and math.isfinite(after)):
+        return "it still fails"
+    if abs(after - before) <= 0.1 * max(abs(before), 1e-12):
+        return "the gap stays"
+    return "the gap narrows" if (after < before) == lower_is_better else "the gap widens"
+
+
+def _probe_value(value: float, is_ratio: bool) -> str:
+    """A claim's value for the probe note; a ratio of times or traffic to a target that
+    one side never reached says who reached it."""
+    if is_ratio and (value == 0 or not math.isfinite(value)):
+        return ("only the baseline reached the target" if value == 0 else
+                "only Heroes reached the target" if value > 0 else "neither reached the target")
+    return fmt(value, 2)
+
+
+def add_longer_probe(ledger: Ledger, probe: Ledger, factor: int, seed: int, seed_index: int = 0) -> None:
+    """Append to the ``why`` of each claim of ``ledger`` that does not hold what the same
+    claim measured on ``probe``, the runs at ``factor`` times the rounds with one seed,
+    next to that seed's value here (index ``seed_index``): so a gap blamed on the short
+    runs is tested, not assumed."""
+    longer = {(c.ref, c.statement): c for c in probe.claims}
+    for c in ledger.claims:
+        other = longer.get((c.ref, c.statement))
+        if c.verdict == "holds" or other is None or len(c.values) <= seed_index:
+            continue
+        before, after = (math.nan if v is None else float(v) for v in (c.values[seed_index], other.values[0]))
+        trend = _trend(before, after, other.passes[0], "≤" in c.criterion)
+        is_ratio = "×" in c.criterion
+        note = (f"at {factor}× the rounds (seed {seed}): {_probe_value(after, is_ratio)} vs "
+                f"{_probe_value(before, is_ratio)} here, {trend}")
+        c.why = f"{c.why}; {note}" if c.why else note
 
 
 # -- figures ------------------------------------------------------------------------------
