@@ -164,6 +164,17 @@ def test_longer_probe_says_whether_a_gap_closes_narrows_or_widens():
     never, longer = ledger_with([[math.nan]] * 4), ledger_with([[-1.0]] * 4)
     ch.add_longer_probe(never, longer, 3, seed=0)
     assert never.claims[0].why.endswith("-1.00 vs — here, it still fails")
+    speed = Ledger("heroes", "Heroes")
+    speed.claim("s", "sooner", "paper", [0.0], ch.sooner("speedup"), why="0 of 1")
+    for after, words in ((0.0, "only the baseline reached the target vs only the baseline "
+                               "reached the target here, it still fails"),
+                         (0.8, "0.80 vs only the baseline reached the target here, the gap "
+                               "narrows")):
+        faster = Ledger("heroes", "Heroes")
+        faster.claim("s", "sooner", "paper", [after], ch.sooner("speedup"), why="1")
+        speed.claims[0].why = "0 of 1"
+        ch.add_longer_probe(speed, faster, 3, seed=0)
+        assert speed.claims[0].why.endswith(words)
 
 
 def test_speed_rows_give_waiting_time_to_target_and_speedup():

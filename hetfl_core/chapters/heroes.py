@@ -21,7 +21,7 @@ from ..experiments import sweep
 from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
-__all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "WIDTH_VARIANTS", "FULL_MODEL",
+__all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "HETEROFL_OWN_WIDTHS", "WIDTH_VARIANTS", "FULL_MODEL",
            "BASELINES", "variant", "cnn_setting", "tier_widths", "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
            "finite_mean", "waiting_per_round", "round_clients", "idle_share", "block_counters",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
@@ -47,6 +47,9 @@ VARIANTS = {
     "enc": dict(method="heroes", options={"frequency": "fixed", **SAME_WIDTHS}),
     "heroes": dict(method="heroes", options=SAME_WIDTHS),
 }
+#: HeteroFL with its own capability rule (1, 1/2, 1/4, 1/4 of the channels on the four
+#: tiers), as this chapter ran it before every width method took Heroes' widths
+HETEROFL_OWN_WIDTHS = dict(method="heterofl", options={"widths": [1.0, 0.75, 0.5, 0.25]})
 #: the variants that give clients narrower models; FedRolex and FjORD take HeteroFL's
 #: settings when a reader swaps them in
 WIDTH_VARIANTS = ("heterofl", "flanc", "enc", "heroes")
@@ -433,12 +436,17 @@ def speed_rows(settings: dict[str, dict], names, target: float) -> list[list[str
     return rows
 
 
-def _trend(before: float, after: float, passes: bool, lower_is_better: bool) -> str:
-    """How a non-holding claim's value moved with more rounds, in words."""
+def _trend(before: float, after: float, passes: bool, lower_is_better: bool, is_ratio: bool) -> str:
+    """How a non-holding claim's value moved with more rounds, in words; a ratio of 0 or
+    a non-finite value means a side never reached the target."""
+    def missed(v):
+        return not math.isfinite(v) or (is_ratio and v == 0)
     if passes:
         return "the gap closes"
-    if not (math.isfinite(before) and math.isfinite(after)):
+    if missed(after) or (missed(before) and not is_ratio):
         return "it still fails"
+    if missed(before):
+        return "the gap narrows"          # both sides reach the target now
     if abs(after - before) <= 0.1 * max(abs(before), 1e-12):
         return "the gap stays"
     return "the gap narrows" if (after < before) == lower_is_better else "the gap widens"
@@ -464,8 +472,8 @@ def add_longer_probe(ledger: Ledger, probe: Ledger, factor: int, seed: int, seed
         if c.verdict == "holds" or other is None or len(c.values) <= seed_index:
             continue
         before, after = (math.nan if v is None else float(v) for v in (c.values[seed_index], other.values[0]))
-        trend = _trend(before, after, other.passes[0], "≤" in c.criterion)
         is_ratio = "×" in c.criterion
+        trend = _trend(before, after, other.passes[0], "≤" in c.criterion, is_ratio)
         note = (f"at {factor}× the rounds (seed {seed}): {_probe_value(after, is_ratio)} vs "
                 f"{_probe_value(before, is_ratio)} here, {trend}")
         c.why = f"{c.why}; {note}" if c.why else note
