@@ -62,11 +62,14 @@ class RunConfig:
 
     Data: ``dataset`` (see ``python -m hetfl_core list``), ``train_samples`` (a seeded
     subset of the training pool, ``None`` for all), ``partition`` (``iid``, ``dirichlet``,
-    ``shards``, ``quantity``, ``natural`` for text corpora) with ``alpha`` (Dirichlet / quantity concentration) and
+    ``shards``, ``quantity``, ``dominant``, ``missing``, ``natural`` for text corpora) with
+    ``alpha`` (Dirichlet / quantity concentration, or the skew share of ``dominant`` and
+    ``missing``) and
     ``classes_per_client`` (shards), each client's ``test_fraction`` and ``val_fraction``.
 
     Federation: ``clients`` in all, a ``participation`` fraction sampled each round,
-    ``rounds``, ``heterogeneity`` of the devices (``none``, ``low``, ``medium``, ``high``).
+    ``rounds``, ``heterogeneity`` of the devices (``none``, ``low``, ``medium``, ``high``),
+    and ``time_noise``, the spread of each client's compute time around its device's.
 
     Local training: ``model``, SGD with ``lr``, ``momentum``, ``weight_decay`` and
     ``batch_size``, for ``local_epochs`` epochs or, if set, exactly ``local_steps`` steps.
@@ -88,8 +91,9 @@ class RunConfig:
     dataset: str = _field("fashion-mnist", "the dataset (see 'list')", str)
     model: str = _field("cnn", "the model architecture", str)
     partition: str = _field("dirichlet", "how the training pool is dealt to clients", str)
-    alpha: float = _field(0.5, "Dirichlet / quantity-skew concentration (smaller: more skewed)", float,
-                          0, 1e6, low_open=True)
+    alpha: float = _field(0.5, "Dirichlet / quantity-skew concentration (smaller: more skewed); under "
+                          "'dominant' the dominant class's share, under 'missing' the share of classes "
+                          "a client lacks", float, 0, 1e6, low_open=True)
     classes_per_client: int = _field(2, "classes per client under the shards partition", int, 1, 100_000)
     clients: int = _field(20, "number of clients", int, 1, 100_000)
     participation: float = _field(1.0, "fraction of clients sampled each round", float, 0, 1, low_open=True)
@@ -117,6 +121,8 @@ class RunConfig:
                                               "round", float, 0, 1e6, low_open=True, optional=True)
     bandwidth_policy: str = _field("equal", "how the wireless band is split when the method does not split it: "
                                    "equal, or min-time (the shares that end the round soonest)", str)
+    time_noise: float = _field(0.0, "sd of a seeded log-normal factor (mean 1) on each client's compute time "
+                               "per round under the compute cost model (0: the device model's exact times)", float, 0, 10)
     eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
     eval_global: bool = _field(True, "score the global model on the whole test set", bool)
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
@@ -176,6 +182,10 @@ class RunConfig:
                               f"none; choose one of: iid, dirichlet, shards, quantity, writers")
         if self.partition == "writers" and reads != "image":
             raise ConfigError(f"partition 'writers' styles images, {self.dataset} is text; use natural or iid")
+        if self.partition in ("dominant", "missing") and classes is not None:
+            from .data import check_skew_level
+
+            check_skew_level(self.partition, self.alpha, classes)
         if self.partition == "shards" and classes is not None and self.classes_per_client > classes:
             raise ConfigError(f"classes_per_client must be in 1..{classes} ({self.dataset} has {classes} "
                               f"classes), got {self.classes_per_client}")

@@ -126,7 +126,7 @@ def build_cost_model(config: RunConfig, data: FederatedData, devices: list[Devic
                      method: Method) -> CostModel:
     """The run's :class:`~hetfl_core.system.CostModel` (``compute`` or ``wireless``)."""
     if system_of(config) == "compute":
-        return ComputeCost(devices)
+        return ComputeCost(devices, seed=config.seed, time_noise=config.time_noise)
     band = 0.1e6 * config.clients if config.bandwidth_mhz is None else config.bandwidth_mhz * 1e6
     if config.bandwidth_high_mhz is not None:
         band = (band, config.bandwidth_high_mhz * 1e6)

@@ -126,3 +126,64 @@ def test_claims_cnn_on_hand_made_runs():
     for c in ledger.claims:
         assert c.verdict in ("holds", "fails", "inconclusive")
         assert c.verdict == "holds" or any(d.isdigit() for d in c.why)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "book"])
+def test_width_methods_get_the_same_width_on_every_tier(scale):
+    """The chapter compares width methods at equal per-device model sizes: HeteroFL (and
+    FedRolex, FjORD in its place), Flanc, ENC-fixed and Heroes give each device tier the
+    same width under the chapter's setting, and the tiers do differ."""
+    base = ch.cnn_setting(scale)
+    configs = {n: ch.variant(n, base) for n in ch.WIDTH_VARIANTS}
+    configs.update({m: ch.variant("heterofl", base, method=m) for m in ("fedrolex", "fjord")})
+    widths = ch.tier_widths(configs)
+    assert len(widths["heroes"]) == 4 and len(set(widths["heroes"].values())) > 1
+    for name, per_tier in widths.items():
+        assert per_tier == widths["heroes"], name
+    assert ch.tier_widths({"fedavg": ch.variant("fedavg", base)})["fedavg"] == \
+        dict.fromkeys(widths["heroes"], 1.0)
+
+
+def test_longer_probe_says_whether_a_gap_closes_narrows_or_widens():
+    def ledger_with(values):
+        ledger = Ledger("heroes", "Heroes")
+        for ref, v in zip("abcd", values):
+            ledger.claim(ref, "claim " + ref, "paper", v, report.at_least(0, " points"),
+                         why="gap of 1 point")
+        ledger.claim("e", "claim e", "paper", [5.0], report.at_most(1.0), why="gap of 1 point")
+        return ledger
+    main = ledger_with([[-4.0, -1.0], [-4.0, -1.0], [-4.0, -1.0], [2.0, 3.0]])
+    probe = ledger_with([[1.0], [-2.0], [-8.0], [-1.0]])
+    probe.claims[-1].values, probe.claims[-1].passes = [9.0], [False]
+    ch.add_longer_probe(main, probe, 3, seed=7)
+    why = [c.why for c in main.claims]
+    assert why[0] == "gap of 1 point; at 3× the rounds (seed 7): 1.00 vs -4.00 here, the gap closes"
+    assert why[1].endswith("the gap narrows") and why[2].endswith("the gap widens")
+    assert why[3] == "gap of 1 point"                                  # holds: untouched
+    assert why[4].endswith("9.00 vs 5.00 here, the gap widens")   # lower is better
+    never, longer = ledger_with([[math.nan]] * 4), ledger_with([[-1.0]] * 4)
+    ch.add_longer_probe(never, longer, 3, seed=0)
+    assert never.claims[0].why.endswith("-1.00 vs — here, it still fails")
+    speed = Ledger("heroes", "Heroes")
+    speed.claim("s", "sooner", "paper", [0.0], ch.sooner("speedup"), why="0 of 1")
+    for after, words in ((0.0, "only the baseline reached the target vs only the baseline "
+                               "reached the target here, it still fails"),
+                         (0.8, "0.80 vs only the baseline reached the target here, the gap "
+                               "narrows")):
+        faster = Ledger("heroes", "Heroes")
+        faster.claim("s", "sooner", "paper", [after], ch.sooner("speedup"), why="1")
+        speed.claims[0].why = "0 of 1"
+        ch.add_longer_probe(speed, faster, 3, seed=0)
+        assert speed.claims[0].why.endswith(words)
+
+
+def test_speed_rows_give_waiting_time_to_target_and_speedup():
+    def run_of(name, t_reach):
+        r = history([(t_reach, 0.9, 1.0, clients(t_reach - 1, t_reach))])
+        r["config"]["method"] = name
+        return r
+    rows = ch.speed_rows({"exact": {("heroes", 0): run_of("heroes", 2.0),
+                                    ("fedavg", 0): run_of("fedavg", 6.0)}},
+                         ["fedavg", "heroes"], 0.8)
+    assert rows[0][:4] == ["exact", "FedAvg", "0.50 s", "6.0 s"]
+    assert rows[0][4].startswith("3.00×") and rows[1][4] == "—"

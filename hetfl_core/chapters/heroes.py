@@ -15,34 +15,44 @@ from matplotlib.ticker import MaxNLocator
 
 from .. import plots
 from ..composition import flanc_block_count, width_blocks
-from ..config import RunConfig
+from ..config import RunConfig, by_scale
+from ..engine import build_simulation
 from ..experiments import sweep
 from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
-__all__ = ["Y", "GROUPS", "LABELS", "VARIANTS", "FULL_MODEL", "BASELINES", "variant",
-           "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
+__all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "HETEROFL_OWN_WIDTHS", "WIDTH_VARIANTS", "FULL_MODEL",
+           "BASELINES", "variant", "cnn_setting", "tier_widths", "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
            "finite_mean", "waiting_per_round", "round_clients", "idle_share", "block_counters",
            "full_coefficient_counters", "least_and_spread", "best_accuracy", "fmt_seconds",
            "budget_columns", "budget_table", "reach", "ratio_text", "sooner",
            "gap_to_best", "claims_cnn", "claims_resnet", "noniid_accuracy", "claims_noniid",
-           "claims_text", "bars", "plot_round_times", "plot_time_and_waiting",
+           "claims_text", "speed_rows", "add_longer_probe", "bars", "plot_round_times", "plot_time_and_waiting",
            "plot_reach", "plot_block_counters", "plot_tau", "plot_resnet", "plot_noniid",
            "plot_text"]
 
 Y = "acc_global"    # the full-width model, evaluated for every method
 GROUPS = 4          # P: input/output groups of every composed layer
 
+#: the one width rule of every width method: Heroes' (Alg. 1 l. 6-11), each device's
+#: widest p of P whose step fits 1.2 full-model steps of the fastest device
+SAME_WIDTHS = {"width_budget": 1.2, "max_width": GROUPS}
 LABELS = {"fedavg": "FedAvg", "oneshot": "pruning", "heterofl": "HeteroFL", "flanc": "Flanc",
           "enc": "ENC-fixed", "heroes": "Heroes"}
 VARIANTS = {
     "fedavg": dict(method="fedavg"),
     "oneshot": dict(method="oneshot", options={"density": 0.5}),
-    "heterofl": dict(method="heterofl", options={"widths": [1.0, 0.75, 0.5, 0.25]}),
-    "flanc": dict(method="flanc"),
-    "enc": dict(method="heroes", options={"frequency": "fixed"}),
-    "heroes": dict(method="heroes"),
+    "heterofl": dict(method="heterofl", options=SAME_WIDTHS),
+    "flanc": dict(method="flanc", options=SAME_WIDTHS),
+    "enc": dict(method="heroes", options={"frequency": "fixed", **SAME_WIDTHS}),
+    "heroes": dict(method="heroes", options=SAME_WIDTHS),
 }
+#: HeteroFL with its own capability rule (1, 1/2, 1/4, 1/4 of the channels on the four
+#: tiers), as this chapter ran it before every width method took Heroes' widths
+HETEROFL_OWN_WIDTHS = dict(method="heterofl", options={"widths": [1.0, 0.75, 0.5, 0.25]})
+#: the variants that give clients narrower models; FedRolex and FjORD take HeteroFL's
+#: settings when a reader swaps them in
+WIDTH_VARIANTS = ("heterofl", "flanc", "enc", "heroes")
 #: variants that train the full model: their rounds are longer, so they run half as many
 FULL_MODEL = frozenset({"fedavg", "oneshot"})
 #: the paper's baselines among the variants (Fig. 4-9 compare Heroes with these)
@@ -55,6 +65,36 @@ def variant(name: str, base: RunConfig, **changes) -> RunConfig:
     if name in FULL_MODEL:
         kw.setdefault("rounds", max(2, base.rounds // 2))
     return base.replace(**kw)
+
+
+def cnn_setting(scale: str, dataset: str = "mnist-5k-14", heterogeneity: str = "edge",
+                seed: int = 0, skew: float = 0.4, lr: float = 0.05) -> RunConfig:
+    """The CNN runs' setting (E1) at ``scale``: Heroes' dominant-class skew with share
+    ``skew`` (the paper's Gamma, Sec. VI-A), ``tau_0`` local steps of batch 32."""
+    return RunConfig(dataset=dataset, model="pcnn", partition="dominant", alpha=skew,
+                     clients=by_scale(scale, smoke=6, book=20),
+                     participation=by_scale(scale, smoke=0.5, book=0.4),
+                     rounds=by_scale(scale, smoke=2, book=30),
+                     local_steps=by_scale(scale, smoke=3, book=10), batch_size=32, lr=lr,
+                     heterogeneity=heterogeneity,
+                     train_samples=by_scale(scale, smoke=600, book=None),
+                     eval_every=by_scale(scale, smoke=1, book=2), seed=seed).validate()
+
+
+def tier_widths(configs: dict[str, RunConfig]) -> dict[str, dict[str, float]]:
+    """The width (fraction of every layer's channels) each method of ``{name: config}``
+    gives each device tier in its first round, read from the built methods' plans."""
+    out = {}
+    for name, config in configs.items():
+        sim = build_simulation(config)
+        plans = sim.method.configure_round(1, list(range(config.clients)))
+        widths: dict[str, set] = {}
+        for k, plan in plans.items():
+            widths.setdefault(sim.devices[k].tier, set()).add(round(plan.width, 6))
+        if any(len(w) > 1 for w in widths.values()):
+            raise ValueError(f"{name} gives one tier several widths: {widths}")
+        out[name] = {tier: w.pop() for tier, w in widths.items()}
+    return out
 
 
 def experiment(names, base: RunConfig, seeds, **changes) -> dict:
@@ -379,6 +419,64 @@ def claims_text(ledger: Ledger, results: dict) -> None:
            values=gap_to_best(acc, "heroes", base),
            criterion=at_least(0, " points", "Heroes − best baseline"), unit=" points",
            section="heroes-fig9", why=f"at {fmt_seconds(budget)} s: {_pct(acc, names)}")
+
+
+def speed_rows(settings: dict[str, dict], names, target: float) -> list[list[str]]:
+    """One row per setting of ``{setting: {(name, seed): result}}`` and variant: the
+    waiting per client and round (Eq. 20), the time to ``target`` accuracy and Heroes'
+    speedup over the variant (its time over Heroes')."""
+    rows = []
+    for setting, results in settings.items():
+        t = reach(results, names, target)
+        for n in names:
+            wait = per_seed(runs(results, n), waiting_per_round)
+            speedup = "—" if n == "heroes" else ratio_text(ratio(t[n], t["heroes"]), other=LABELS[n])
+            rows.append([setting, LABELS[n], fmt_mean_sd(wait, 2, " s", seeds=False),
+                         fmt_mean_sd(t[n], 1, " s", seeds=False), speedup])
+    return rows
+
+
+def _trend(before: float, after: float, passes: bool, lower_is_better: bool, is_ratio: bool) -> str:
+    """How a non-holding claim's value moved with more rounds, in words; a ratio of 0 or
+    a non-finite value means a side never reached the target."""
+    def missed(v):
+        return not math.isfinite(v) or (is_ratio and v == 0)
+    if passes:
+        return "the gap closes"
+    if missed(after) or (missed(before) and not is_ratio):
+        return "it still fails"
+    if missed(before):
+        return "the gap narrows"          # both sides reach the target now
+    if abs(after - before) <= 0.1 * max(abs(before), 1e-12):
+        return "the gap stays"
+    return "the gap narrows" if (after < before) == lower_is_better else "the gap widens"
+
+
+def _probe_value(value: float, is_ratio: bool) -> str:
+    """A claim's value for the probe note; a ratio of times or traffic to a target that
+    one side never reached says who reached it."""
+    if is_ratio and (value == 0 or not math.isfinite(value)):
+        return ("only the baseline reached the target" if value == 0 else
+                "only Heroes reached the target" if value > 0 else "neither reached the target")
+    return fmt(value, 2)
+
+
+def add_longer_probe(ledger: Ledger, probe: Ledger, factor: int, seed: int, seed_index: int = 0) -> None:
+    """Append to the ``why`` of each claim of ``ledger`` that does not hold what the same
+    claim measured on ``probe``, the runs at ``factor`` times the rounds with one seed,
+    next to that seed's value here (index ``seed_index``): so a gap blamed on the short
+    runs is tested, not assumed."""
+    longer = {(c.ref, c.statement): c for c in probe.claims}
+    for c in ledger.claims:
+        other = longer.get((c.ref, c.statement))
+        if c.verdict == "holds" or other is None or len(c.values) <= seed_index:
+            continue
+        before, after = (math.nan if v is None else float(v) for v in (c.values[seed_index], other.values[0]))
+        is_ratio = "×" in c.criterion
+        trend = _trend(before, after, other.passes[0], "≤" in c.criterion, is_ratio)
+        note = (f"at {factor}× the rounds (seed {seed}): {_probe_value(after, is_ratio)} vs "
+                f"{_probe_value(before, is_ratio)} here, {trend}")
+        c.why = f"{c.why}; {note}" if c.why else note
 
 
 # -- figures ------------------------------------------------------------------------------

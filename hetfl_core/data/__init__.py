@@ -10,15 +10,16 @@ Every public name is importable from ``hetfl_core.data``.
 """
 from .datasets import DATASET_INFO, DATASETS, canonical_dataset_name, load_dataset
 from .federated import ClientData, FederatedData, make_federated, split_client
-from .partitions import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style, class_counts, dirichlet_partition,
-                         iid_partition, natural_partition, partition_labels, quantity_skew_partition, shards_partition,
-                         writer_styles)
+from .partitions import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style, check_skew_level, class_counts,
+                         dirichlet_partition, dominant_class_partition, iid_partition, missing_class_partition,
+                         natural_partition, partition_labels, quantity_skew_partition, shards_partition, writer_styles)
 from .storage import ArrayDataset, data_root, stored_arrays
 
 __all__ = [
     "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "DATASET_INFO", "PARTITIONS", "data_root",
     "stored_arrays", "canonical_dataset_name",
     "load_dataset", "iid_partition", "dirichlet_partition", "shards_partition",
-    "quantity_skew_partition", "natural_partition", "partition_labels", "split_client", "make_federated",
+    "quantity_skew_partition", "dominant_class_partition", "missing_class_partition", "check_skew_level",
+    "natural_partition", "partition_labels", "split_client", "make_federated",
     "class_counts", "WRITER_ROTATION", "WRITER_SCALE", "writer_styles", "apply_style",
 ]

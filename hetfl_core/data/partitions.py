@@ -12,7 +12,7 @@ import torch
 from ..errors import ConfigError
 
 __all__ = ["iid_partition", "dirichlet_partition", "shards_partition", "quantity_skew_partition",
-           "natural_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
+           "dominant_class_partition", "missing_class_partition", "check_skew_level", "natural_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
            "writer_styles", "apply_style", "class_counts"]
 
 
@@ -93,6 +93,85 @@ def quantity_skew_partition(n_samples: int, n_clients: int, rng: np.random.Gener
     return [np.sort(p) for p in np.split(rng.permutation(n_samples), cuts)]
 
 
+def _largest_size(demand, available: np.ndarray, start: int) -> int:
+    """The largest size n <= ``start`` whose per-class demand ``demand(n)`` fits the pools."""
+    for n in range(start, 0, -1):
+        if np.all(demand(n).sum(0) <= available):
+            return n
+    raise ConfigError("the classes are too small for this partition: use fewer clients")
+
+
+def _deal_counts(labels: np.ndarray, counts: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+    """Deal ``counts[k, c]`` distinct samples of class ``c`` to client ``k`` (seeded order)."""
+    classes = np.unique(labels)
+    shares: list[list[int]] = [[] for _ in range(len(counts))]
+    for j, c in enumerate(classes):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for k, part in enumerate(np.split(idx, np.cumsum(counts[:, j]))[:-1]):
+            shares[k].extend(part.tolist())
+    return [np.sort(np.array(s, dtype=np.int64)) for s in shares]
+
+
+def check_skew_level(partition: str, level: float, n_classes: int) -> None:
+    """Raise :class:`ConfigError` unless ``level`` is a valid Gamma (``dominant``: a share
+    in [1/C, 1]) or phi (``missing``: a share of classes that leaves each client one)."""
+    if partition == "dominant" and not 1 / n_classes - 1e-9 <= level <= 1:
+        raise ConfigError(f"alpha is the dominant class's share under partition 'dominant' and must be in "
+                          f"[1/{n_classes}, 1], got {level}")
+    if partition == "missing" and not (0 <= level and n_classes - int(round(level * n_classes)) >= 1):
+        raise ConfigError(f"alpha is the share of classes a client lacks under partition 'missing' and must "
+                          f"leave each client one of the {n_classes} classes, got {level}")
+
+
+def dominant_class_partition(labels: np.ndarray, share: float, n_clients: int,
+                             rng: np.random.Generator) -> list[np.ndarray]:
+    """Heroes' CIFAR-10 skew (Yan et al., Sec. VI-A): a share ``share`` (the paper's
+    Gamma) of every client's samples comes from one class, the rest evenly from the
+    others; ``share = 1/C`` is IID. Client ``k``'s class is the ``k mod C``-th of a seeded
+    shuffle of the classes. Every client gets the same number of samples, the most the
+    class pools allow; samples beyond that stay unused."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    C = len(classes)
+    check_skew_level("dominant", share, C)
+    dominant = rng.permutation(C)[np.arange(n_clients) % C]
+    rows = np.full((n_clients, C), (1 - share) / (C - 1))
+    rows[np.arange(n_clients), dominant] = share
+
+    def demand(n):
+        exact = rows * n
+        counts = np.floor(exact + 1e-9).astype(int)
+        rest = n - counts.sum(1)
+        for k in range(n_clients):      # largest remainders first, ties to the classes after k's own
+            after = (np.arange(C) - dominant[k]) % C
+            counts[k, np.lexsort((after, -(exact[k] - counts[k])))[:rest[k]]] += 1
+        return counts
+
+    available = np.array([(labels == c).sum() for c in classes])
+    return _deal_counts(labels, demand(_largest_size(demand, available, len(labels) // n_clients)), rng)
+
+
+def missing_class_partition(labels: np.ndarray, missing: float, n_clients: int,
+                            rng: np.random.Generator) -> list[np.ndarray]:
+    """Heroes' ImageNet-100 skew (Yan et al., Sec. VI-A): every client lacks
+    ``round(missing C)`` of the ``C`` classes (the paper's phi) and holds the same number
+    of samples of each class it has. Its classes are a window of ``C - round(missing C)``
+    consecutive classes of a seeded shuffle, starting at ``k mod C`` for client ``k``, so
+    the window rotates over the clients and every class is held about equally often."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    C = len(classes)
+    check_skew_level("missing", missing, C)
+    held = C - int(round(missing * C))
+    order = rng.permutation(C)
+    mask = np.zeros((n_clients, C), dtype=int)
+    for k in range(n_clients):
+        mask[k, order[(k + np.arange(held)) % C]] = 1
+    available = np.array([(labels == c).sum() for c in classes])
+    per_class = _largest_size(lambda n: mask * n, available, len(labels) // (n_clients * held))
+    return _deal_counts(labels, mask * per_class, rng)
+
+
 def natural_partition(groups: np.ndarray | None, n_clients: int) -> list[np.ndarray]:
     """One client per natural group (groups are numbered by decreasing size): the ``n_clients`` largest."""
     if groups is None:
@@ -105,7 +184,7 @@ def natural_partition(groups: np.ndarray | None, n_clients: int) -> list[np.ndar
     return [np.flatnonzero(groups == g) for g in range(n_clients)]
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
@@ -123,6 +202,10 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
         return shards_partition(labels, classes_per_client, n_clients, rng)
     if partition == "quantity":
         return quantity_skew_partition(len(labels), n_clients, rng, alpha)
+    if partition == "dominant":   # alpha: the dominant class's share
+        return dominant_class_partition(labels, alpha, n_clients, rng)
+    if partition == "missing":    # alpha: the share of classes each client lacks
+        return missing_class_partition(labels, alpha, n_clients, rng)
     raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}")
 
 

@@ -1,7 +1,8 @@
 """FjORD (Horvath et al., 2021): ordered dropout over nested widths.
 
 A client of maximal width w_max samples, at every local step, a width p uniformly from
-the levels not above w_max and trains the nested sub-model of the first ceil(p n_l)
+the width levels not above w_max (HeteroFL's ``widths``, or 1/P..1 under its
+``width_budget`` rule) and trains the nested sub-model of the first ceil(p n_l)
 units (FjORD, Alg. 1: ordered dropout). It uploads its w_max sub-model; the server
 averages entries over holders as HeteroFL does.
 """
@@ -23,7 +24,7 @@ class FjORD(HeteroFL):
     summary = "FjORD: ordered dropout, per-step sampled nested widths (Horvath et al. 2021)"
 
     def client_update(self, client, plan, generator):
-        levels = sorted({float(w) for w in self.options["widths"] if float(w) <= plan.width + 1e-9})
+        levels = [w for w in self.levels if w <= plan.width + 1e-9]
         working = {k: v.clone() for k, v in self.model.state_dict().items()}
         flops, loss_sum, samples = 0.0, 0.0, 0
         for _ in range(plan.local_steps):

@@ -16,7 +16,9 @@ The factors are trained directly, so the paper's "decomposition" is exact. Time 
 shared device model of :mod:`hetfl_core.system`: mu_n is the training FLOPs of one
 width-p step over the device's FLOP/s, nu_n the width-p model's download and upload
 over its link rates, so the controller's estimate of T_n (Eq. 19) is what the engine
-charges (the paper's device fluctuations are absent).
+charges, unless the run's ``time_noise`` makes compute times fluctuate as the paper's
+devices do: the controller then plans with the expected times and the engine charges
+the drawn ones.
 """
 from __future__ import annotations
 
@@ -40,6 +42,42 @@ from .fedavg import FedAvg
 SELECTIONS = ("free", "subgrid", "random")
 FREQUENCIES = ("adaptive", "fixed")
 TAU_MODES = ("calibrated", "raw", "eps")
+
+
+def width_profiles(config, data, max_width: int) -> dict[int, list]:
+    """The layer profiles of the dense width-p/P twin of the run's model, p = 1..P: a
+    composed width-p model computes exactly its dense twin's products (Eq. 4)."""
+    return {p: profile_model(build_model(config.model, data.input_shape, data.num_classes, width=p / max_width),
+                             data.input_shape, dtype=data.dataset.x_train.dtype) for p in range(1, max_width + 1)}
+
+
+def step_flops(profile, batch_size: int, composition_macs: float = 0.0) -> float:
+    """G(v . u_p) of Eq. (17) for one local step: the width-p model's training FLOPs on a
+    batch (its dense twin's, from ``system.training_flops``) plus composing its weights,
+    forward and both backward products (``6 x`` the composition's multiply-adds)."""
+    return training_flops(profile, batch_size) + 6.0 * composition_macs
+
+
+def budget_widths(step_cost, devices, width_budget: float, max_width: int) -> list[int]:
+    """Alg. 1 l. 6-11 for every device: the widest p in 1..P whose step time
+    ``step_cost(p) / q_n`` (Eq. 17) fits mu_max = ``width_budget`` x the full model's step
+    time on the fastest device; 1 if none does. Heroes and, with their ``width_budget``
+    option, the width baselines take their widths from this one rule."""
+    fastest = max(d.flops_per_s for d in devices)
+    mu_max = width_budget * step_cost(max_width) / fastest
+    return [width_for_budget(lambda p: step_cost(p) / d.flops_per_s, mu_max, max_width) for d in devices]
+
+
+def heroes_widths(config, data, devices, max_width: int, width_budget: float) -> list[int]:
+    """Each device's Heroes width p (:func:`budget_widths`) with the step cost of Eq. (17)
+    for the run's model: the composed model's where it has one, else the dense twin's."""
+    with torch.random.fork_rng(devices=[]):   # building the twins leaves the run's random state alone
+        profiles = width_profiles(config, data, max_width)
+        composed = build_composed(config.model, data.input_shape, data.num_classes, max_width) \
+            if config.model in COMPOSED_MODELS else None
+    return budget_widths(
+        lambda p: step_flops(profiles[p], config.batch_size, composed.composition_macs(p) if composed else 0.0),
+        devices, width_budget, max_width)
 
 
 @register
@@ -100,15 +138,11 @@ class Heroes(FedAvg):
         self.model.selection = self.full_selection()
         self.block_counts = np.zeros(self.model.n_blocks)   # c_i, cumulative local iterations (Alg. 1)
         self.group_counts = {"head": np.zeros(P), "cls": np.zeros(P)}
-        self.width_costs = {p: profile_model(build_model(config.model, data.input_shape, data.num_classes,
-                                                         width=p / P), data.input_shape,
-                                              dtype=data.dataset.x_train.dtype) for p in range(1, P + 1)}
+        self.width_costs = width_profiles(config, data, P)
         self.tau0 = int(self.options["tau0"] or config.local_steps or steps_for_epochs(
             int(np.median([c.n_train for c in data.clients])), config.batch_size, config.local_epochs))
         self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
-        fastest = max(d.flops_per_s for d in devices)
-        mu_max = float(self.options["width_budget"]) * self.step_flops(P) / fastest
-        self.widths = [width_for_budget(lambda p: self.step_flops(p) / d.flops_per_s, mu_max, P) for d in devices]
+        self.widths = heroes_widths(config, data, devices, P, float(self.options["width_budget"]))
         self.estimates: list[dict] = []   # per round: means of F, L, S = G^2 + 18 sigma^2
         self.round_info: dict = {}
 
@@ -116,10 +150,8 @@ class Heroes(FedAvg):
         return Selection.full(self.P)
 
     def step_flops(self, p: int) -> float:
-        """G(v . u_p) of Eq. (17) for one step: the width-p model's training FLOPs on a batch
-        (exactly its dense twin's, from ``system.training_flops``) plus composing its
-        weights, forward and both backward products."""
-        return training_flops(self.width_costs[p], self.config.batch_size) + 6.0 * self.model.composition_macs(p)
+        """G(v . u_p) of Eq. (17) for one step at width p (see :func:`step_flops`)."""
+        return step_flops(self.width_costs[p], self.config.batch_size, self.model.composition_macs(p))
 
     def exchange_bits(self, p: int) -> tuple[float, float]:
         """E(v) + E(u) of Eq. (18) at width p, as (uplink, downlink) bits (float32)."""

@@ -5,6 +5,10 @@ sub-model of width w = the widest of ``widths`` not above c, made of the *first*
 ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). The server averages each
 parameter entry over the clients that hold it, weighted by data size, and leaves
 entries no participant holds unchanged (HeteroFL, Eq. 3 with sample weights).
+
+With the option ``width_budget`` a client's width is instead the one Heroes gives the
+same device (Yan et al., Alg. 1 l. 6-11), p/P of every layer, so that the methods are
+compared at equal per-device model sizes.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from ..system import dense_bits, training_flops
 from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
+from .heroes import heroes_widths
 
 
 @register
@@ -26,7 +31,11 @@ class HeteroFL(FedAvg):
     name = "heterofl"
     summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"
     option_specs = {"widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its capability "
-                                     "allows", 0, 1, low_open=True)}
+                                     "allows", 0, 1, low_open=True),
+                    "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
+                                           "p/P with the widest p whose step time fits this many full-model "
+                                           "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
+                    "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024)}
 
     @classmethod
     def check_config(cls, config):
@@ -38,12 +47,20 @@ class HeteroFL(FedAvg):
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
-        fastest = max(d.flops_per_s for d in devices)
-        levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
         self.widths = {}
-        for k, device in enumerate(devices):
-            capability = device.flops_per_s / fastest
-            self.widths[k] = next((w for w in levels if w <= capability + 1e-9), levels[-1])
+        if self.options["width_budget"] is not None:
+            # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
+            P = int(self.options["max_width"])
+            self.levels = [p / P for p in range(1, P + 1)]
+            for k, p in enumerate(heroes_widths(config, data, devices, P, float(self.options["width_budget"]))):
+                self.widths[k] = p / P
+        else:
+            fastest = max(d.flops_per_s for d in devices)
+            levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
+            self.levels = sorted(set(levels))
+            for k, device in enumerate(devices):
+                capability = device.flops_per_s / fastest
+                self.widths[k] = next((w for w in levels if w <= capability + 1e-9), levels[-1])
         self.round_idx = 0
 
     def unit_rule(self, round_idx: int):

@@ -14,7 +14,7 @@ and energy, one function per formula, and the run's cost model built from them.
 """
 from .bits import FLOAT_BITS, dense_bits, index_bits, sparse_bits, topk_upload_bits
 from .clock import client_time, compute_time, round_time, transfer_time
-from .cost_model import BANDWIDTH_POLICIES, SYSTEMS, Charge, ComputeCost, CostModel, WirelessCost
+from .cost_model import BANDWIDTH_POLICIES, SYSTEMS, Charge, ComputeCost, CostModel, WirelessCost, compute_noise
 from .devices import HETEROGENEITY, REFERENCE_DEVICE, DeviceProfile, capability, make_devices
 from .energy import compute_energy, transmit_energy
 from .flops import LayerCost, forward_flops, profile_model, training_flops
@@ -28,5 +28,5 @@ __all__ = [
     "path_loss_db", "dbm_to_watts", "channel_gain", "shannon_rate", "shannon_rates", "min_shares",
     "min_round_time", "round_time_shares", "NOISE_PSD", "CellState", "WirelessCell",
     "calibrate_cycles_per_sample", "compute_energy", "transmit_energy", "SYSTEMS", "BANDWIDTH_POLICIES",
-    "Charge", "CostModel", "ComputeCost", "WirelessCost",
+    "Charge", "CostModel", "ComputeCost", "WirelessCost", "compute_noise",
 ]

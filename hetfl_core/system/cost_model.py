@@ -33,7 +33,7 @@ from .devices import REFERENCE_DEVICE, DeviceProfile
 from .energy import compute_energy, transmit_energy
 from .wireless import WirelessCell, calibrate_cycles_per_sample, round_time_shares
 
-__all__ = ["SYSTEMS", "BANDWIDTH_POLICIES", "Charge", "CostModel", "ComputeCost", "WirelessCost"]
+__all__ = ["SYSTEMS", "BANDWIDTH_POLICIES", "Charge", "CostModel", "ComputeCost", "WirelessCost", "compute_noise"]
 
 #: the cost models a run can choose (``RunConfig.system``)
 SYSTEMS = ("compute", "wireless")
@@ -72,17 +72,37 @@ class CostModel:
         raise NotImplementedError
 
 
+def compute_noise(seed: int, time_noise: float, round_idx: int, client_id: int) -> float:
+    """The factor on a client's compute time in a round: exactly 1 without ``time_noise``,
+    else ``exp(s Z - s^2 / 2)`` with ``s = time_noise`` and ``Z ~ N(0, 1)`` drawn from
+    ``(seed, 5, round, client)``, a log-normal of mean 1 (devices whose iteration times
+    fluctuate around their profile, as Heroes' testbed draws them)."""
+    if not time_noise:
+        return 1.0
+    z = np.random.default_rng([seed, 5, round_idx, client_id]).standard_normal()
+    return math.exp(time_noise * z - time_noise * time_noise / 2)
+
+
 class ComputeCost(CostModel):
-    """Tiered devices with fixed link rates (``system="compute"``)."""
+    """Tiered devices with fixed link rates (``system="compute"``); with ``time_noise``
+    each client's compute time in a round is scaled by :func:`compute_noise`."""
 
     name = "compute"
+
+    def __init__(self, devices: list[DeviceProfile], *, seed: int = 0, time_noise: float = 0.0):
+        super().__init__(devices)
+        self.seed, self.time_noise, self.round_idx = seed, time_noise, 0
+
+    def start_round(self, round_idx, client_ids):
+        self.round_idx = round_idx
 
     def charge(self, jobs, reports):
         charges = []
         for (k, plan), report in zip(jobs, reports, strict=True):
             device = plan.device or self.device(k)
+            noise = compute_noise(self.seed, self.time_noise, self.round_idx, k)
             seconds = report.time_s if report.time_s is not None else \
-                client_time(device, report.flops, report.uplink_bits, report.downlink_bits)
+                client_time(device, report.flops * noise, report.uplink_bits, report.downlink_bits)
             joules = compute_energy(device, report.flops) + \
                 transmit_energy(device, transfer_time(report.uplink_bits, device.uplink_bps))
             charges.append(Charge(device, seconds, joules))
