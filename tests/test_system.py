@@ -118,14 +118,14 @@ def test_every_method_runs_under_either_cost_model(method, method_config):
     from hetfl_core import run
 
     rows = {}
-    for system in ("compute", "wireless"):
-        if method == "sparse-prune-pfl" and system == "compute":
-            config = method_config(method, system=system, options={"allocation": "fixed"})
+    for cost_model in ("compute", "wireless"):
+        if method == "sparse-prune-pfl" and cost_model == "compute":
+            config = method_config(method, system=cost_model, options={"allocation": "fixed"})
         else:
-            config = method_config(method, system=system, heterogeneity="medium")
-        rows[system] = run(config)["history"][-1]
-        assert rows[system]["time_s"] > 0 and rows[system]["energy_j"] > 0
-        assert all(c["time_s"] > 0 for c in rows[system]["clients"])
+            config = method_config(method, system=cost_model, heterogeneity="medium")
+        rows[cost_model] = run(config)["history"][-1]
+        assert rows[cost_model]["time_s"] > 0 and rows[cost_model]["energy_j"] > 0
+        assert all(c["time_s"] > 0 for c in rows[cost_model]["clients"])
     wireless = rows["wireless"]["clients"]
     assert sum(c["share"] for c in wireless) == pytest.approx(1.0)
     if method != "sparse-prune-pfl":    # the cost model charges; it trains nothing (DCA reads it by design)

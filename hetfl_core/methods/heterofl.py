@@ -17,7 +17,7 @@ import torch
 from ..options import Option
 from ..errors import ConfigError
 from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, kept_fractions_of_indices
-from ..system import dense_bits, training_flops
+from ..system import capability, dense_bits, training_flops
 from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
@@ -55,12 +55,10 @@ class HeteroFL(FedAvg):
             for k, p in enumerate(heroes_widths(config, data, devices, P, float(self.options["width_budget"]))):
                 self.widths[k] = p / P
         else:
-            fastest = max(d.flops_per_s for d in devices)
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
             self.levels = sorted(set(levels))
             for k, device in enumerate(devices):
-                capability = device.flops_per_s / fastest
-                self.widths[k] = next((w for w in levels if w <= capability + 1e-9), levels[-1])
+                self.widths[k] = next((w for w in levels if w <= capability(device, devices) + 1e-9), levels[-1])
         self.round_idx = 0
 
     def unit_rule(self, round_idx: int):
