@@ -36,7 +36,7 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
            "more_than", "is_true", "VERDICTS", "verdict_of", "Claim", "Ledger", "ledger_dir", "load_ledgers",
-           "verdict_box_markdown", "scorecard_markdown"]
+           "verdict_box_markdown", "scorecard_markdown", "probe_note"]
 
 NEVER = "never"
 MISSING = "—"
@@ -489,3 +489,28 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             "had to pass.\n\n"
             + markdown_table(claim_rows, ["paper", "claim", "paper reports", "this book", "verdict",
                                           "why it differs"]))
+
+
+def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3, unit: str = " points",
+               higher_is_better: bool = True, stays_within: float = 1.0) -> str:
+    """What a probe at ``factor`` times the rounds shows for a claim whose "why" blames the
+    run length: the value on the probe ``seeds`` at the book's length (``base``) and at the
+    stretched one (``stretched``), and whether the gap *closes* (``criterion`` passes on
+    every probe seed where it did not before), *narrows*, *stays* (within ``stays_within``)
+    or *widens*.
+
+    >>> probe_note([-5.0], [-2.0], at_least(0, " points"), [0])
+    'at 3x the rounds (seed 0): -5.0 → -2.0 points, the gap narrows'
+    """
+    base, stretched = np.asarray(base, float), np.asarray(stretched, float)
+    change = (stretched.mean() - base.mean()) * (1 if higher_is_better else -1)
+    if all(criterion(v) for v in stretched):
+        trend = ("the criterion passes at both lengths" if all(criterion(v) for v in base)
+                 else "the gap closes: the criterion passes")
+    elif abs(change) <= stays_within:
+        trend = "the gap stays"
+    else:
+        trend = "the gap narrows" if change > 0 else "the gap widens"
+    who = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {list(seeds)}"
+    return f"at {factor:g}x the rounds ({who}): {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, {trend}"
+

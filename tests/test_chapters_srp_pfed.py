@@ -105,6 +105,8 @@ def test_ledger_verdicts_come_from_the_runs():
     assert verdicts["FedRep leads early"] == "fails"
     top1 = [c for c in ledger.claims if c.statement.startswith("SRP-pFed is the most")]
     assert [c.ref for c in top1] == ["Table III", "Table IV", "Table VI"]
+    # the probe at 3x the rounds: +20 points at both lengths
+    assert "at 3x the rounds (seed 0): 20.0 → 20.0 points, the criterion passes at both lengths" in top1[0].why
     assert all(c.verdict == "holds" for c in top1)
     tau = [c for c in ledger.claims if c.statement.startswith("the methods' ordering")]
     assert len(tau) == 2 and all(c.values == [pytest.approx(5 / 15)] for c in tau)
@@ -122,6 +124,8 @@ def test_plan_has_the_stand_in_tasks_and_fig5_only_when_asked():
     with_fig5 = ch.make_plan("book", "fashion-mnist", 0, 30, SRP, cifar100="cifar100")
     assert with_fig5.configs[("fig5", "dir(0.1)", "SRP-pFed")].dataset == "cifar100"
     assert len(with_fig5.configs) == len(c) + 4 * len(ch.FIG5_METHODS)
+    probe = c[("probe", "SRP-pFed")]
+    assert (probe.rounds, probe.partition, probe.alpha) == (90, "dirichlet", 1.0)
 
 
 def test_kendall_tau():

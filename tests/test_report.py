@@ -129,3 +129,16 @@ def test_ratio_keeps_never_reached_apart_and_more_than_is_strict():
     assert r[0] == 2.0 and r[1] == math.inf and r[2] == 0.0 and math.isnan(r[3]) and math.isnan(r[4])
     crit = report.more_than(0, " pts", "drop")
     assert crit.text == "drop > 0 pts" and not crit(0.0) and crit(0.1)
+
+
+def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
+    from hetfl_core.report import at_least, probe_note
+
+    crit = at_least(0, " points")
+    assert probe_note([-5.0], [1.0], crit, [0]).endswith("the gap closes: the criterion passes")
+    assert probe_note([-5.0], [-2.0], crit, [0]).endswith("-5.0 → -2.0 points, the gap narrows")
+    assert probe_note([-5.0], [-5.5], crit, [0]).endswith("the gap stays")
+    assert probe_note([-5.0], [-9.0], crit, [1, 2]).startswith("at 3x the rounds (seeds [1, 2])")
+    assert probe_note([-5.0], [-9.0], crit, [0]).endswith("the gap widens")
+    assert probe_note([2.0], [3.0], crit, [0]).endswith("the criterion passes at both lengths")
+    assert probe_note([5.0], [2.0], at_least(-10), [0], higher_is_better=False).endswith("at both lengths")

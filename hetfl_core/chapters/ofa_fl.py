@@ -22,7 +22,7 @@ from ..experiments import sweep
 from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
-from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd,
+from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd, probe_note,
                       is_true, more_than)
 from ..system import profile_model, training_flops
 
@@ -359,20 +359,8 @@ def lead_above_chance(ours, theirs, chance: float, margin: float, who: str, riva
 
 def stretch_note(base, stretched, criterion: Criterion, seeds, unit: str = " points",
                  higher_is_better: bool = True) -> str:
-    """What a probe at ``STRETCH`` times the rounds shows for a row that blames the run
-    length: the value on the probe ``seeds`` at the book's schedule (``base``) and at the
-    stretched one, and whether the gap *closes* (the criterion passes on every probe seed,
-    where it did not before), *narrows*, *stays* (within ``STAYS_WITHIN``) or *widens*."""
-    base, stretched = np.asarray(base, float), np.asarray(stretched, float)
-    change = (stretched.mean() - base.mean()) * (1 if higher_is_better else -1)
-    if all(criterion(v) for v in stretched):
-        trend = ("the criterion passes at both lengths" if all(criterion(v) for v in base)
-                 else "the gap closes: the criterion passes")
-    elif abs(change) <= STAYS_WITHIN:
-        trend = "the gap stays"
-    else:
-        trend = "the gap narrows" if change > 0 else "the gap widens"
-    return f"{stretch_label(seeds)}: {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, {trend}"
+    """:func:`hetfl_core.report.probe_note` at this chapter's ``STRETCH`` and ``STAYS_WITHIN``."""
+    return probe_note(base, stretched, criterion, seeds, STRETCH, unit, higher_is_better, STAYS_WITHIN)
 
 
 def stretch_label(seeds) -> str:
