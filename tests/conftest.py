@@ -42,3 +42,15 @@ def local_ray():
     ray = connect(cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def registry_unchanged():
+    """A test that registers a toy method takes it out again: other tests iterate over every
+    registered method (Flower, the plot styles)."""
+    from hetfl_core.methods import METHODS
+
+    before = dict(METHODS)
+    yield
+    METHODS.clear()
+    METHODS.update(before)

@@ -102,7 +102,6 @@ def test_text_task_leaves_out_methods_that_cannot_run_an_lstm():
     assert "fedavg" in text and "fedlps" not in text and "heterofl" not in text
 
 
-@register
 class Toy(FedAvg):
     """A toy plug-in: FedAvg that keeps the old model half-way (w <- (w + avg) / 2)."""
 
@@ -118,6 +117,7 @@ class Toy(FedAvg):
 
 
 def test_a_registered_toy_method_joins_the_smoke_arena(tmp_path):
+    register(Toy)                         # the registry is restored after the test (conftest)
     runs = arena.run_arena("smoke", ["toy-half", "fedavg"], processes=1, directory=tmp_path, progress=False)
     rows = arena.leaderboard(runs)
     assert {r["method"] for r in rows} == {"toy-half", "fedavg"} and not runs.failed
@@ -176,7 +176,6 @@ def test_cli_plot_draws_any_runs_and_refuses_other_files(tmp_path):
     assert main(["plot", str(a), "-o", str(fig), "--y", "nonsense"]) == 2
 
 
-@register
 class Fragile(FedAvg):
     """A toy that diverges on seed 1 at any rate above 0.05."""
 
@@ -191,6 +190,7 @@ class Fragile(FedAvg):
 
 
 def test_a_run_that_diverges_falls_back_one_rate_of_the_grid(tmp_path, monkeypatch):
+    register(Fragile)
     import dataclasses
 
     real = arena.settings

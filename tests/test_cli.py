@@ -108,14 +108,22 @@ def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
     import time
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
+    # SIGINT at its default in the child: a test runner that ignores it would pass SIG_IGN on
     proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
-                             "--rounds", "100000", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
-    while not list((tmp_path / "runs").glob("*.lock")) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+                             "--rounds", "100000", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
+        while not list((tmp_path / "runs").glob("*.lock")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.5)
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:           # never leave the 100000-round run behind
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
                                                                    "(finished runs are cached)"], err
 
