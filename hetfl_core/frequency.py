@@ -24,10 +24,14 @@ import math
 from typing import Callable
 
 import numpy as np
+import torch
 
+from .composition import COMPOSED_MODELS, build_composed
 from .errors import ConfigError
+from .models import build_model
+from .system import profile_model, training_flops
 
-__all__ = ["width_for_budget", "tau_raw", "tau_calibrated", "tau_eps", "deadline_client", "frequency_window",
+__all__ = ["width_profiles", "step_flops", "budget_widths", "heroes_widths", "width_for_budget", "tau_raw", "tau_calibrated", "tau_eps", "deadline_client", "frequency_window",
            "block_variance", "variance_minimising_tau", "plan_frequencies", "completion_times", "waiting_time"]
 
 
@@ -137,3 +141,40 @@ def waiting_time(times) -> float:
     """Eq. (20): W = mean_n (max_m T_m - T_n)."""
     t = np.asarray(times, float)
     return float((t.max() - t).mean())
+
+
+# -- the width each device affords (Alg. 1 l. 6-11, Eq. 17) --------------------------------
+def width_profiles(config, data, max_width: int) -> dict[int, list]:
+    """The layer profiles of the dense width-p/P twin of the run's model, p = 1..P: a
+    composed width-p model computes exactly its dense twin's products (Eq. 4)."""
+    return {p: profile_model(build_model(config.model, data.input_shape, data.num_classes, width=p / max_width),
+                             data.input_shape, dtype=data.dataset.x_train.dtype) for p in range(1, max_width + 1)}
+
+
+def step_flops(profile, batch_size: int, composition_macs: float = 0.0) -> float:
+    """G(v . u_p) of Eq. (17) for one local step: the width-p model's training FLOPs on a
+    batch (its dense twin's, from ``system.training_flops``) plus composing its weights,
+    forward and both backward products (``6 x`` the composition's multiply-adds)."""
+    return training_flops(profile, batch_size) + 6.0 * composition_macs
+
+
+def budget_widths(step_cost, devices, width_budget: float, max_width: int) -> list[int]:
+    """Alg. 1 l. 6-11 for every device: the widest p in 1..P whose step time
+    ``step_cost(p) / q_n`` (Eq. 17) fits mu_max = ``width_budget`` x the full model's step
+    time on the fastest device; 1 if none does. Heroes and, with their ``width_budget``
+    option, the width baselines take their widths from this one rule."""
+    fastest = max(d.flops_per_s for d in devices)
+    mu_max = width_budget * step_cost(max_width) / fastest
+    return [width_for_budget(lambda p: step_cost(p) / d.flops_per_s, mu_max, max_width) for d in devices]
+
+
+def heroes_widths(config, data, devices, max_width: int, width_budget: float) -> list[int]:
+    """Each device's Heroes width p (:func:`budget_widths`) with the step cost of Eq. (17)
+    for the run's model: the composed model's where it has one, else the dense twin's."""
+    with torch.random.fork_rng(devices=[]):   # building the twins leaves the run's random state alone
+        profiles = width_profiles(config, data, max_width)
+        composed = build_composed(config.model, data.input_shape, data.num_classes, max_width) \
+            if config.model in COMPOSED_MODELS else None
+    return budget_widths(
+        lambda p: step_flops(profiles[p], config.batch_size, composed.composition_macs(p) if composed else 0.0),
+        devices, width_budget, max_width)

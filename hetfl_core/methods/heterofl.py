@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..frequency import heroes_widths
 from ..options import Option
 from ..errors import ConfigError
 from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, kept_fractions_of_indices
@@ -21,7 +22,6 @@ from ..system import capability, dense_bits, training_flops
 from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
-from .heroes import heroes_widths
 
 
 @register
