@@ -48,15 +48,15 @@ class Simulation:
     cost_model: CostModel
     totals: dict = field(default_factory=lambda: dict.fromkeys(("time_s", "uplink_bits", "downlink_bits", "flops",
                                                                  "energy_j"), 0.0))
-    sampler: np.random.Generator | None = None
     plans: dict = field(default_factory=dict)
     reports: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.sampler = np.random.default_rng([self.config.seed, 4])
 
     def sample(self, round_idx: int) -> list[int]:
         """The round's participants: ``participation`` x ``clients`` of them, without replacement
         (one seeded stream over the run, so rounds must come in order)."""
-        if self.sampler is None:
-            self.sampler = np.random.default_rng([self.config.seed, 4])
         per_round = max(1, int(round(self.config.participation * self.config.clients)))
         return sorted(int(k) for k in self.sampler.choice(self.config.clients, per_round, replace=False))
 
@@ -83,21 +83,21 @@ class Simulation:
         self.cost_model.start_round(round_idx, sampled)
         plans = method.configure_round(round_idx, sampled)
         jobs = [(k, plans[k]) for k in sampled if k in plans]
-        reports = list(zip(jobs, (client_updates or local_updates)(self, round_idx, jobs), strict=True))
-        for (k, _), report in reports:
-            if not math.isfinite(report.loss):
+        reports = []
+        for (k, _), report in zip(jobs, (client_updates or local_updates)(self, round_idx, jobs), strict=True):
+            if not math.isfinite(report.loss):      # stop at once: the later clients' work would be lost anyway
                 raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
                                       f"lower {divergence_suspects(config, method.options)}")
-        reports = [report for _, report in reports]
+            reports.append(report)
         self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
-        clients = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
+        records = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
                     "local_steps": report.local_steps, "width": report.width, "ratio": report.ratio,
                     "flops": report.flops, "uplink_bits": report.uplink_bits,
                     **({} if charge.share is None else {"share": charge.share}), **report.extra}
                    for (k, _), report, charge in zip(jobs, reports, charges)]
         method.aggregate(round_idx, reports)
-        slowest = round_time(c["time_s"] for c in clients)
+        slowest = round_time(c.time_s for c in charges)
         totals = self.totals
         totals["time_s"] += slowest
         totals["uplink_bits"] += sum(r.uplink_bits for r in reports)
@@ -105,15 +105,16 @@ class Simulation:
         totals["flops"] += sum(r.flops for r in reports)
         totals["energy_j"] += sum(c.energy_j for c in charges)
         row = {"round": round_idx, "time_s": totals["time_s"], "round_time_s": slowest,
-               "idle_s": sum(slowest - c["time_s"] for c in clients),
+               "idle_s": sum(slowest - c.time_s for c in charges),
                "loss": float(np.mean([r.loss for r in reports])),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
-        if evaluate if evaluate is not None else (round_idx % config.eval_every == 0 or round_idx == config.rounds):
+        due = round_idx % config.eval_every == 0 or round_idx == config.rounds
+        if due if evaluate is None else evaluate:
             row.update(evaluate_method(self))
         else:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
-        row["clients"] = clients
+        row["clients"] = records
         return row
 
 

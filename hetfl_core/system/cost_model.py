@@ -31,7 +31,7 @@ import numpy as np
 from .clock import client_time, transfer_time
 from .devices import REFERENCE_DEVICE, DeviceProfile
 from .energy import compute_energy, transmit_energy
-from .wireless import WirelessCell, calibrate_cycles_per_sample, round_time_shares
+from .wireless import WirelessCell, calibrate_cycles_per_sample, round_time_shares, shannon_rates
 
 __all__ = ["SYSTEMS", "BANDWIDTH_POLICIES", "Charge", "CostModel", "ComputeCost", "WirelessCost", "compute_noise"]
 
@@ -67,9 +67,27 @@ class CostModel:
         """The client's device as it is this round."""
         return self.devices[client_id]
 
+    def shares(self, jobs: list, reports: list) -> list:
+        """Each participant's share of a shared band (``None``: the model has no shared band)."""
+        return [None] * len(jobs)
+
+    def compute_factor(self, client_id: int) -> float:
+        """What this round's compute time of the client is scaled by (1: as profiled)."""
+        return 1.0
+
     def charge(self, jobs: list, reports: list) -> list[Charge]:
-        """The :class:`Charge` of each ``(client_id, plan)`` job given its report."""
-        raise NotImplementedError
+        """The :class:`Charge` of each ``(client_id, plan)`` job given its report: download,
+        compute and upload on the round's device (the plan's, if it names one), and the
+        energy of computing and of transmitting the upload."""
+        charges = []
+        for (k, plan), report, share in zip(jobs, reports, self.shares(jobs, reports), strict=True):
+            device = plan.device or self.device(k, share)
+            seconds = report.time_s if report.time_s is not None else client_time(
+                device, report.flops * self.compute_factor(k), report.uplink_bits, report.downlink_bits)
+            joules = compute_energy(device, report.flops) + \
+                transmit_energy(device, transfer_time(report.uplink_bits, device.uplink_bps))
+            charges.append(Charge(device, seconds, joules, None if share is None else float(share)))
+        return charges
 
 
 def compute_noise(seed: int, time_noise: float, round_idx: int, client_id: int) -> float:
@@ -96,17 +114,8 @@ class ComputeCost(CostModel):
     def start_round(self, round_idx, client_ids):
         self.round_idx = round_idx
 
-    def charge(self, jobs, reports):
-        charges = []
-        for (k, plan), report in zip(jobs, reports, strict=True):
-            device = plan.device or self.device(k)
-            noise = compute_noise(self.seed, self.time_noise, self.round_idx, k)
-            seconds = report.time_s if report.time_s is not None else \
-                client_time(device, report.flops * noise, report.uplink_bits, report.downlink_bits)
-            joules = compute_energy(device, report.flops) + \
-                transmit_energy(device, transfer_time(report.uplink_bits, device.uplink_bps))
-            charges.append(Charge(device, seconds, joules))
-        return charges
+    def compute_factor(self, client_id):
+        return compute_noise(self.seed, self.time_noise, self.round_idx, client_id)
 
 
 class WirelessCost(CostModel):
@@ -139,8 +148,11 @@ class WirelessCost(CostModel):
         return float(self.state.cpu_hz[client_id]) * self.speed[client_id]
 
     def device(self, client_id, share=None):
-        """The client this round: its CPU, power and the uplink rate of ``share`` of the band."""
-        rate = math.inf if share is None else float(self.state.rates(np.full(self.cell.n, share))[client_id])
+        """The client this round: its CPU, power and the uplink rate of ``share`` of the band
+        (the download is free: its rate is infinite, so it costs no time)."""
+        state = self.state
+        snr = state.gain[client_id] * state.tx_power_w[client_id] / (state.noise_psd * state.bandwidth_hz)
+        rate = math.inf if share is None else float(shannon_rates(float(share), state.bandwidth_hz, snr))
         return DeviceProfile(self.devices[client_id].tier, flops_per_s=self.cpu_hz(client_id) * self.flops_per_cycle,
                              uplink_bps=rate, downlink_bps=math.inf, energy_coeff=self.cell.energy_coeff,
                              flops_per_cycle=self.flops_per_cycle, tx_power_w=float(self.state.tx_power_w[client_id]))
@@ -158,14 +170,3 @@ class WirelessCost(CostModel):
         compute_s = [r.flops / self.device(k).flops_per_s for k, r in zip(ids, reports)]
         return round_time_shares(self.state.snr[ids], self.state.bandwidth_hz,
                                  [r.uplink_bits for r in reports], compute_s)
-
-    def charge(self, jobs, reports):
-        charges = []
-        for ((k, plan), report), share in zip(zip(jobs, reports, strict=True), self.shares(jobs, reports)):
-            device = plan.device or self.device(k, float(share))
-            seconds = report.time_s if report.time_s is not None else client_time(device, report.flops,
-                                                                                report.uplink_bits, 0.0)
-            joules = compute_energy(device, report.flops) + \
-                transmit_energy(device, transfer_time(report.uplink_bits, device.uplink_bps))
-            charges.append(Charge(device, seconds, joules, float(share)))
-        return charges
