@@ -133,7 +133,7 @@ class RunConfig:
     device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
     options: dict = field(default_factory=dict, metadata={"help": "the method's own options (see 'list METHOD')"})
     given_indices: list | None = field(default=None, metadata={
-        "help": "partition 'given': one list of training-pool indices per client (Python API only)"})
+        "help": "partition 'given': one list of training-pool indices per client (Python API)"})
 
     def validate(self) -> "RunConfig":
         """Check every field's type and range, the names, the model/dataset/partition fit and
@@ -162,10 +162,11 @@ class RunConfig:
                                                     or self.bandwidth_high_mhz < self.bandwidth_mhz):
             raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be at least it")
         if (self.partition == "given") != (self.given_indices is not None):
-            raise ConfigError("partition 'given' and given_indices go together: set both or neither")
-        if self.given_indices is not None and (not isinstance(self.given_indices, (list, tuple))
-                                               or len(self.given_indices) != self.clients):
-            raise ConfigError(f"given_indices must be a list of {self.clients} index lists, one per client")
+            raise ConfigError("partition 'given' and given_indices go together: set both or none")
+        given = self.given_indices
+        if given is not None and (not isinstance(given, (list, tuple)) or len(given) != self.clients):
+            raise ConfigError(f"given_indices must be a list of {self.clients} index lists, "
+                              f"one per client")
         if self.test_fraction + self.val_fraction >= 1:
             raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
         self._check_fit(DATASET_INFO[self.dataset])

@@ -12,8 +12,8 @@ import torch
 from ..errors import ConfigError
 
 __all__ = ["iid_partition", "dirichlet_partition", "shards_partition", "quantity_skew_partition",
-           "dominant_class_partition", "missing_class_partition", "check_skew_level", "natural_partition", "given_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
-           "writer_styles", "apply_style", "class_counts"]
+           "dominant_class_partition", "missing_class_partition", "check_skew_level", "natural_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
+           "writer_styles", "apply_style", "class_counts", "given_partition"]
 
 
 def iid_partition(n_samples: int, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -192,24 +192,28 @@ def given_partition(assignment, n_samples: int, n_clients: int) -> list[np.ndarr
     Every client needs at least one sample; no index may repeat or fall outside the pool.
     """
     if assignment is None:
-        raise ConfigError("partition 'given' needs given_indices: one list of training-sample indices per client")
+        raise ConfigError("partition 'given' needs given_indices: one list of sample indices "
+                          "per client")
     if len(assignment) != n_clients:
         raise ConfigError(f"given_indices has {len(assignment)} clients, the run has {n_clients}")
     parts = []
     for k, indices in enumerate(assignment):
         part = np.asarray(indices)
         if part.ndim != 1 or not len(part) or not np.issubdtype(part.dtype, np.integer):
-            raise ConfigError(f"given_indices[{k}] must be a non-empty list of integer sample indices")
+            raise ConfigError(f"given_indices[{k}] must be a non-empty list of integer indices")
         if part.min() < 0 or part.max() >= n_samples:
-            raise ConfigError(f"given_indices[{k}] has an index outside the {n_samples} training samples")
+            raise ConfigError(f"given_indices[{k}] has an index outside the {n_samples} "
+                              f"training samples")
         parts.append(np.sort(part.astype(np.int64)))
     every = np.concatenate(parts)
     if len(np.unique(every)) != len(every):
-        raise ConfigError("given_indices deals some training sample to more than one client (or twice)")
+        raise ConfigError("given_indices deals some training sample to more than one client "
+                          "(or twice)")
     return parts
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing", "given")
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing",
+              "given")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,

@@ -56,9 +56,10 @@ class Ditto(FedAvg):
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
                                               0, 10_000, low_open=True, kind=float),
-                    "personal_start": Option("initial", "where v_k starts: initial (w^0, Alg. 1 and the authors' "
-                                             "code) or global (the first global model the client receives)",
-                                             choices=PERSONAL_STARTS)}
+                    "personal_start": Option(
+                        "initial", "where v_k starts: initial (w^0, Alg. 1 and the authors' code) "
+                        "or global (the first global model the client receives)",
+                        choices=PERSONAL_STARTS)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

@@ -44,15 +44,17 @@ class FedBABU(FedPer):
     name = "fedbabu"
     summary = "FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"
     option_specs = {**FedPer.option_specs,
-                    "finetune": Option("full", "what personalisation fine-tunes: full (body and head, the "
-                                       "paper) or head", choices=("full", "head")),
-                    "finetune_epochs": Option(5.0, "fine-tuning epochs on the client's training data", 0,
-                                              10_000),
-                    "finetune_steps": Option(None, "exactly this many fine-tuning steps (None: finetune_epochs)",
-                                             0, 1_000_000, kind=int),
-                    "finetune_momentum": Option(0.9, "SGD momentum of the fine-tuning", 0, 1, high_open=True),
-                    "finetune_when": Option("last", "fine-tune at the run's last evaluation only (last) or at "
-                                            "every evaluation (every)", choices=("last", "every"))}
+                    "finetune": Option("full", "what personalisation fine-tunes: full (body and "
+                                       "head, the paper) or head", choices=("full", "head")),
+                    "finetune_epochs": Option(5.0, "fine-tuning epochs on the client's own "
+                                              "training data", 0, 10_000),
+                    "finetune_steps": Option(None, "exactly this many fine-tuning steps (None: "
+                                             "finetune_epochs)", 0, 1_000_000, kind=int),
+                    "finetune_momentum": Option(0.9, "SGD momentum of the fine-tuning", 0, 1,
+                                                high_open=True),
+                    "finetune_when": Option("last", "fine-tune at the run's last evaluation only "
+                                            "(last) or at every evaluation (every)",
+                                            choices=("last", "every"))}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
@@ -61,8 +63,10 @@ class FedBABU(FedPer):
     def client_update(self, client, plan, generator):
         """Train only the body (the head stays at its shared random init); upload the body."""
         model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator, params=self.shared_names)
-        flops = training_flops(self.costs, result.samples, trainable={layer_of(n) for n in self.shared_names})
+        result = self.local_train(model, client, plan.local_steps, generator,
+                                  params=self.shared_names)
+        body = {layer_of(n) for n in self.shared_names}
+        flops = training_flops(self.costs, result.samples, trainable=body)
         return self.report(client, model, plan, result.loss, flops)
 
     def aggregate(self, round_idx, reports):
@@ -91,8 +95,8 @@ class FedBABU(FedPer):
         steps = self.finetune_steps(client) if self.finetune_due() else 0
         if steps:
             names = self.private_names if self.options["finetune"] == "head" else None
-            local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size, self.config.lr,
-                      seeded_generator(self.config.seed, 7, client_id),
+            local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
+                      self.config.lr, seeded_generator(self.config.seed, 7, client_id),
                       momentum=float(self.options["finetune_momentum"]),
                       weight_decay=self.config.weight_decay, params=names)
         return model

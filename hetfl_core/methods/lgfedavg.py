@@ -39,8 +39,9 @@ class LGFedAvg(FedPer):
     summary = "LG-FedAvg: private local body, shared global head (Liang et al. 2020)"
     option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",
                                           1, 1000),
-                    "fedavg_share": Option(0.8, "share of the run's rounds run as FedAvg first (the warm start "
-                                           "every client's model starts from)", 0, 1, high_open=True)}
+                    "fedavg_share": Option(0.8, "share of the run's rounds run as FedAvg first "
+                                           "(the warm start of every client's model)", 0, 1,
+                                           high_open=True)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)

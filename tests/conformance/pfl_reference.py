@@ -22,9 +22,10 @@ TOL = 1e-5
 PER_CLASS, CLASSES_PER_CLIENT = 30, 2
 
 
-def skewed_assignment(clients: int, sizes: list[int] | None = None, seed: int = 0) -> list[list[int]]:
-    """Client k holds classes 2k and 2k+1 (mod 10): ``PER_CLASS`` samples of each, or
-    ``sizes[k]`` samples in all (a fifth of them held out for testing) (split over its two classes), from digits' training pool."""
+def skewed_assignment(clients: int, sizes=None, seed: int = 0) -> list[list[int]]:
+    """Client k holds classes 2k and 2k+1 (mod 10) of digits' training pool:
+    ``PER_CLASS`` samples of each, or ``sizes[k]`` samples split over the two (a fifth of
+    them are held out for testing)."""
     labels = load_dataset("digits").y_train.numpy()
     rng = np.random.default_rng(seed)
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in range(10)}
@@ -70,9 +71,12 @@ def batch_orders(generator: torch.Generator, n: int, batch: int, steps: int) -> 
     return out
 
 
-def round_orders(config: RunConfig, round_idx: int, client: int, n: int, steps: int) -> list[torch.Tensor]:
-    """The batches client ``client`` trains on in round ``round_idx`` (the run's seeded stream)."""
-    return batch_orders(seeded_generator(config.seed, round_idx, client), n, config.batch_size, steps)
+def round_orders(config: RunConfig, round_idx: int, client: int, n: int, steps=None) -> list:
+    """The batches client ``client`` trains on in round ``round_idx`` (the run's seeded
+    stream): ``steps`` of them, one epoch by default."""
+    steps = epoch_steps(n, config.batch_size) if steps is None else steps
+    generator = seeded_generator(config.seed, round_idx, client)
+    return batch_orders(generator, n, config.batch_size, steps)
 
 
 def epoch_steps(n: int, batch: int, epochs: float = 1.0) -> int:
@@ -133,7 +137,7 @@ def assert_state_close(package_params: dict, reference: dict, names=None) -> Non
         assert diff <= TOL, f"{n} differs by {diff:.2e}"
 
 
-def assert_scores_close(row: dict, acc: float, loss: float, each: list[float], key: str = "personal") -> None:
+def assert_scores_close(row: dict, acc: float, loss: float, each, key: str = "personal") -> None:
     """The package's pooled accuracy, loss and per-client accuracies against the reference's."""
     assert abs(row[f"acc_{key}"] - acc) <= TOL and abs(row[f"loss_{key}"] - loss) <= TOL
     if key == "personal":

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, epoch_steps, global_scores,
+from .pfl_reference import (assert_scores_close, assert_state_close, build, global_scores,
                             round_orders, scores, sgd, tiny_config, weighted_mean)
 
 LAM = 0.5
@@ -25,16 +25,17 @@ def reference_ditto(sim, start, participants, weighting="n", personal_start="ini
             c = clients[k]
             v = personal.get(k, dict(start) if personal_start == "initial" else dict(w))
             mine = dict(w)
-            for batch in round_orders(config, t, k, c.n_train, epoch_steps(c.n_train, config.batch_size)):
-                v = sgd(model, v, c.x_train, c.y_train, [batch], config.lr, prox=(LAM, w))   # personal step
-                mine = sgd(model, mine, c.x_train, c.y_train, [batch], config.lr)           # global step
+            for batch in round_orders(config, t, k, c.n_train):
+                # the personal step, then the global step, on the same batch
+                v = sgd(model, v, c.x_train, c.y_train, [batch], config.lr, prox=(LAM, w))
+                mine = sgd(model, mine, c.x_train, c.y_train, [batch], config.lr)
             personal[k] = v
             uploads.append(mine)
         weights = [clients[k].n_train for k in ids] if weighting == "n" else [1.0] * len(ids)
         w = weighted_mean(uploads, weights)
         unseen = start if personal_start == "initial" else w
-        history.append((scores(model, [(personal.get(k, unseen), c.x_test, c.y_test)
-                                       for k, c in enumerate(clients)]), global_scores(model, w, sim)))
+        held = [(personal.get(k, unseen), c.x_test, c.y_test) for k, c in enumerate(clients)]
+        history.append((scores(model, held), global_scores(model, w, sim)))
     return w, personal, history
 
 
@@ -52,7 +53,8 @@ def test_ditto_matches_the_authors_alternating_steps_and_scoring():
     w, personal, history = reference_ditto(sim, start, PARTICIPANTS)
     assert_state_close(dict(sim.method.model.named_parameters()), w)
     for k in range(4):
-        assert_state_close(dict(sim.method.personal_model(k).named_parameters()), personal.get(k, start))
+        ours = dict(sim.method.personal_model(k).named_parameters())
+        assert_state_close(ours, personal.get(k, start))
     for row, (personal_scores, global_) in zip(rows, history):
         assert_scores_close(row, *personal_scores)
         assert_scores_close(row, *global_, None, key="global")
@@ -63,8 +65,8 @@ def test_unweighted_average_is_a_deviation_kept_on_purpose():
     samples uniformly and weights by n_k. With unequal clients the package matches the
     weighted reference, not the unweighted one."""
     participants = [[0, 1, 2, 3]]
-    sim, start, rows = run(tiny_config("ditto", rounds=1, sizes=[60, 100, 40, 80], options={"lam": LAM}),
-                           participants)
+    config = tiny_config("ditto", rounds=1, sizes=[60, 100, 40, 80], options={"lam": LAM})
+    sim, start, rows = run(config, participants)
     weighted, personal, history = reference_ditto(sim, start, participants)
     unweighted, _, _ = reference_ditto(sim, start, participants, weighting="count")
     ours = {n: p.detach() for n, p in sim.method.model.named_parameters()}
@@ -77,8 +79,8 @@ def test_unweighted_average_is_a_deviation_kept_on_purpose():
 def test_personal_start_option(start):
     """``personal_start="global"`` (not the default) starts v_k at the first global model the
     client receives and scores a never-visited client with the global model."""
-    sim, start_params, rows = run(tiny_config("ditto", options={"lam": LAM, "personal_start": start}),
-                                  PARTICIPANTS)
+    config = tiny_config("ditto", options={"lam": LAM, "personal_start": start})
+    sim, start_params, rows = run(config, PARTICIPANTS)
     _, personal, history = reference_ditto(sim, start_params, PARTICIPANTS, personal_start=start)
     assert_state_close(dict(sim.method.personal_model(2).named_parameters()), personal[2])
     assert_scores_close(rows[-1], *history[-1][0])

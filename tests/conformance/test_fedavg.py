@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, epoch_steps, global_scores,
+from .pfl_reference import (assert_scores_close, assert_state_close, build, global_scores,
                             round_orders, scores, sgd, tiny_config, weighted_mean)
 
 
@@ -18,7 +18,7 @@ def reference_fedavg(sim, start, rounds, participants, prox_mu=0.0):
         locals_, sizes = [], []
         for k in participants[t - 1]:
             c = sim.data.clients[k]
-            orders = round_orders(config, t, k, c.n_train, epoch_steps(c.n_train, config.batch_size))
+            orders = round_orders(config, t, k, c.n_train)
             locals_.append(sgd(model, w, c.x_train, c.y_train, orders, config.lr,
                                prox=(prox_mu, w) if prox_mu else None))
             sizes.append(c.n_train)

@@ -9,8 +9,9 @@ import copy
 from hetfl_core.engine import seeded_generator
 from hetfl_core.personalization import body_parameter_names
 
-from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build, epoch_steps,
-                            global_scores, round_orders, scores, sgd, tiny_config, weighted_mean)
+from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build,
+                            epoch_steps, global_scores, round_orders, scores, sgd, tiny_config,
+                            weighted_mean)
 
 
 def reference_fedbabu(sim, start, participants, epochs=5.0, momentum=0.9, part="full", steps=None):
@@ -23,17 +24,20 @@ def reference_fedbabu(sim, start, participants, epochs=5.0, momentum=0.9, part="
         uploads = []
         for k in ids:
             c = clients[k]
-            orders = round_orders(config, t, k, c.n_train, epoch_steps(c.n_train, config.batch_size))
+            orders = round_orders(config, t, k, c.n_train)
             uploads.append(sgd(model, w, c.x_train, c.y_train, orders, config.lr, trainable=body))
-        w = {**w, **weighted_mean([{n: u[n] for n in body} for u in uploads], [clients[k].n_train for k in ids])}
+        bodies = [{n: u[n] for n in body} for u in uploads]
+        w = {**w, **weighted_mean(bodies, [clients[k].n_train for k in ids])}
         states.append(w)
 
     def finetune(w_final, k):
         c = clients[k]
         count = steps if steps is not None else epoch_steps(c.n_train, config.batch_size, epochs)
-        batches = batch_orders(seeded_generator(config.seed, 7, k), c.n_train, config.batch_size, count)
+        stream = seeded_generator(config.seed, 7, k)
+        batches = batch_orders(stream, c.n_train, config.batch_size, count)
         names = None if part == "full" else [n for n in start if n not in body]
-        return sgd(model, w_final, c.x_train, c.y_train, batches, config.lr, trainable=names, momentum=momentum)
+        return sgd(model, w_final, c.x_train, c.y_train, batches, config.lr, trainable=names,
+                   momentum=momentum)
 
     return model, states, finetune
 
@@ -59,7 +63,8 @@ def test_fedbabu_matches_the_authors_training_and_full_fine_tune():
     tuned = {k: finetune(states[-1], k) for k in range(len(clients))}
     for k in range(len(clients)):
         assert_state_close(dict(sim.method.personal_model(k).named_parameters()), tuned[k])
-    assert_scores_close(rows[-1], *scores(model, [(tuned[k], c.x_test, c.y_test) for k, c in enumerate(clients)]))
+    held = [(tuned[k], c.x_test, c.y_test) for k, c in enumerate(clients)]
+    assert_scores_close(rows[-1], *scores(model, held))
     assert_scores_close(rows[-1], *global_scores(model, states[-1], sim), None, key="global")
 
 
@@ -68,11 +73,13 @@ def test_head_only_fine_tune_variant():
     head-only fine-tune at every evaluation (not the paper's protocol; kept as an option)."""
     options = dict(finetune="head", finetune_steps=10, finetune_momentum=0.0, finetune_when="every")
     sim, start, rows = run(tiny_config("fedbabu", options=options), PARTICIPANTS)
-    model, states, finetune = reference_fedbabu(sim, start, PARTICIPANTS, momentum=0.0, part="head", steps=10)
+    model, states, finetune = reference_fedbabu(sim, start, PARTICIPANTS, momentum=0.0, part="head",
+                                                steps=10)
     clients = sim.data.clients
     for row, w in zip(rows, states):
         tuned = [finetune(w, k) for k in range(len(clients))]
-        assert_scores_close(row, *scores(model, [(p, c.x_test, c.y_test) for p, c in zip(tuned, clients)]))
+        held = [(p, c.x_test, c.y_test) for p, c in zip(tuned, clients)]
+        assert_scores_close(row, *scores(model, held))
     body = body_parameter_names(sim.method.model)
     ours = dict(sim.method.personal_model(1).named_parameters())
     assert_state_close(ours, states[-1], names=body)             # the body stays the global one

@@ -7,7 +7,7 @@ import copy
 
 from hetfl_core.personalization import body_parameter_names
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, epoch_steps, round_orders, scores,
+from .pfl_reference import (assert_scores_close, assert_state_close, build, round_orders, scores,
                             sgd, tiny_config, weighted_mean)
 
 
@@ -16,7 +16,8 @@ def reference_split_round(sim, start, participants, shared, train):
     client's local update; the server averages the ``shared`` names weighted by n_k."""
     model = copy.deepcopy(sim.method.model)
     body = {n: start[n] for n in shared}
-    private = {k: {n: v for n, v in start.items() if n not in shared} for k in range(len(sim.data.clients))}
+    own = {n: v for n, v in start.items() if n not in shared}
+    private = {k: dict(own) for k in range(len(sim.data.clients))}
     history = []
     for t, ids in enumerate(participants, start=1):
         uploads, sizes = [], []
@@ -39,7 +40,7 @@ def test_fedper_matches_the_reference_including_a_client_that_sat_out():
     config = sim.config
 
     def train(model, params, c, t, k):
-        orders = round_orders(config, t, k, c.n_train, epoch_steps(c.n_train, config.batch_size))
+        orders = round_orders(config, t, k, c.n_train)
         return sgd(model, params, c.x_train, c.y_train, orders, config.lr)
 
     shared = body_parameter_names(sim.method.model)

@@ -6,8 +6,8 @@ from hetfl_core.personalization import body_parameter_names
 
 from hetfl_core.engine import seeded_generator
 
-from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build, epoch_steps, sgd,
-                            tiny_config)
+from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build,
+                            epoch_steps, sgd, tiny_config)
 from .test_fedper import reference_split_round
 
 
@@ -20,9 +20,10 @@ def test_fedrep_matches_the_reference_head_then_body():
     head = [n for n in start if n not in shared]
 
     def train(model, params, c, t, k):
-        stream = seeded_generator(config.seed, t, k)       # one stream: the head's epochs, then the body's
-        head_batches = batch_orders(stream, c.n_train, config.batch_size, epoch_steps(c.n_train, 16, 2.0))
-        body_batches = batch_orders(stream, c.n_train, config.batch_size, epoch_steps(c.n_train, 16))
+        stream = seeded_generator(config.seed, t, k)   # one stream: head epochs, then body
+        n, batch = c.n_train, config.batch_size
+        head_batches = batch_orders(stream, n, batch, epoch_steps(n, batch, 2.0))
+        body_batches = batch_orders(stream, n, batch, epoch_steps(n, batch))
         params = sgd(model, params, c.x_train, c.y_train, head_batches, config.lr, trainable=head)
         return sgd(model, params, c.x_train, c.y_train, body_batches, config.lr, trainable=shared)
 

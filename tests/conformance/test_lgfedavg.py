@@ -10,7 +10,7 @@ import numpy as np
 from hetfl_core.personalization import head_parameter_names
 from hetfl_core.system import dense_bits
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, epoch_steps, round_orders, scores,
+from .pfl_reference import (assert_scores_close, assert_state_close, build, round_orders, scores,
                             sgd, tiny_config, weighted_mean)
 
 
@@ -27,7 +27,7 @@ def reference_lg(sim, start, participants, fedavg_rounds, weighting="n"):
 
     def train(params, t, k):
         c = clients[k]
-        orders = round_orders(config, t, k, c.n_train, epoch_steps(c.n_train, config.batch_size))
+        orders = round_orders(config, t, k, c.n_train)
         return sgd(model, params, c.x_train, c.y_train, orders, config.lr)
 
     def average(states, ids):
@@ -38,7 +38,7 @@ def reference_lg(sim, start, participants, fedavg_rounds, weighting="n"):
         if t <= fedavg_rounds:
             w = average([train(w, t, k) for k in ids], ids)
             continue
-        if local is None:                                  # every client starts from the FedAvg model
+        if local is None:                          # every client starts from the FedAvg model
             local = {k: dict(w) for k in range(len(clients))}
         trained = {k: train(local[k], t, k) for k in ids}
         new_head = average([{n: trained[k][n] for n in head} for k in ids], ids)
@@ -57,8 +57,9 @@ def run(config, participants):
 
 
 def test_lg_fedavg_matches_the_authors_run_with_its_fedavg_warm_start():
-    participants = [[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2], [1, 2]]   # client 3 never trains under LG
-    sim, start, rows = run(tiny_config("lg-fedavg", rounds=4, options={"fedavg_share": 0.5}), participants)
+    participants = [[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2], [1, 2]]   # 3 never trains under LG
+    config = tiny_config("lg-fedavg", rounds=4, options={"fedavg_share": 0.5})
+    sim, start, rows = run(config, participants)
     assert sim.method.fedavg_rounds == 2
     local, history, _ = reference_lg(sim, start, participants, fedavg_rounds=2)
     for k in range(4):
@@ -69,7 +70,7 @@ def test_lg_fedavg_matches_the_authors_run_with_its_fedavg_warm_start():
 
 def test_the_warm_start_rounds_are_charged_as_fedavg_rounds():
     participants = [[0, 1, 2, 3]] * 3
-    sim, start, rows = run(tiny_config("lg-fedavg", rounds=3), participants)    # default share 0.8: 2 + 1
+    sim, start, rows = run(tiny_config("lg-fedavg", rounds=3), participants)   # share 0.8: 2 + 1
     fedavg_sim, _, fedavg_rows = run(tiny_config("fedavg", rounds=3), participants)
     model = sim.method.model
     every = sum(p.numel() for p in model.parameters())
@@ -100,7 +101,8 @@ def test_current_models_are_scored_not_the_best_so_far():
     """The authors report, per client, the best model so far chosen on the test set; the
     package scores each client's current model (an honest score, never above the authors')."""
     participants = [[0, 1, 2, 3]] * 4
-    sim, start, rows = run(tiny_config("lg-fedavg", rounds=4, options={"fedavg_share": 0.25}), participants)
+    config = tiny_config("lg-fedavg", rounds=4, options={"fedavg_share": 0.25})
+    sim, start, rows = run(config, participants)
     _, history, best = reference_lg(sim, start, participants, fedavg_rounds=1)
     assert np.allclose(rows[-1]["acc_clients"], history[-1][2], atol=1e-5)
     assert all(b >= a - 1e-12 for a, b in zip(rows[-1]["acc_clients"], best))

@@ -58,7 +58,8 @@ def oracle_pathological(labels, clients, per_client, rng):
     parts = [[] for _ in range(clients)]
     for c in classes:
         holders = [k for k in range(clients) if c in held[k]]
-        for k, piece in zip(holders, np.array_split(np.flatnonzero(labels == c), max(len(holders), 1))):
+        pieces = np.array_split(np.flatnonzero(labels == c), max(len(holders), 1))
+        for k, piece in zip(holders, pieces):
             parts[k] += piece.tolist()
     return [np.array(q, dtype=np.int64) for q in parts]
 
@@ -98,19 +99,21 @@ def test_dirichlet_matches_the_oracle_without_self_balancing(alpha):
     """Same classes per client and size spread as flwr-datasets' DirichletPartitioner with
     ``self_balancing=False``, averaged over seeds; its default (balancing on) gives fewer
     classes and more even sizes at small alpha."""
-    ours = [dirichlet_partition(LABELS, alpha, CLIENTS, np.random.default_rng(s)) for s in range(SEEDS)]
-    theirs = [oracle_dirichlet(LABELS, CLIENTS, alpha, np.random.default_rng(100 + s)) for s in range(SEEDS)]
+    rngs = [np.random.default_rng(s) for s in range(3 * SEEDS)]
+    ours = [dirichlet_partition(LABELS, alpha, CLIENTS, rng) for rng in rngs[:SEEDS]]
+    theirs = [oracle_dirichlet(LABELS, CLIENTS, alpha, rng) for rng in rngs[SEEDS:2 * SEEDS]]
     for parts in ours:
         assert_a_partition(parts, len(LABELS))
         assert min(map(len, parts)) >= 10
         assert sum(map(len, parts)) == len(LABELS)
-    mean_classes = [np.mean([np.mean(classes_per_client(p)) for p in side]) for side in (ours, theirs)]
+    mean_classes = [np.mean([np.mean(classes_per_client(p)) for p in side])
+                    for side in (ours, theirs)]
     mean_spread = [np.mean([size_spread(p) for p in side]) for side in (ours, theirs)]
     assert abs(mean_classes[0] - mean_classes[1]) <= 0.4, mean_classes
     assert abs(mean_spread[0] - mean_spread[1]) <= 0.08, mean_spread
     if alpha == 0.5:
-        balanced = [oracle_dirichlet(LABELS, CLIENTS, alpha, np.random.default_rng(200 + s), self_balancing=True)
-                    for s in range(SEEDS)]
+        balanced = [oracle_dirichlet(LABELS, CLIENTS, alpha, rng, self_balancing=True)
+                    for rng in rngs[2 * SEEDS:]]
         assert np.mean([size_spread(p) for p in balanced]) < mean_spread[0] - 0.05
 
 
@@ -118,8 +121,9 @@ def test_smaller_alpha_fewer_classes_on_both_sides():
     def mean_classes(partitioner):
         return [np.mean([np.mean(classes_per_client(partitioner(a, s))) for s in range(10)])
                 for a in (0.05, 0.3, 3.0, 300.0)]
-    ours = mean_classes(lambda a, s: dirichlet_partition(LABELS, a, CLIENTS, np.random.default_rng(s)))
-    theirs = mean_classes(lambda a, s: oracle_dirichlet(LABELS, CLIENTS, a, np.random.default_rng(s)))
+    rng = np.random.default_rng
+    ours = mean_classes(lambda a, s: dirichlet_partition(LABELS, a, CLIENTS, rng(s)))
+    theirs = mean_classes(lambda a, s: oracle_dirichlet(LABELS, CLIENTS, a, rng(s)))
     for side in (ours, theirs):
         assert all(x <= y for x, y in zip(side, side[1:]))
         assert side[0] < 4 and side[-1] == 10
@@ -133,7 +137,8 @@ def test_shards_is_the_pathological_partitioner(per_client):
     (holder counts within 2 of each other)."""
     for seed in range(5):
         for parts in (shards_partition(LABELS, per_client, CLIENTS, np.random.default_rng(seed)),
-                      oracle_pathological(LABELS, CLIENTS, per_client, np.random.default_rng(seed))):
+                      oracle_pathological(LABELS, CLIENTS, per_client,
+                                          np.random.default_rng(seed))):
             assert_a_partition(parts, len(LABELS))
             assert classes_per_client(parts) == [per_client] * CLIENTS
             held = [set(np.unique(LABELS[p])) for p in parts]
@@ -146,8 +151,8 @@ def test_shards_is_the_pathological_partitioner(per_client):
         return max(holders) - min(holders)
     ours = [holder_spread(shards_partition(LABELS, per_client, CLIENTS, np.random.default_rng(s)))
             for s in range(10)]
-    theirs = [holder_spread(oracle_pathological(LABELS, CLIENTS, per_client, np.random.default_rng(s)))
-              for s in range(10)]
+    theirs = [holder_spread(oracle_pathological(LABELS, CLIENTS, per_client,
+                                                np.random.default_rng(s))) for s in range(10)]
     assert max(ours) <= 2 and np.mean(ours) < np.mean(theirs)
 
 
@@ -164,11 +169,13 @@ def test_given_feeds_an_oracle_partition_to_a_run():
     config = RunConfig(dataset="digits", model="cnn", clients=5, rounds=1, partition="iid")
     labels = build_simulation(config).data.dataset.y_train.numpy()
     parts = oracle_dirichlet(labels, 5, 0.5, np.random.default_rng(7))
-    sim = build_simulation(config.replace(partition="given", given_indices=[p.tolist() for p in parts]))
+    given = [p.tolist() for p in parts]
+    sim = build_simulation(config.replace(partition="given", given_indices=given))
     for k, client in enumerate(sim.data.clients):
         assert np.array_equal(sim.data.partition_indices[k], np.sort(parts[k]))
         assert client.n_train + len(client.y_test) == len(parts[k])
-        assert sorted(client.y_train.tolist() + client.y_test.tolist()) == sorted(labels[parts[k]].tolist())
+        held = sorted(client.y_train.tolist() + client.y_test.tolist())
+        assert held == sorted(labels[parts[k]].tolist())
 
 
 @pytest.mark.parametrize("bad, message", [
