@@ -152,7 +152,8 @@ class RunConfig:
         method_cls = get_method(self.method)
         check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
-        for name, value, allowed in (("model", self.model, MODEL_INPUTS), ("partition", self.partition, PARTITIONS),
+        for name, value, allowed in (("model", self.model, MODEL_INPUTS),
+                                     ("partition", self.partition, PARTITIONS + ("given",)),
                                      ("heterogeneity", self.heterogeneity, HETEROGENEITY),
                                      ("system", "compute" if self.system is None else self.system, SYSTEMS),
                                      ("bandwidth_policy", self.bandwidth_policy, BANDWIDTH_POLICIES)):

@@ -212,15 +212,16 @@ def given_partition(assignment, n_samples: int, n_clients: int) -> list[np.ndarr
     return parts
 
 
-PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing",
-              "given")
+#: the partitioners by name (seeded); ``"given"`` (an explicit assignment, Python API only)
+#: is accepted besides them
+PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
                      alpha: float = 0.5, classes_per_client: int = 2,
                      groups: np.ndarray | None = None, given=None) -> list[np.ndarray]:
-    """Dispatch to a partitioner by name (one of :data:`PARTITIONS`); ``given`` is the
-    assignment of ``partition="given"``."""
+    """Dispatch to a partitioner by name (one of :data:`PARTITIONS`, or ``"given"`` with the
+    assignment ``given``: :func:`given_partition`)."""
     labels = np.asarray(labels)
     if partition == "given":
         return given_partition(given, len(labels), n_clients)
@@ -238,7 +239,7 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
         return dominant_class_partition(labels, alpha, n_clients, rng)
     if partition == "missing":    # alpha: the share of classes each client lacks
         return missing_class_partition(labels, alpha, n_clients, rng)
-    raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}")
+    raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}, given")
 
 
 # --------------------------------------------------------------------------- writers
