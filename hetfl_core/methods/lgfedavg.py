@@ -15,10 +15,12 @@ followed by 100 LG-FedAvg rounds (their CIFAR-10 recipe, 1200 then 200, is 0.857
 ``fedavg_share=0`` starts LG-FedAvg from the random initialisation, as earlier versions
 of this class did.
 
-Kept on purpose: the head is averaged weighted by n_k (the authors average unweighted;
-the two agree with equal client sizes), and each client is scored with its current
-model, where the authors' code reports, per client, the best model so far as selected on
-the test set (an optimistic score).
+Kept on purpose: the head (and the warm start's model) is averaged weighted by n_k (the
+authors average unweighted; the two agree with equal client sizes); the warm start ends
+with the last FedAvg model, where the authors load the FedAvg round with the best test
+accuracy; and each client is scored with its current model, where the authors' code
+reports, per client, the best model so far as selected on the test set. Both selections
+on the test set make the authors' scores optimistic.
 """
 from __future__ import annotations
 
