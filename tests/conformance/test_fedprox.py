@@ -1,9 +1,8 @@
 """FedProx against its reference semantics (Li et al. 2020, Eq. 2 and Alg. 2; PFLlib's
 PerturbedGradientDescent): each local step follows grad F_k(w) + mu (w - w_t), w_t the
 round's broadcast model, then FedAvg's weighted average."""
-from .pfl_reference import assert_scores_close, assert_state_close, scores
+from .pfl_reference import assert_scores_close, assert_state_close, scores, tiny_config
 from .test_fedavg import reference_fedavg, run_package
-from .pfl_reference import tiny_config
 
 
 def test_fedprox_matches_the_reference_with_a_strong_pull():
