@@ -67,7 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("method", help=f"the federated method; one of: {', '.join(_choices()['method'])}")
     defaults = RunConfig()
     for f in dataclasses.fields(RunConfig):
-        if f.name in ("method", "options"):
+        if f.name in ("method", "options", "given_indices"):   # Python API only
             continue
         default = getattr(defaults, f.name)
         flag = "--" + f.name.replace("_", "-")
@@ -220,7 +220,7 @@ def _run(args) -> int:
     from .experiments import cache_path, run_cached, sweep
 
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-              if f.name not in ("method", "options")}
+              if f.name not in ("method", "options", "given_indices")}
     options = dict(_parse_option(o) for o in args.option)
     config = RunConfig(method=args.method, options=options, **fields).validate()
     if args.out is not None:

@@ -81,6 +81,9 @@ class RunConfig:
     ``device`` is where models and data live (``cpu``, ``cuda``, ``cuda:N``, ``mps``,
     ``auto``; see :mod:`hetfl_core.devices`).
 
+    ``partition="given"`` deals the training pool by ``given_indices``, one list of sample
+    indices per client (one partition, made elsewhere, fed to two implementations).
+
     ``options`` holds the method's own hyperparameters (e.g. ``{"mu": 0.01}`` for FedProx);
     each method lists its options and defaults.
 
@@ -129,6 +132,8 @@ class RunConfig:
                        high_open=True)
     device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
     options: dict = field(default_factory=dict, metadata={"help": "the method's own options (see 'list METHOD')"})
+    given_indices: list | None = field(default=None, metadata={
+        "help": "partition 'given': one list of training-pool indices per client (Python API)"})
 
     def validate(self) -> "RunConfig":
         """Check every field's type and range, the names, the model/dataset/partition fit and
@@ -147,7 +152,8 @@ class RunConfig:
         method_cls = get_method(self.method)
         check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
-        for name, value, allowed in (("model", self.model, MODEL_INPUTS), ("partition", self.partition, PARTITIONS),
+        for name, value, allowed in (("model", self.model, MODEL_INPUTS),
+                                     ("partition", self.partition, PARTITIONS + ("given",)),
                                      ("heterogeneity", self.heterogeneity, HETEROGENEITY),
                                      ("system", "compute" if self.system is None else self.system, SYSTEMS),
                                      ("bandwidth_policy", self.bandwidth_policy, BANDWIDTH_POLICIES)):
@@ -156,6 +162,12 @@ class RunConfig:
         if self.bandwidth_high_mhz is not None and (self.bandwidth_mhz is None
                                                     or self.bandwidth_high_mhz < self.bandwidth_mhz):
             raise ConfigError("bandwidth_high_mhz needs bandwidth_mhz and must be at least it")
+        if (self.partition == "given") != (self.given_indices is not None):
+            raise ConfigError("partition 'given' and given_indices go together: set both or none")
+        given = self.given_indices
+        if given is not None and (not isinstance(given, (list, tuple)) or len(given) != self.clients):
+            raise ConfigError(f"given_indices must be a list of {self.clients} index lists, "
+                              f"one per client")
         if self.test_fraction + self.val_fraction >= 1:
             raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
         self._check_fit(DATASET_INFO[self.dataset])
@@ -199,8 +211,14 @@ class RunConfig:
         return dataclasses.replace(self, options=options, **changes)
 
     def to_dict(self) -> dict:
-        """Every field as a plain dict (JSON-ready)."""
-        return dataclasses.asdict(self)
+        """Every field as a plain dict (JSON-ready); ``given_indices`` only when set, so that
+        the configs that deal by name keep their keys."""
+        values = dataclasses.asdict(self)
+        if values["given_indices"] is None:
+            del values["given_indices"]
+        else:
+            values["given_indices"] = [[int(i) for i in part] for part in values["given_indices"]]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict) -> "RunConfig":

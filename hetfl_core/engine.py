@@ -148,7 +148,7 @@ def build_data(config: RunConfig) -> FederatedData:
     data = make_federated(dataset, config.partition, config.clients, config.seed, alpha=config.alpha,
                           classes_per_client=config.classes_per_client,
                           train_samples=config.train_samples, test_fraction=config.test_fraction,
-                          val_fraction=config.val_fraction)
+                          val_fraction=config.val_fraction, given=config.given_indices)
     return place_data(data, resolve_device(config.device))
 
 

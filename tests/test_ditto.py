@@ -25,7 +25,7 @@ def test_registered_with_defaults():
     assert METHODS["ditto"].defaults["lam"] == 0.1
 
 
-def test_lambda_zero_personal_is_local_training_from_the_global_start():
+def test_lambda_zero_personal_is_local_training_from_the_initial_model():
     sim, start, reports = one_round(lam=0.0)
     client = sim.data.clients[0]
     model = clone_model(start)
@@ -54,8 +54,14 @@ def test_costs_and_global_model_is_fedavg():
     single = fedavg.method.client_update(fedavg.data.clients[0], plans[0], seeded_generator(0, 1, 0))
     assert reports[0].flops == 2 * single.flops  # global and personal training
     assert all(torch.allclose(reports[0].update[k], v) for k, v in single.update.items())
-    # a client that has not taken part yet uses the global model
-    assert distance(fedavg.method.model, build_simulation(sim.config).method.personal_model(3)) == 0.0
+    # a client that has not taken part yet is scored with the initial model w^0 (Alg. 1's v_k^0)
+    partial = build_simulation(sim.config)
+    partial.round(1, clients=[0, 1], evaluate=False)
+    assert distance(start, partial.method.personal_model(3)) == 0.0
+    assert distance(partial.method.model, partial.method.personal_model(3)) > 0.0
+    later = build_simulation(sim.config.replace(options={"personal_start": "global"}))
+    later.round(1, clients=[0, 1], evaluate=False)
+    assert distance(later.method.model, later.method.personal_model(3)) == 0.0
 
 
 def test_runs_two_rounds_on_digits():

@@ -10,6 +10,7 @@ import torch
 
 from hetfl_core import RunConfig, run
 from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.errors import ConfigError
 from hetfl_core.personalization import body_parameter_names, head_parameter_names
 from hetfl_core.system import dense_bits, sparse_bits
 
@@ -72,13 +73,35 @@ def test_fedrep_trains_head_then_body_and_charges_less_than_full_training():
 
 
 def test_fedbabu_head_stays_frozen_during_training():
-    sim, before, _ = one_round("fedbabu", finetune_steps=5)
+    sim, before, _ = one_round("fedbabu", finetune="head", finetune_steps=5)
     after = sim.method.model.state_dict()
     assert torch.equal(after["classifier.weight"], before["classifier.weight"])
     assert not torch.equal(after["conv1.weight"], before["conv1.weight"])
     tuned = sim.method.personal_model(0).state_dict()
     assert not torch.equal(tuned["classifier.weight"], before["classifier.weight"])
     assert torch.equal(tuned["conv1.weight"], after["conv1.weight"])
+
+
+def test_fedbabu_fine_tunes_the_whole_network_after_the_last_round_only():
+    sim, before, _ = one_round("fedbabu")               # the run's one round is its last
+    after = sim.method.model.state_dict()
+    tuned = sim.method.personal_model(0).state_dict()
+    assert not torch.equal(tuned["classifier.weight"], after["classifier.weight"])
+    assert not torch.equal(tuned["conv1.weight"], after["conv1.weight"])
+    longer = build_simulation(sim.config.replace(rounds=2))
+    longer.round(1, clients=[0, 1, 2, 3], evaluate=False)   # not the last round: no fine-tune yet
+    untouched = longer.method.personal_model(0).state_dict()
+    assert all(torch.equal(untouched[n], v) for n, v in longer.method.model.state_dict().items())
+
+
+def test_lg_fedavg_warm_start_rounds_upload_everything():
+    config = RunConfig(method="lg-fedavg", dataset="digits", model="cnn", partition="shards", clients=4, rounds=5)
+    sim = build_simulation(config)
+    assert sim.method.fedavg_rounds == 4                # 0.8 of 5 rounds
+    sim.round(1, clients=[0, 1], evaluate=False)
+    assert all(set(r.update) == set(sim.method.model.state_dict()) for r in sim.reports)
+    with pytest.raises(ConfigError, match="fedavg_share"):
+        RunConfig(method="lg-fedavg", dataset="digits", options={"fedavg_share": 1.0}).validate()
 
 
 def test_local_only_sends_nothing_and_keeps_models_apart():

@@ -67,8 +67,12 @@ class FederatedData:
 
 def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: int, *,
                    alpha: float = 0.5, classes_per_client: int = 2, train_samples: int | None = None,
-                   test_fraction: float = 0.2, val_fraction: float = 0.0) -> FederatedData:
+                   test_fraction: float = 0.2, val_fraction: float = 0.0,
+                   given=None) -> FederatedData:
     """Deal ``dataset`` to ``n_clients`` and give each client its own train/val/test split.
+
+    ``partition="given"`` deals by ``given``: one list of indices into the training pool
+    (after ``train_samples``' subset, if any) per client.
 
     ``train_samples`` keeps a seeded random subset of the pool first (for fast runs). Each
     client's test split comes from its own share, so personalised accuracy is measured on
@@ -86,8 +90,9 @@ def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: 
     if n_clients > len(pool):
         raise ConfigError(f"{n_clients} clients but only {len(pool)} training samples: use fewer clients")
     groups = None if dataset.groups is None else dataset.groups.numpy()[pool]
-    parts = [pool[p] for p in partition_labels(labels[pool], partition, n_clients, rng, alpha=alpha,
-                                                classes_per_client=classes_per_client, groups=groups)]
+    dealt = partition_labels(labels[pool], partition, n_clients, rng, alpha=alpha,
+                             classes_per_client=classes_per_client, groups=groups, given=given)
+    parts = [pool[p] for p in dealt]
     styles = writer_styles(n_clients, seed) if partition == "writers" else None
     clients = []
     for k, part in enumerate(parts):

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 
 __all__ = ["iid_partition", "dirichlet_partition", "shards_partition", "quantity_skew_partition",
            "dominant_class_partition", "missing_class_partition", "check_skew_level", "natural_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
-           "writer_styles", "apply_style", "class_counts"]
+           "writer_styles", "apply_style", "class_counts", "given_partition"]
 
 
 def iid_partition(n_samples: int, n_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -184,14 +184,47 @@ def natural_partition(groups: np.ndarray | None, n_clients: int) -> list[np.ndar
     return [np.flatnonzero(groups == g) for g in range(n_clients)]
 
 
+def given_partition(assignment, n_samples: int, n_clients: int) -> list[np.ndarray]:
+    """An explicit client -> training-sample indices assignment, checked and sorted.
+
+    ``assignment`` holds one sequence of indices into the training pool per client (from
+    another library's partitioner, say, so that one partition feeds two implementations).
+    Every client needs at least one sample; no index may repeat or fall outside the pool.
+    """
+    if assignment is None:
+        raise ConfigError("partition 'given' needs given_indices: one list of sample indices "
+                          "per client")
+    if len(assignment) != n_clients:
+        raise ConfigError(f"given_indices has {len(assignment)} clients, the run has {n_clients}")
+    parts = []
+    for k, indices in enumerate(assignment):
+        part = np.asarray(indices)
+        if part.ndim != 1 or not len(part) or not np.issubdtype(part.dtype, np.integer):
+            raise ConfigError(f"given_indices[{k}] must be a non-empty list of integer indices")
+        if part.min() < 0 or part.max() >= n_samples:
+            raise ConfigError(f"given_indices[{k}] has an index outside the {n_samples} "
+                              f"training samples")
+        parts.append(np.sort(part.astype(np.int64)))
+    every = np.concatenate(parts)
+    if len(np.unique(every)) != len(every):
+        raise ConfigError("given_indices deals some training sample to more than one client "
+                          "(or twice)")
+    return parts
+
+
+#: the partitioners by name (seeded); ``"given"`` (an explicit assignment, Python API only)
+#: is accepted besides them
 PARTITIONS = ("iid", "dirichlet", "shards", "quantity", "natural", "writers", "dominant", "missing")
 
 
 def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np.random.Generator,
                      alpha: float = 0.5, classes_per_client: int = 2,
-                     groups: np.ndarray | None = None) -> list[np.ndarray]:
-    """Dispatch to a partitioner by name (one of :data:`PARTITIONS`)."""
+                     groups: np.ndarray | None = None, given=None) -> list[np.ndarray]:
+    """Dispatch to a partitioner by name (one of :data:`PARTITIONS`, or ``"given"`` with the
+    assignment ``given``: :func:`given_partition`)."""
     labels = np.asarray(labels)
+    if partition == "given":
+        return given_partition(given, len(labels), n_clients)
     if partition == "natural":
         return natural_partition(groups, n_clients)
     if partition in ("iid", "writers"):  # writers: IID labels, a style per client (make_federated)
@@ -206,7 +239,7 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
         return dominant_class_partition(labels, alpha, n_clients, rng)
     if partition == "missing":    # alpha: the share of classes each client lacks
         return missing_class_partition(labels, alpha, n_clients, rng)
-    raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}")
+    raise ConfigError(f"unknown partition {partition!r}; choose one of: {', '.join(PARTITIONS)}, given")
 
 
 # --------------------------------------------------------------------------- writers

@@ -1,6 +1,7 @@
 """Ditto (Li et al., 2021): a FedAvg global model and a personal model pulled towards it.
 
-Ditto's personalised objective is, for every client k, the bi-level problem
+Ditto's personalised objective (Li et al. 2021, Sec. 3.1, Eq. 2) is, for every client k,
+the bi-level problem
 
     min_{v_k}  h_k(v_k; w*) = F_k(v_k) + (lambda/2) ||v_k - w*||^2,
     s.t.       w* in argmin_w G(F_1(w), ..., F_K(w))        (G: FedAvg's objective)
@@ -10,10 +11,22 @@ client k (i) runs the global model's local update from the broadcast w^t and upl
 (FedAvg), and (ii) takes as many SGD steps on its personal model v_k with the proximal
 gradient nabla F_k(v_k) + lambda (v_k - w^t). lambda = 0 is local training, lambda ->
 infinity pins v_k to the global model. The personal model is v_k; the server never sees
-it. As in the authors' code, the personal steps use the same minibatches as the global
-ones, so the two models differ only by the pull (and by where v_k starts). The authors'
-code starts every v_k at the initial model; here a client that has not yet taken part
-starts from the global model it first receives, and is scored with it until then.
+it. Alg. 1 takes the v_k^0 as inputs; as in the authors' code, every v_k starts at the
+initial model w^0 and a client that has not taken part yet is scored with it.
+
+What the authors' code computes, and where this class differs:
+
+* Per local iteration it takes one personal step and then one global step on the **same**
+  minibatch. Here the global steps run first and the personal steps replay the same
+  minibatches. The two orders give the same numbers: the personal step reads only v_k,
+  the batch and the round's fixed w^t, and the global step never reads v_k.
+* ``personal_start="global"`` (not the default) starts v_k from the first global model
+  the client receives and scores a never-visited client with the current global model;
+  it is kept for runs that want every client's score to be a trained model from round 1.
+* Kept on purpose: the engine samples clients uniformly and averages the uploads weighted
+  by n_k; the authors sample clients with probability proportional to n_k and average
+  unweighted (the same expected aggregate). With equal client sizes and full
+  participation the two coincide.
 
 Costs: both trainings' FLOPs, the dense download and the dense upload of w. The Ditto
 paper tunes lambda per data set (the authors' code can also pick it per client from
@@ -30,6 +43,9 @@ from ..training import clone_model, local_sgd, steps_for_epochs
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
+#: where a client's personal model v_k starts (and what a never-visited client is scored with)
+PERSONAL_STARTS = ("initial", "global")
+
 
 @register
 class Ditto(FedAvg):
@@ -39,12 +55,17 @@ class Ditto(FedAvg):
     summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
-                                              0, 10_000, low_open=True, kind=float)}
+                                              0, 10_000, low_open=True, kind=float),
+                    "personal_start": Option(
+                        "initial", "where v_k starts: initial (w^0, Alg. 1 and the authors' code) "
+                        "or global (the first global model the client receives)",
+                        choices=PERSONAL_STARTS)}
 
     def __init__(self, config, data, devices):
         super().__init__(config, data, devices)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
+        self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)
 
     def personal_steps(self, client, plan: ClientPlan) -> int:
         """Steps on v_k: the global update's (Alg. 1), or ``personal_epochs`` epochs."""
@@ -54,7 +75,7 @@ class Ditto(FedAvg):
         return steps_for_epochs(client.n_train, self.config.batch_size, float(epochs))
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Alg. 1: the global update from w^t, then v_k's proximal steps on the same batches."""
+        """Alg. 1: the global update from w^t, and v_k's proximal steps on the same batches."""
         same_batches = torch.Generator().set_state(generator.get_state())
         model = clone_model(self.model)
         result = self.local_train(model, client, plan.local_steps, generator)
@@ -74,5 +95,6 @@ class Ditto(FedAvg):
                             extra={"personal_loss": mine.loss})
 
     def personal_model(self, client_id):
-        """v_k (the global model for a client that has not taken part yet)."""
-        return self.private.load_into(client_id, clone_model(self.model))
+        """v_k; before the client's first visit, its start (w^0, or the global model)."""
+        start = self.initial if self.options["personal_start"] == "initial" else self.model
+        return self.private.load_into(client_id, clone_model(start))
