@@ -88,26 +88,27 @@ def test_ledger_verdicts_come_from_the_runs():
     sync = history([0.5, 0.6], times=[10, 20])
     semi = history([0.5, 0.58], times=[5, 10])
     ledger = ch.build_ledger(results, plan, [sync], [semi], "smoke")
-    verdicts = {c.statement[:30]: c.verdict for c in ledger.claims}
+    verdicts = {c.statement[:30]: c.per_seed for c in ledger.claims}
+    assert all(c.verdict == "indicative" for c in ledger.claims)        # 1 seed: never counted
     assert len(ledger.claims) == 17 and all(c.seeds == 1 for c in ledger.claims)
-    assert verdicts["under strong label skew SRP-pF"] == "holds"     # +20 points
-    assert verdicts["SRP-pFed uploads less than Fed"] == "holds"     # 0.3x
-    assert verdicts["SRP-pFed is the most accurate "] == "holds"
-    assert verdicts["reinforced memory with cluster"] == "holds"     # RM+CL is last, highest
-    assert verdicts["with K = 2 the clients later s"] == "holds"     # 50% / 50%
-    assert verdicts["the semi-asynchronous variant "] == "holds"     # -2 points >= -5
+    assert verdicts["under strong label skew SRP-pF"] == "all"     # +20 points
+    assert verdicts["SRP-pFed uploads less than Fed"] == "all"     # 0.3x
+    assert verdicts["SRP-pFed is the most accurate "] == "all"
+    assert verdicts["reinforced memory with cluster"] == "all"     # RM+CL is last, highest
+    assert verdicts["with K = 2 the clients later s"] == "all"     # 50% / 50%
+    assert verdicts["the semi-asynchronous variant "] == "all"     # -2 points >= -5
     # at 10 s the semi-async run has 58%, the synchronous one 50%
-    assert verdicts["at equal simulated time the se"] == "holds"
+    assert verdicts["at equal simulated time the se"] == "all"
     assert ledger.claims[-1].values == [pytest.approx(8.0)]
     # Table IV and Fig. 6 (writers) and Table VI (verse topics): SRP-pFed 20 points above
-    assert verdicts["under the writers' style shift"] == "holds"
-    assert verdicts["SRP-pFed ends above FedRep"] == "holds"
-    assert verdicts["FedRep leads early"] == "fails"
+    assert verdicts["under the writers' style shift"] == "all"
+    assert verdicts["SRP-pFed ends above FedRep"] == "all"
+    assert verdicts["FedRep leads early"] == "none"
     top1 = [c for c in ledger.claims if c.statement.startswith("SRP-pFed is the most")]
     assert [c.ref for c in top1] == ["Table III", "Table IV", "Table VI"]
     # the probe at 3x the rounds: +20 points at both lengths
     assert "at 3x the rounds (seed 0): 20.0 → 20.0 points, the criterion passes at both lengths" in top1[0].why
-    assert all(c.verdict == "holds" for c in top1)
+    assert all(c.per_seed == "all" for c in top1)
     tau = [c for c in ledger.claims if c.statement.startswith("the methods' ordering")]
     assert len(tau) == 2 and all(c.values == [pytest.approx(5 / 15)] for c in tau)
 

@@ -423,7 +423,7 @@ def _claim(ledger: Ledger, *args, **kwargs):
     """``ledger.claim``, keeping the measured ``why`` only where the claim does not hold,
     and naming the number of seeds where the measured text does not."""
     claim = ledger.claim(*args, **kwargs)
-    if claim.verdict == "holds":
+    if claim.per_seed == "all" and claim.verdict in ("holds", "indicative"):
         claim.why = ""
     if "seed" not in claim.measured:
         claim.measured += f" ({claim.seeds} seed{'s' * (claim.seeds != 1)})"

@@ -18,7 +18,7 @@ from ..composition import flanc_block_count, width_blocks
 from ..config import RunConfig, by_scale
 from ..engine import build_simulation
 from ..experiments import sweep
-from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
+from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt, more_than,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
 __all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "HETEROFL_OWN_WIDTHS", "WIDTH_VARIANTS", "FULL_MODEL",
@@ -225,8 +225,8 @@ def ratio_text(values, who: str = "Heroes", other: str = "the baseline") -> str:
 
 
 def sooner(what: str) -> Criterion:
-    """Passes when a cost ratio (baseline / Heroes) exceeds 1."""
-    return Criterion(f"{what} > 1×", lambda v: v > 1)
+    """Passes when a cost ratio (baseline / Heroes) exceeds 1 (judged on the log scale)."""
+    return more_than(1, "×", what, log=True)
 
 
 def _nanmean(rows) -> np.ndarray:
@@ -265,7 +265,7 @@ def _mean_pct(values) -> str:
 def _claim(ledger: Ledger, *args, **kwargs):
     """``ledger.claim``, keeping the measured ``why`` only where the claim does not hold."""
     claim = ledger.claim(*args, **kwargs)
-    if claim.verdict == "holds":
+    if claim.per_seed == "all" and claim.verdict in ("holds", "indicative"):
         claim.why = ""
     return claim
 
@@ -469,7 +469,7 @@ def add_longer_probe(ledger: Ledger, probe: Ledger, factor: int, seed: int, seed
     longer = {(c.ref, c.statement): c for c in probe.claims}
     for c in ledger.claims:
         other = longer.get((c.ref, c.statement))
-        if c.verdict == "holds" or other is None or len(c.values) <= seed_index:
+        if c.per_seed == "all" or other is None or len(c.values) <= seed_index:
             continue
         before, after = (math.nan if v is None else float(v) for v in (c.values[seed_index], other.values[0]))
         is_ratio = "×" in c.criterion
