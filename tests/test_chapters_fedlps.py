@@ -59,7 +59,7 @@ def test_fig6_rows_report_the_iid_end():
     ch._fig6_claims(ledger, noniid, plan, stale=2.5, chain=chain)
     grows, every = ledger.claims
     assert grows.per_seed == "all" and "x=0 (the IID end)" in grows.measured
-    assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
+    assert "-4.0 at x=0" in grows.measured                     # the deficit is in the row
     assert every.per_seed == "none" and every.values == [-44.0]
     assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
     assert "10 classes: 60.0 → 50.0 → 40.0 → 29.0% (the mask -10.0" in every.why
