@@ -92,7 +92,7 @@ def test_ledger_verdicts_come_from_the_runs():
     assert all(c.verdict == "indicative" for c in ledger.claims)        # 1 seed: never counted
     assert len(ledger.claims) == 17 and all(c.seeds == 1 for c in ledger.claims)
     assert verdicts["under strong label skew SRP-pF"] == "all"     # +20 points
-    assert verdicts["SRP-pFed uploads less than Fed"] == "all"     # 0.3x
+    assert verdicts["SRP-pFed needs less communicat"] == "all"     # 90 vs 600 bits to 50%
     assert verdicts["SRP-pFed is the most accurate "] == "all"
     assert verdicts["reinforced memory with cluster"] == "all"     # RM+CL is last, highest
     assert verdicts["with K = 2 the clients later s"] == "all"     # 50% / 50%
