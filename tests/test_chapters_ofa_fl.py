@@ -136,3 +136,20 @@ def test_nesting_and_storage_rows():
     assert ofa.nesting_holds("mlp", (1, 8, 8), ofa.STRESS_R, 0)
     rows = ofa.storage_rows(1000, {"paper": ofa.PAPER_R})
     assert rows[0][0] == "paper" and rows[0][1] == "3.00" and len(rows[0]) == 5
+
+
+def test_a_collapsed_network_does_not_win_a_variance_row():
+    s = study(seeds=(0, 1, 2))
+    s.results = fake_results(s)
+    table2 = [c for c in ofa.build_ledger(s, "smoke", 10.0, 10.0, 5.0).claims
+              if c.ref == "Table 2" and "variance" in c.statement][0]
+    assert all(np.isfinite(table2.values))             # OFA-FL flat at 0.6 vs LTP: a fair win
+    for cfg in s.configs:                               # OFA-FL collapses: flat at chance
+        if cfg.method == "ofafl":
+            rows = s.results[cfg.key()]["history"]
+            for row in rows:
+                row["acc_ratios"] = [None if a is None else 0.1 for a in row["acc_ratios"]]
+    table2 = [c for c in ofa.build_ledger(s, "smoke", 10.0, 10.0, 5.0).claims
+              if c.ref == "Table 2" and "variance" in c.statement][0]
+    assert table2.values == ["inf"] * 3 and table2.per_seed == "none"
+    assert f"more than {ofa.VARIANCE_GUARD:g} points behind fails" in table2.measured
