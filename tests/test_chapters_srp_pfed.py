@@ -157,13 +157,24 @@ def test_element_weights_and_the_disjoint_halves_counterexample():
 
 def test_repaired_bound_holds_on_quadratics_and_fedavg_has_no_mask_terms():
     kw = dict(reps=2, rounds=10, dim=8)
+    terms = ("start", "mismatch", "fused", "steps", "noise")
     srp = ch.bound_check(**kw)
-    terms = ("start", "hetero", "uncovered", "fused", "steps", "noise")
     assert srp["lhs"] <= sum(srp[k] for k in terms)
-    assert srp["fused"] > 0
-    fedavg = ch.bound_check(rates=(1.0,), **kw)
-    assert fedavg["uncovered"] == 0 and fedavg["fused"] == 0
+    assert srp["fused"] > 0 and 0 < srp["mismatch"] <= srp["hetero"] + srp["uncovered"]
+    # full participation with full masks: the aggregation weights are the data shares, so
+    # the mismatch is exactly 0 (the previous bound's heterogeneity term is not)
+    fedavg = ch.bound_check(rates=(1.0,), per_round=8, **kw)
+    assert fedavg["mismatch"] < 1e-20 and fedavg["fused"] == 0 and fedavg["hetero"] > 1
     assert fedavg["lhs"] <= sum(fedavg[k] for k in terms)
+
+
+def test_drift_needs_the_fused_start_term():
+    # personal models far from the global one, coupled curvature: the per-round drift
+    # inequality holds with 2 delta and fails without it
+    far = ch.bound_check(reps=1, rounds=10, dim=8, coupled=True, spread=5.0, rates=(0.2, 0.4),
+                         noise=0.0)
+    assert far["drift_ratio"] <= 1 + 1e-9
+    assert far["drift_without_delta"] > 0.5
 
 
 def test_cluster_figure_has_at_most_three_panels_a_row_and_a_colour_bar(monkeypatch):

@@ -126,63 +126,89 @@ def uncovered_fraction(masks: np.ndarray) -> float:
 
 def bound_check(n_clients: int = 8, per_round: int = 4, dim: int = 20, local_steps: int = 5,
                 rounds: int = 60, noise: float = 0.1, reps: int = 20, seed: int = 0,
-                rates=(0.3, 0.5, 0.7, 1.0)) -> dict:
-    """Both sides of the repaired bound on quadratics f_i(w) = 1/2 sum_l h_i[l] (w[l] -
-    b_i[l])^2 (h_i in [0.2, 1], so L = max h), run with SRP-pFed's round as the library
-    does it: the smallest-|w_i| fraction p_i shared (rates drawn from ``rates``), the fused
-    start, B noisy gradient steps of size 1/(2LB) (noise sd ``noise`` per coordinate), the
-    element-wise mean. Averaged over ``reps`` runs; returns the left side ``lhs`` and the
-    right side's terms (keys ``start``, ``hetero``, ``uncovered``, ``fused``, ``steps``,
-    ``noise``) with the measured G, G_inf, L and eta."""
+                rates=(0.3, 0.5, 0.7, 1.0), coupled: bool = False, spread: float = 0.0) -> dict:
+    """Both sides of the repaired bound on quadratics f_i(w) = 1/2 (w - b_i)' A_i (w - b_i)
+    (eigenvalues in [0.2, 1], so L <= 1; ``A_i`` diagonal, or a random rotation of one when
+    ``coupled``, so that personal entries move the shared entries' gradients), run with
+    SRP-pFed's round as the library does it: the smallest-|w_i| fraction p_i shared (rates
+    drawn from ``rates``), the fused start, B noisy gradient steps of size 1/(2LB) (noise sd
+    ``noise`` per coordinate), the element-wise mean. Personal models start ``spread``
+    (sd per entry) away from the global model. Averaged over ``reps`` runs; returns the left
+    side ``lhs``, the right side's terms (``start``, ``mismatch``, ``fused``, ``steps``,
+    ``noise``), the previous bound on the mismatch (``hetero`` + ``uncovered``), and the
+    per-round drift inequality, (1/B) sum_b ||w_i^b - w_g||^2 <= 2 delta_i +
+    2 eta^2 B (B G^2 + xi^2), checked on every sampled client of every round with G the
+    largest gradient norm of that client's round: ``drift_ratio`` (largest left / right)
+    and ``drift_without_delta`` (the share of client-rounds where the left side exceeds
+    the right side without 2 delta_i)."""
     rng = np.random.default_rng(seed)
-    h = rng.uniform(0.2, 1.0, (n_clients, dim))
+    curv = np.stack([np.diag(rng.uniform(0.2, 1.0, dim)) for _ in range(n_clients)])
+    if coupled:
+        turn = [np.linalg.qr(rng.normal(size=(dim, dim)))[0] for _ in range(n_clients)]
+        curv = np.stack([u @ c @ u.T for u, c in zip(turn, curv)])
     b = rng.normal(0.0, 1.0, (n_clients, dim))
     n = rng.integers(20, 100, n_clients).astype(float)
-    q, big_l, steps = n / n.sum(), float(h.max()), local_steps
+    q, steps = n / n.sum(), local_steps
+    big_l = float(max(np.linalg.eigvalsh(c).max() for c in curv))
     eta, xi2 = 1 / (2 * big_l * steps), noise ** 2 * dim
 
-    def f(w):
-        return 0.5 * float((q[:, None] * h * (w - b) ** 2).sum())
+    def grad_i(i, w):
+        return curv[i] @ (w - b[i])
 
-    def grad_f(w):
-        return (q[:, None] * h * (w - b)).sum(0)
+    def f(w):
+        return 0.5 * float(sum(q[i] * (w - b[i]) @ grad_i(i, w) for i in range(n_clients)))
 
     def t_(x):  # the library's mask, fusion and mean take {name: tensor}
         return {"w": torch.from_numpy(x)}
 
-    w_star = (q[:, None] * h * b).sum(0) / (q[:, None] * h).sum(0)
-    sums = dict(lhs=0.0, gap=0.0, hetero=0.0, u=0.0, fused=0.0)
-    g_max = g_inf = 0.0
+    w_star = np.linalg.solve(np.einsum("i,ijk->jk", q, curv),
+                             np.einsum("i,ijk,ik->j", q, curv, b))
+    sums = dict(lhs=0.0, gap=0.0, mismatch=0.0, hetero=0.0, u=0.0, fused=0.0)
+    g_max = g_inf = drift_ratio = 0.0
+    drift_pairs = drift_violations = 0
     for rep in range(reps):
         r = np.random.default_rng([seed, rep])
         w_g = np.full(dim, 2.0)
-        local = np.tile(w_g, (n_clients, 1))
+        local = w_g + spread * r.normal(size=(n_clients, dim))
         sums["gap"] += f(w_g) - f(w_star)
         for _ in range(rounds):
-            grad = grad_f(w_g)
+            grad = sum(q[i] * grad_i(i, w_g) for i in range(n_clients))
             sums["lhs"] += float(grad @ grad)
             g_inf = max(g_inf, float(np.abs(grad).max()))
             sampled = np.sort(r.choice(n_clients, per_round, replace=False))
-            ups = []
+            ups, masks = [], []
             for i in sampled:
                 mask = update_rate_mask(t_(local[i]), float(r.choice(rates)))["w"].numpy()
-                sums["hetero"] += float(((grad - h[i] * (w_g - b[i])) ** 2).sum())
-                sums["fused"] += float((((1 - mask) * (local[i] - w_g)) ** 2).sum())
+                masks.append(mask)
+                sums["hetero"] += float(((grad - grad_i(i, w_g)) ** 2).sum())
+                delta = float((((1 - mask) * (local[i] - w_g)) ** 2).sum())
+                sums["fused"] += delta
                 w = fuse(t_(w_g), t_(local[i]), t_(mask))["w"].numpy()
+                drift, g_round = 0.0, 0.0
                 for _ in range(steps):
-                    g = h[i] * (w - b[i])
-                    g_max = max(g_max, float(np.linalg.norm(g)))
+                    drift += float(((w - w_g) ** 2).sum()) / steps
+                    g = grad_i(i, w)
+                    g_round = max(g_round, float(np.linalg.norm(g)))
                     w = w - eta * (g + noise * r.standard_normal(dim))
+                g_max = max(g_max, g_round)
+                without = 2 * eta ** 2 * steps * (steps * g_round ** 2 + xi2)
+                drift_ratio = max(drift_ratio, drift / (2 * delta + without))
+                drift_pairs, drift_violations = drift_pairs + 1, drift_violations + (drift > without)
                 local[i] = w
                 ups.append((n[i], t_(mask), t_(w)))
-            sums["u"] += uncovered_fraction(np.stack([u[1]["w"].numpy() for u in ups]))
+            a = element_weights(n[sampled], np.stack(masks))
+            gap = grad - sum(a_i * grad_i(i, w_g) for a_i, i in zip(a, sampled))
+            sums["mismatch"] += float(gap @ gap)
+            sums["u"] += uncovered_fraction(np.stack(masks))
             w_g = masked_aggregate(t_(w_g), ups)["w"].numpy()
     mean = {k: v / (reps * (1 if k == "gap" else rounds)) for k, v in sums.items()}
     return {"lhs": mean["lhs"], "start": 2 * mean["gap"] / (eta * steps * rounds),
-            "hetero": 2 * mean["hetero"], "uncovered": 2 * g_inf ** 2 * dim * mean["u"],
+            "mismatch": 2 * mean["mismatch"], "hetero": 2 * mean["hetero"],
+            "uncovered": 2 * g_inf ** 2 * dim * mean["u"],
             "fused": 4 * big_l ** 2 * mean["fused"],
             "steps": 4 * big_l ** 2 * eta ** 2 * steps * per_round * (steps * g_max ** 2 + xi2),
-            "noise": 2 * big_l * eta * per_round * xi2,
+            "noise": 2 * big_l * eta * per_round * xi2, "drift_ratio": drift_ratio,
+            "drift_without_delta": drift_violations / drift_pairs,
             "G": g_max, "G_inf": g_inf, "L": big_l, "eta": eta}
 
 
