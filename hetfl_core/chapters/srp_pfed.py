@@ -533,17 +533,28 @@ def probe_text(results: dict, plan: Plan, acc: dict) -> str:
 def _ablation_claims(ledger: Ledger, results: dict, plan: Plan) -> None:
     """Table VII over ``plan.seeds7``: RM+CL best; clustered variants above unclustered."""
     _, _, acc = ablation_table(results, plan)
-    others = np.max([acc[v] for v in ABLATION if v != "RM+CL"], axis=0)
-    margin = acc["RM+CL"] - others
-    runner = [max((v for v in ABLATION if v != "RM+CL"), key=lambda v: acc[v][i])
-              for i in range(len(plan.seeds7))]
+    # the comparator is fixed in advance: the other variant best on average (a per-seed
+    # maximum over five noisy rivals would bias the row against RM+CL)
+    runner = max((v for v in ABLATION if v != "RM+CL"), key=lambda v: float(acc[v].mean()))
+    margin = acc["RM+CL"] - acc[runner]
     ledger.claim("Table VII", "reinforced memory with clustering (RM+CL) is the best variant",
                  paper="RM+CL 73.8%, none 65.9%", values=margin,
-                 criterion=at_least(0, " points", "RM+CL − best other variant"), unit=" points",
-                 why=f"RM+CL {fmt_mean_sd(acc['RM+CL'], seeds=False)}% against "
-                     f"{', '.join(sorted(set(runner)))} at {fmt_mean_sd(others, seeds=False)}%:"
-                     " the walk fixates early on rates its first draws favour",
+                 criterion=at_least(0, " points", f"RM+CL − best other on average ({runner})"),
+                 unit=" points",
+                 why=f"RM+CL {fmt_mean_sd(acc['RM+CL'], seeds=False)}% against {runner} at "
+                     f"{fmt_mean_sd(acc[runner], seeds=False)}%; conjecture: the walk fixates "
+                     "early on rates its first draws favour",
                  section="srp_pfed-table7", headline=True)
+    for rm, rd in (("RM", "RD"), ("RM+CL", "RD+CL")):
+        lead = acc[rm] - acc[rd]
+        ledger.claim("Table VII", f"reinforced memory beats random sampling of the rate "
+                     f"({rm} vs {rd})", paper="RM above RD with and without CL",
+                     values=lead, criterion=more_than(0, " points", f"{rm} − {rd}"),
+                     unit=" points", section="srp_pfed-table7",
+                     why=f"{rm} {fmt_mean_sd(acc[rm], seeds=False)}%, {rd} "
+                         f"{fmt_mean_sd(acc[rd], seeds=False)}%; conjecture: with 4 candidate "
+                         "rates and a memory of a few rounds the walk barely departs from "
+                         "uniform sampling")
     gap = np.mean([acc[v] for v in CLUSTERED], 0) - np.mean([acc[v] for v in UNCLUSTERED], 0)
     ledger.claim("Table VII", "clustering helps: the clustered variants (CL, RD+CL, RM+CL) "
                  "beat the unclustered ones (none, RD, RM) on average",
