@@ -10,12 +10,16 @@ claim ledger every paper chapter ends with.
   turns numbers into text for people: no ``np.float64(...)``, "never" for an unreached
   target, "—" for a missing value, comparison signs computed, table cells escaped.
 * :func:`show_source` prints a library function as valid Python, without its docstring.
-* :class:`Ledger` holds a chapter's claims. Each claim carries the measured value of
-  every seed and a :class:`Criterion`; its verdict is computed from the seeds:
-  *holds* (the criterion holds on every seed), *fails* (on none), *inconclusive* (the
-  seeds disagree). :meth:`Ledger.save` writes the ledger for the book's scorecard
-  (:func:`scorecard_markdown`) and the verdict box at the top of the chapter
-  (:func:`verdict_box_markdown`).
+* :class:`Ledger` holds a chapter's claims. Each claim carries the paired value of every
+  seed (method against a pre-specified comparator) and a :class:`Criterion`; its verdict
+  is computed from the seeds by :func:`judge`: with at least 3 seeds, the one-sided 90%
+  bounds of the mean against the criterion's margin say *holds* (the near bound clears
+  it), *fails* (the far bound does not reach it) or *inconclusive*; fewer seeds are
+  *indicative*, and a claim whose seeds never reached the target on either side is
+  *untestable*; neither is counted. Claims are the paper's, this book's predictions, or
+  invariants the code enforces; only the paper's are counted. :meth:`Ledger.save` writes
+  the ledger for the book's scorecard (:func:`scorecard_markdown`) and the verdict box at
+  the top of the chapter (:func:`verdict_box_markdown`).
 """
 from __future__ import annotations
 
@@ -35,7 +39,8 @@ import numpy as np
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
            "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "more_than", "is_true", "VERDICTS", "verdict_of", "Claim", "Ledger", "ledger_dir", "load_ledgers",
+           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
+           "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
            "verdict_box_markdown", "scorecard_markdown", "probe_note"]
 
 NEVER = "never"
@@ -101,15 +106,16 @@ def ratio(baseline, method) -> np.ndarray:
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and (population) standard deviation of the finite values; ``inf`` mean if any
-    value is infinite (a seed that never reached a target), ``nan`` if none is given."""
+    """Mean and sample standard deviation (``ddof=1``; ``nan`` for one value) of the finite
+    values; ``inf`` mean if any value is infinite (a seed that never reached a target),
+    ``nan`` if none is given."""
     v = np.asarray(list(values), dtype=float)
     if v.size == 0 or np.isnan(v).all():
         return math.nan, math.nan
     if np.isinf(v).any():
         return math.inf, math.nan
     v = v[~np.isnan(v)]
-    return float(v.mean()), float(v.std())
+    return float(v.mean()), (float(v.std(ddof=1)) if v.size > 1 else math.nan)
 
 
 # -- formatting -------------------------------------------------------------------------------
@@ -146,7 +152,7 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     if n == 1 or finite.size == 1:
         text = fmt(finite[0], digits, unit, scale)
     else:
-        text = f"{fmt(finite.mean(), digits, '', scale)} ± {fmt(finite.std(), digits, '', scale)}{unit}"
+        text = f"{fmt(finite.mean(), digits, '', scale)} ± {fmt(finite.std(ddof=1), digits, '', scale)}{unit}"
     if never:
         return f"{text}; {NEVER} on {never} of {n} seeds"
     return text + tail
@@ -229,28 +235,49 @@ def show_source(*objs, docstring: bool = False) -> None:
 # -- criteria and verdicts --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Criterion:
-    """A test one seed's measured value must pass, and its text for the ledger."""
+    """A test a claim's measured values must pass, and its text for the ledger.
+
+    ``test`` judges one seed's value. A criterion that compares with a number also carries
+    it: ``bound`` and ``op`` (one of ``">="``, ``">"``, ``"<="``, ``"<"``), and ``log`` when
+    the values are ratios judged on the log scale (speed-ups, savings). The ledger then
+    judges the mean of the seeds' values against ``bound`` with a t-interval (see
+    :func:`judge`); a criterion without a bound is judged per seed (a sign test).
+    """
 
     text: str
     test: Callable[[float], bool]
+    bound: float | None = None
+    op: str | None = None
+    log: bool = False
 
     def __call__(self, value) -> bool:
         return bool(self.test(value))
+
+
+_OPS = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b,
+        "<=": lambda v, b: v <= b, "<": lambda v, b: v < b}
 
 
 def _num(bound: float, unit: str) -> str:
     return f"{bound:g}{unit}"
 
 
-def at_least(bound: float, unit: str = "", what: str = "value") -> Criterion:
-    """Passes when the value is ``>= bound`` (a value that is ``nan`` fails)."""
-    return Criterion(f"{what} ≥ {_num(bound, unit)}", lambda v: v >= bound)
+def _compared(text: str, bound: float, op: str, log: bool) -> Criterion:
+    if log and not bound > 0:
+        raise ValueError("a ratio judged on the log scale needs a positive bound")
+    return Criterion(text, lambda v: _OPS[op](v, bound), bound=float(bound), op=op, log=log)
 
 
-def at_most(bound: float, unit: str = "", what: str = "value") -> Criterion:
+def at_least(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
+    """Passes when the value is ``>= bound`` (a value that is ``nan`` fails); ``log``: the
+    values are ratios, judged on the log scale."""
+    return _compared(f"{what} ≥ {_num(bound, unit)}", bound, ">=", log)
+
+
+def at_most(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is ``<= bound`` (``inf``, a target never reached, fails unless
-    the bound is ``inf``; ``nan`` fails)."""
-    return Criterion(f"{what} ≤ {_num(bound, unit)}", lambda v: v <= bound)
+    the bound is ``inf``; ``nan`` fails); ``log``: the values are ratios."""
+    return _compared(f"{what} ≤ {_num(bound, unit)}", bound, "<=", log)
 
 
 def above_chance(chance: float, margin: float, unit: str = "", what: str = "accuracy") -> Criterion:
@@ -258,37 +285,144 @@ def above_chance(chance: float, margin: float, unit: str = "", what: str = "accu
     a claim pitted against chance must state a positive margin."""
     if not margin > 0:
         raise ValueError("a comparison with chance level needs a positive margin")
-    return Criterion(f"{what} ≥ chance {_num(chance, unit)} + {_num(margin, unit)}",
-                     lambda v: v >= chance + margin)
+    return _compared(f"{what} ≥ chance {_num(chance, unit)} + {_num(margin, unit)}",
+                     chance + margin, ">=", False)
 
 
-def more_than(bound: float, unit: str = "", what: str = "value") -> Criterion:
+def more_than(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is strictly above ``bound`` (a drop of 0 is no drop)."""
-    return Criterion(f"{what} > {_num(bound, unit)}", lambda v: v > bound)
+    return _compared(f"{what} > {_num(bound, unit)}", bound, ">", log)
 
 
 def is_true(text: str) -> Criterion:
     """For per-seed booleans computed by the chapter (e.g. "first to reach the target"):
-    ``text`` says what each seed's boolean asserts."""
+    ``text`` says what each seed's boolean asserts. Judged by a sign test (:func:`judge`)."""
     return Criterion(text, lambda v: bool(v))
 
 
+#: the verdicts the scorecard counts (claims on at least :data:`MIN_SEEDS` seeds)
 VERDICTS = ("holds", "fails", "inconclusive")
+#: verdicts shown but never counted: too few seeds, or a target neither side reached
+UNCOUNTED = ("indicative", "untestable")
+#: what a claim is: one of the paper's claims (counted), a prediction of this book's own
+#: (shown apart), or a quantity the code enforces (a check, never counted)
+KINDS = ("paper", "prediction", "invariant")
+#: the fewest paired seeds a counted verdict rests on
+MIN_SEEDS = 3
+#: the one-sided confidence of each bound of the interval
+CONFIDENCE = 0.90
 
 
-def verdict_of(passes: Sequence[bool]) -> str:
-    """*holds* if every seed passes, *fails* if none does, *inconclusive* if they disagree."""
-    passes = [bool(p) for p in passes]
-    if not passes:
-        raise ValueError("a verdict needs at least one seed")
-    if all(passes):
+@dataclass(frozen=True)
+class Judgement:
+    """What the rule concludes from a claim's per-seed values (see :func:`judge`)."""
+
+    verdict: str                            # holds / fails / inconclusive / indicative / untestable
+    method: str                             # "t-interval", "sign test", "indicative", "untestable"
+    n: int                                  # the seeds judged (censored ones left out)
+    censored: int = 0                       # seeds where neither side reached the target
+    interval: tuple[float, float] | None = None   # one-sided bounds of the mean, in value units
+    narrow: bool = False                    # holds, but within a fifth of the half-width
+
+
+def _t_quantile(n: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(CONFIDENCE, n - 1))
+
+
+def _sign_test(passes: Sequence[bool]) -> str:
+    """*holds* when so many seeds pass that it would happen by chance (each seed a fair
+    coin) with probability at most ``1 - CONFIDENCE``; *fails* likewise for the failures."""
+    from scipy.stats import binom
+
+    n, k = len(passes), int(sum(passes))
+    if binom.sf(k - 1, n, 0.5) <= 1 - CONFIDENCE:
         return "holds"
-    if not any(passes):
+    if binom.cdf(k, n, 0.5) <= 1 - CONFIDENCE:
         return "fails"
     return "inconclusive"
 
 
-_MEASURED = re.compile(r"\d")
+def judge(values: Sequence, criterion: Criterion) -> Judgement:
+    """The verdict on a claim from its per-seed values (paired differences, ratios or
+    booleans, one per seed).
+
+    * Values that are ``nan`` are censored seeds (neither side reached the target, or the
+      value is undefined) and are left out; if every seed is censored the claim is
+      *untestable*.
+    * Fewer than :data:`MIN_SEEDS` seeds left: *indicative* (shown, never counted).
+    * A criterion with a bound and finite values: the one-sided 90% t-interval of the
+      mean (sample sd, ``ddof=1``; on the log scale for ratios). *Holds* if the bound on
+      the claim's side clears the margin, *fails* if the other bound does not reach it,
+      *inconclusive* otherwise. At an effect exactly on the margin it says *holds* with
+      probability 10% whatever the number of seeds, and its power grows with them.
+    * Booleans, criteria without a bound, and values with an infinite entry (a target one
+      side never reached): a sign test on the seeds that pass, at the same 10% level (so a
+      yes/no claim needs 4 seeds, all passing, to hold).
+    """
+    raw = list(np.ravel(np.asarray(values, dtype=object)))
+    boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
+    if boolean:
+        kept = [bool(v) for v in raw]
+        censored = 0
+    else:
+        floats = np.array(raw, dtype=float)
+        kept = floats[~np.isnan(floats)]
+        censored = int(floats.size - kept.size)
+    n = len(kept)
+    if n == 0:
+        return Judgement("untestable", "untestable", 0, censored)
+    if n < MIN_SEEDS:
+        return Judgement("indicative", "indicative", n, censored)
+    if boolean or criterion.bound is None or not np.isfinite(kept).all() \
+            or (criterion.log and (kept <= 0).any()):
+        return Judgement(_sign_test([criterion(v) for v in kept]), "sign test", n, censored)
+    x = np.log(kept) if criterion.log else np.asarray(kept, float)
+    bound = math.log(criterion.bound) if criterion.log else criterion.bound
+    half = _t_quantile(n) * float(x.std(ddof=1)) / math.sqrt(n)
+    lo, hi = float(x.mean()) - half, float(x.mean()) + half
+    interval = (math.exp(lo), math.exp(hi)) if criterion.log else (lo, hi)
+    test = _OPS[criterion.op]
+    above = criterion.op in (">=", ">")
+    sure, other = (lo, hi) if above else (hi, lo)
+    if test(sure, bound):
+        verdict = "holds"
+    elif not test(other, bound):
+        verdict = "fails"
+    else:
+        verdict = "inconclusive"
+    narrow = verdict == "holds" and abs(sure - bound) < 0.2 * half
+    return Judgement(verdict, "t-interval", n, censored, interval, narrow)
+
+
+def verdict_of(passes: Sequence[bool]) -> str:
+    """The verdict from per-seed outcomes alone: *indicative* below :data:`MIN_SEEDS`
+    seeds, else the sign test of :func:`judge`."""
+    passes = [bool(p) for p in passes]
+    if not passes:
+        raise ValueError("a verdict needs at least one seed")
+    return judge(passes, is_true("passes")).verdict
+
+
+_REFERENCE = re.compile(r"\b(?:Figs?|Tables?|Eqs?|Secs?|Alg|Algorithm|Prop|Lemma|Theorem|Cor)\.?\s*"
+                        r"[\dIVXivx][\w.–-]*")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SEED_COUNT = re.compile(r"\b\d+ (?:of \d+ )?seeds?\b")
+
+
+def _numbers(text: str) -> set[str]:
+    """The numbers in ``text`` that are not part of a reference to a figure, table, ..."""
+    return {n.replace(",", "") for n in _NUMBER.findall(_REFERENCE.sub(" ", text))}
+
+
+def cites_a_diagnostic(why: str, *own: str) -> bool:
+    """Whether ``why`` cites a measured number other than the claim's own values: a number
+    that appears in none of ``own`` (the claim's measured text, the paper's value, the
+    criterion, the statement)."""
+    own = [_SEED_COUNT.sub(" ", text) for text in own]
+    mine = set().union(*(_numbers(text) for text in own)) if own else set()
+    return bool(_numbers(why) - mine)
 
 
 @dataclass
@@ -299,21 +433,30 @@ class Claim:
     statement: str                 # the claim, in a sentence
     paper: str                     # what the paper reports
     values: list                   # the measured value of each seed
-    criterion: str                 # the test each seed's value must pass, in words
+    criterion: str                 # the test the values must pass, in words
     passes: list                   # each seed's outcome
     measured: str                  # the values for people: "77.3 ± 1.2% (3 seeds)"
     why: str = ""                  # why it differs: a measured reason, or a conjecture
     section: str = ""              # the label of the chapter section with the evidence
     headline: bool = False         # shown in the verdict box at the top of the chapter
-    verdict: str = field(init=False)
+    kind: str = "paper"            # paper claim, book prediction or invariant (KINDS)
+    verdict: str = ""              # computed by Ledger.claim (judge); from passes if empty
+    method: str = ""               # how the verdict was reached
+    interval: list | None = None   # one-sided 90% bounds of the mean, in value units
+    interval_text: str = ""        # the interval for people, in the claim's unit
+    narrow: bool = False           # holds within a fifth of the interval's half-width
 
     def __post_init__(self):
-        self.verdict = verdict_of(self.passes)
+        if self.kind not in KINDS:
+            raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if not self.verdict:
+            self.verdict = verdict_of(self.passes)
         if self.verdict != "holds":
             why = self.why.strip()
             if not why:
                 self.why = "conjecture: not investigated"
-            elif not _MEASURED.search(why) and "conjecture" not in why.lower():
+            elif "conjecture" not in why.lower() and not cites_a_diagnostic(
+                    why, self.measured, self.paper, self.criterion, self.statement):
                 self.why = f"conjecture: {why}"
 
     @property
@@ -321,9 +464,23 @@ class Claim:
         return len(self.values)
 
     @property
+    def per_seed(self) -> str:
+        """``"all"``, ``"none"`` or ``"some"``: how many seeds pass the criterion on their own
+        (what a chapter needs to know when, say, it writes a "why" only for seeds that miss)."""
+        k = sum(bool(p) for p in self.passes)
+        return "all" if k == len(self.passes) else "none" if k == 0 else "some"
+
+    @property
+    def counted(self) -> bool:
+        """Whether the scorecard counts it: a paper claim with a counted verdict."""
+        return self.kind == "paper" and self.verdict in VERDICTS
+
+    @property
     def verdict_text(self) -> str:
-        """The verdict, with "(1 seed)" when it rests on one seed."""
-        return self.verdict + (" (1 seed)" if self.seeds == 1 else "")
+        """The verdict, with the seed count when it is too small to count, and "narrow"."""
+        if self.verdict == "indicative":
+            return f"indicative ({self.seeds} seed{'s' if self.seeds != 1 else ''})"
+        return self.verdict + (" (narrow)" if self.narrow else "")
 
 
 def ledger_dir() -> Path:
@@ -352,12 +509,18 @@ class Ledger:
 
     def claim(self, ref: str, statement: str, paper: str, values, criterion: Criterion,
               why: str = "", digits: int = 1, unit: str = "", scale: float = 1.0, measured: str | None = None,
-              section: str = "", headline: bool = False) -> Claim:
-        """Add a claim; its verdict comes from ``criterion`` applied to each seed's value.
+              section: str = "", headline: bool = False, kind: str = "paper") -> Claim:
+        """Add a claim; its verdict comes from :func:`judge` of its per-seed ``values``
+        against ``criterion``.
 
-        ``values`` is one number (or boolean) per seed. ``measured`` overrides the default
-        text (:func:`fmt_mean_sd` of the values) when the values are booleans or need
-        context, e.g. ``"OPT first on 3 of 3 seeds"``.
+        ``values`` is one number (or boolean) per seed: the paired value of the method
+        against a pre-specified comparator on the same seed (a difference, or a ratio for a
+        criterion with ``log=True``). ``measured`` overrides the default text
+        (:func:`fmt_mean_sd` of the values) when the values are booleans or need context,
+        e.g. ``"OPT first on 3 of 3 seeds"``. ``kind`` is ``"paper"`` (one of the paper's
+        claims, counted by the scorecard), ``"prediction"`` (this book's own expectation,
+        shown apart) or ``"invariant"`` (a quantity the code enforces: shown as a check,
+        never counted).
         """
         raw = list(np.ravel(np.asarray(values, dtype=object)))
         boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
@@ -365,31 +528,41 @@ class Ledger:
         if values.size == 0:
             raise ValueError(f"claim {statement!r} has no measured values")
         passes = [criterion(v) for v in values]
+        judgement = judge(values, criterion)
         if measured is None:
             measured = fmt_mean_sd(values, digits, unit, scale) if values.dtype != bool else \
                 f"{sum(passes)} of {len(passes)} seeds"
+        interval_text = ""
+        if judgement.interval is not None:
+            lo, hi = judgement.interval
+            interval_text = f"[{fmt(lo, digits, '', scale)}, {fmt(hi, digits, '', scale)}]{unit}"
+        if judgement.censored:
+            measured += f"; {judgement.censored} seed{'s' if judgement.censored != 1 else ''} censored"
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
-                  section, headline)
+                  section, headline, kind, judgement.verdict, judgement.method,
+                  list(judgement.interval) if judgement.interval else None, interval_text,
+                  judgement.narrow)
         self.claims.append(c)
         return c
 
-    def counts(self) -> dict[str, int]:
-        """How many claims hold, fail and are inconclusive."""
-        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+    def counts(self, kind: str = "paper") -> dict[str, int]:
+        """How many claims of ``kind`` have each verdict (counted and uncounted)."""
+        return {v: sum(c.verdict == v and c.kind == kind for c in self.claims)
+                for v in (*VERDICTS, *UNCOUNTED)}
 
     def rows(self) -> list[list[str]]:
-        """The ledger's rows: claim | paper | this book | criterion | verdict | why."""
-        return [[f"{c.ref}: {c.statement}", c.paper, c.measured, c.criterion, _bold(c.verdict_text), c.why]
+        """The ledger's rows: claim | paper | this book | interval | criterion | verdict | why."""
+        return [[f"{c.ref}: {c.statement}" + ("" if c.kind == "paper" else f" ({c.kind})"), c.paper,
+                 c.measured, c.interval_text or MISSING, c.criterion, _bold(c.verdict_text), c.why]
                 for c in self.claims]
 
-    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "criterion (each seed)", "verdict",
-              "why it differs")
+    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "90% one-sided bounds of the mean",
+              "criterion", "verdict", "why it differs")
 
     def markdown(self) -> str:
         """The ledger as one Markdown table, with the counts above it."""
-        counts = self.counts()
-        head = ", ".join(f"{counts[v]} {v}" for v in VERDICTS)
-        return f"**{len(self.claims)} claims: {head}.**\n\n" + markdown_table(self.rows(), self.HEADER)
+        return f"**{counts_sentence(self.counts(), len(self.claims))}**\n\n" + \
+            markdown_table(self.rows(), self.HEADER)
 
     def show(self) -> None:
         """Display the ledger in the notebook."""
@@ -439,56 +612,124 @@ def _ref(text: str, label: str) -> str:
     return f"{{ref}}`{text} <{label}>`"
 
 
-def _counts(ledger: dict) -> dict[str, int]:
-    return {v: sum(c["verdict"] == v for c in ledger["claims"]) for v in VERDICTS}
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:
+    """``"12 paper claims: 5 hold, 4 fail, 1 is inconclusive; 2 indicative (fewer than 3
+    seeds)"``: the counted verdicts, then the uncounted ones apart."""
+    counted = sum(counts.get(v, 0) for v in VERDICTS)
+    n_inc = counts.get("inconclusive", 0)
+    text = (f"{_plural(counted, 'counted paper claim', 'counted paper claims')}: "
+            f"{counts.get('holds', 0)} {'holds' if counts.get('holds', 0) == 1 else 'hold'}, "
+            f"{counts.get('fails', 0)} {'fails' if counts.get('fails', 0) == 1 else 'fail'}, "
+            f"{n_inc} {'is' if n_inc == 1 else 'are'} inconclusive")
+    apart = []
+    if counts.get("indicative"):
+        apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds)")
+    if counts.get("untestable"):
+        apart.append(f"{counts['untestable']} untestable (neither side reached the target)")
+    if total is not None:
+        others = total - counted - sum(counts.get(v, 0) for v in UNCOUNTED)
+        if others:
+            apart.append(f"{others} not the paper's (predictions and checks, shown apart)")
+    return text + ("; " + "; ".join(apart) if apart else "") + "."
+
+
+def _counts(ledger: dict, kind: str = "paper") -> dict[str, int]:
+    return {v: sum(c["verdict"] == v and c.get("kind", "paper") == kind for c in ledger["claims"])
+            for v in (*VERDICTS, *UNCOUNTED)}
 
 
 def _verdict_cell(claim: dict) -> str:
-    text = claim["verdict"] + (" (1 seed)" if len(claim["values"]) == 1 else "")
+    n = len(claim["values"])
+    if claim["verdict"] == "indicative":
+        text = f"indicative ({n} seed{'s' if n != 1 else ''})"
+    else:
+        text = claim["verdict"] + (" (narrow)" if claim.get("narrow") else "")
     return _bold(text)
 
 
+def _this_book(claim: dict) -> str:
+    interval = claim.get("interval_text")
+    return claim["measured"] + (f"; 90% bounds {interval}" if interval else "")
+
+
 def verdict_box_markdown(ledger: dict) -> str:
-    """The box at the top of a chapter: the counts, and each headline claim with its verdict
-    and a link to its evidence section."""
+    """The box at the top of a chapter: the counted verdicts of the paper's claims, and
+    each counted headline claim with its verdict and a link to its evidence section."""
     counts = _counts(ledger)
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
-             f"Of this chapter's {len(ledger['claims'])} claims (scale `{ledger.get('scale') or '?'}`), "
-             f"**{counts['holds']} hold**, **{counts['fails']} fail** and **{counts['inconclusive']} are "
-             "inconclusive** (the seeds disagree); the " + _ref("claim ledger", f"{ledger['chapter']}-ledger")
-             + " at the end lists them all.", ""]
-    headline = [c for c in ledger["claims"] if c.get("headline")] or ledger["claims"][:3]
+             f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
+             f"counted when it rests on at least {MIN_SEEDS} seeds: the one-sided 90% bounds of the "
+             "mean against the paper's margin. The " + _ref("claim ledger", f"{ledger['chapter']}-ledger")
+             + " at the end lists every claim.", ""]
+    counted = [c for c in ledger["claims"] if c.get("kind", "paper") == "paper" and c["verdict"] in VERDICTS]
+    headline = [c for c in counted if c.get("headline")] or counted[:3]
     for c in headline:
         where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
         lines.append(f"- **{_verdict_cell(c).strip('*')}**: {c['ref']}, {c['statement']}. "
-                     f"Paper: {c['paper']}; here: {c['measured']}.{where}")
+                     f"Paper: {c['paper']}; here: {_this_book(c)}.{where}")
     lines.append(":::")
     return "\n".join(lines)
 
 
+def _values_text(claim: dict) -> str:
+    out = []
+    for v in claim["values"]:
+        if isinstance(v, bool):
+            out.append("yes" if v else "no")
+        elif v is None:
+            out.append(MISSING)
+        elif isinstance(v, str):
+            out.append(NEVER if v == "inf" else v)
+        else:
+            out.append(f"{v:.3g}")
+    return ", ".join(out)
+
+
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
-    """The book's scorecard: counts per paper, then every claim of every chapter."""
+    """The book's scorecard: per paper, the counted verdicts (paper claims on at least
+    :data:`MIN_SEEDS` seeds), then the indicative and untestable ones apart; then every
+    claim, grouped by paper and verdict, with its criterion, per-seed values, interval and
+    a link to its evidence; the book's own predictions and the checks apart."""
     order = [c for c in (order or ledgers) if c in ledgers]
-    total = {v: 0 for v in VERDICTS}
-    count_rows, claim_rows = [], []
+    columns = (*VERDICTS, *UNCOUNTED)
+    total = {v: 0 for v in columns}
+    count_rows, sections = [], []
+    rank = {v: i for i, v in enumerate(columns)}
     for name in order:
         ledger = ledgers[name]
         counts = _counts(ledger)
-        for v in VERDICTS:
+        for v in columns:
             total[v] += counts[v]
         link = _ref(ledger["title"], f"{name}-ledger")
-        count_rows.append([link, ledger.get("scale", ""), len(ledger["claims"]),
-                           *(counts[v] for v in VERDICTS)])
-        for c in ledger["claims"]:
-            claim_rows.append([ledger["title"], f"{c['ref']}: {c['statement']}", c["paper"], c["measured"],
-                               _verdict_cell(c), c["why"]])
-    count_rows.append(["**all papers**", "", sum(total.values()), *(total[v] for v in VERDICTS)])
+        others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
+        count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
+        rows = []
+        claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
+                                                         rank.get(c["verdict"], 9)))
+        for c in claims:
+            kind = c.get("kind", "paper")
+            claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
+            if c.get("section"):
+                claim += " " + _ref("evidence", c["section"])
+            rows.append([claim, c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
+                         _verdict_cell(c)])
+        if rows:
+            sections.append(f"### {ledger['title']}\n\n" + markdown_table(
+                rows, ["claim", "criterion", "per-seed values", "90% bounds", "verdict"]))
+    count_rows.append(["**all papers**", "", *(total[v] for v in columns),
+                       sum(r[-1] for r in count_rows)])
     return ("## Counts per paper\n\n"
-            + markdown_table(count_rows, ["paper", "scale", "claims", *VERDICTS], ["l", "l", "r", "r", "r", "r"])
-            + "\n\n## Every claim\n\nEach chapter's ledger also gives the criterion every seed's value "
-            "had to pass.\n\n"
-            + markdown_table(claim_rows, ["paper", "claim", "paper reports", "this book", "verdict",
-                                          "why it differs"]))
+            f"Counted: paper claims judged on at least {MIN_SEEDS} seeds by the one-sided 90% bounds "
+            "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
+            "(neither side reached the target) claims are shown but not counted, and neither are "
+            "this book's own predictions nor the checks of what the code enforces.\n\n"
+            + markdown_table(count_rows, ["paper", "scale", *columns, "predictions and checks"],
+                             ["l", "l", *["r"] * (len(columns) + 1)])
+            + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 
 
 def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3, unit: str = " points",

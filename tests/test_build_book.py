@@ -33,12 +33,12 @@ def test_verdict_boxes_and_scorecard_come_from_the_ledgers(tmp_path, monkeypatch
     monkeypatch.setattr(build_book, "ROOT", root)
     notebooks = [root / "book" / "alpha.ipynb", root / "book" / "beta.ipynb"]
     ledger = Ledger("alpha", "Alpha", scale="smoke")
-    ledger.claim("Table I", "A beats B", "+5", [1.0, -1.0], at_least(0))
+    ledger.claim("Table I", "A beats B", "+5", [1.0, -1.0, 0.5], at_least(0))
     ledger.save(tmp_path / "ledgers")
     ledgers = load_ledgers(tmp_path / "ledgers")
     assert build_book.fill_verdicts(staging, notebooks, ledgers) == ["beta"]      # beta wrote none
     box = json.loads((staging / "book" / "alpha.ipynb").read_text())["cells"][0]["source"]
-    assert "**0 hold**, **0 fail** and **1 are inconclusive**" in box
+    assert "1 counted paper claim: 0 hold, 0 fail, 1 is inconclusive." in box
     assert build_book.write_scorecard(staging, notebooks, ledgers)
     page = (staging / "book" / "scorecard.md").read_text()
     assert page.startswith("# Scorecard\n\nintro\n") and "stale" not in page and "A beats B" in page

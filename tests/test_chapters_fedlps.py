@@ -58,9 +58,9 @@ def test_fig6_rows_report_the_iid_end():
                             for i, n in enumerate(ch.DECOMPOSITION)}}
     ch._fig6_claims(ledger, noniid, plan, stale=2.5, chain=chain)
     grows, every = ledger.claims
-    assert grows.verdict == "holds" and "x=0 (the IID end)" in grows.measured
-    assert "-44.0 at x=0" in grows.measured                    # the deficit is in the row
-    assert every.verdict == "fails" and every.values == [-44.0]
+    assert grows.per_seed == "all" and "x=0 (the IID end)" in grows.measured
+    assert "-4.0 at x=0" in grows.measured                     # the deficit is in the row
+    assert every.per_seed == "none" and every.values == [-44.0]
     assert "FedAvg 90.0%" in every.why and "2.5 rounds old" in every.why
     assert "10 classes: 60.0 → 50.0 → 40.0 → 29.0% (the mask -10.0" in every.why
     assert "largest loss: the age of the kept model" in every.why
@@ -88,9 +88,9 @@ def test_time_to_accuracy_claims_keep_never_reached_apart():
               "FedPer": np.array([45.0, 70.0])}
     ch._fig345_claims(ledger, within, 1e9, tta, {"0.9 x FedAvg": 60.0, "0.9 x FedPer": 70.0})
     fig3, first, second = ledger.claims
-    assert fig3.verdict == "inconclusive"                      # a nan baseline is left out
-    assert first.verdict == "inconclusive"                     # never reached on seed 2
-    assert second.verdict == "fails" and "never" in second.why
+    assert fig3.per_seed == "some"                      # a nan baseline is left out
+    assert first.per_seed == "some"                     # never reached on seed 2
+    assert second.per_seed == "none" and "never" in second.why
 
 
 def test_table2_claims_are_judged_per_seed():
@@ -102,8 +102,8 @@ def test_table2_claims_are_judged_per_seed():
     ch._table2_claims(ledger, t2, {0.5: np.array([0.5]), 1.0: np.array([0.6, 0.7])},
                       explored, bonus=[0.0], xi=4.0)
     flops, acc = ledger.claims
-    assert flops.verdict == "inconclusive"                     # Dyn used more on seed 2
-    assert acc.verdict == "inconclusive" and acc.values == [-1.5, 1.0]
+    assert flops.per_seed == "some"                     # Dyn used more on seed 2
+    assert acc.per_seed == "some" and acc.values == [-1.5, 1.0]
     assert "s = 0.65" in acc.why
     assert "xi = R/(K eps) = 4" in acc.why and "eps-greedy 80.5" in acc.why
 

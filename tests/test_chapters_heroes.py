@@ -94,7 +94,7 @@ def test_claims_verdicts_come_from_every_seed():
                               "lose": level([0.4, 0.4], [0.5, 0.5])}, ["heroes", *ch.BASELINES])
     ledger = Ledger("heroes", "Heroes")
     ch.claims_noniid(ledger, acc)
-    assert [c.verdict for c in ledger.claims] == ["holds", "inconclusive", "fails"]
+    assert [c.per_seed for c in ledger.claims] == ["all", "some", "none"]
     assert ledger.claims[0].why == ""
     assert "Heroes 40.0%" in ledger.claims[2].why and "conjecture" not in ledger.claims[2].why
 
@@ -120,12 +120,21 @@ def test_claims_cnn_on_hand_made_runs():
     verdict = {f"{c.ref}: {c.statement}": c for c in ledger.claims}
     assert len(ledger.claims) == 9
     sooner = verdict["Fig. 4a, 6b: Heroes reaches the target sooner than FedAvg"]
-    assert sooner.verdict == "holds" and sooner.values == [2.0, 2.0]
+    assert sooner.per_seed == "all" and sooner.values == [2.0, 2.0]
     assert verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and "
-                   "round)"].verdict == "holds"
+                   "round)"].per_seed == "all"
+    # exact device times: Heroes equalises them by construction, so the row is a check
+    assert verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and "
+                   "round)"].kind == "invariant"
+    for r in results.values():
+        r["config"]["time_noise"] = 0.3
+    noisy = Ledger("heroes", "Heroes")
+    ch.claims_cnn(noisy, results, show_round=1)
+    kinds = {c.ref: c.kind for c in noisy.claims if c.ref in ("Fig. 2", "Fig. 5a")}
+    assert kinds == {"Fig. 2": "paper", "Fig. 5a": "paper"}
     for c in ledger.claims:
-        assert c.verdict in ("holds", "fails", "inconclusive")
-        assert c.verdict == "holds" or any(d.isdigit() for d in c.why)
+        assert c.verdict == "indicative"                                 # 2 seeds
+        assert c.per_seed == "all" or any(d.isdigit() for d in c.why)
 
 
 @pytest.mark.parametrize("scale", ["smoke", "book"])

@@ -82,10 +82,10 @@ def test_dca_claims_judge_every_round():
     ledger = Ledger("t", "T")
     lp.dca_claims(ledger, [row, {**row, "max_latency_ratio": 1.2, "objective": -1.0}])
     feasible, better = ledger.claims
-    assert feasible.verdict == "inconclusive" and better.verdict == "inconclusive"
+    assert feasible.per_seed == "some" and better.per_seed == "some"
     ledger = Ledger("t", "T")
     lp.dca_claims(ledger, [row, row])
-    assert [c.verdict for c in ledger.claims] == ["holds", "holds"]
+    assert [c.per_seed for c in ledger.claims] == ["all", "all"]
 
 
 def test_fedper_targets_and_gaps():

@@ -31,14 +31,15 @@ def test_history_queries():
 
 
 def test_mean_sd_and_formatting():
-    assert report.mean_sd([1.0, 3.0]) == (2.0, 1.0)
+    assert report.mean_sd([1.0, 3.0]) == (2.0, pytest.approx(2 ** 0.5))       # sample sd, ddof=1
+    assert math.isnan(report.mean_sd([1.0])[1])
     assert report.mean_sd([1.0, math.inf])[0] == math.inf
     assert report.fmt(np.float64(0.77312), 1, "%", 100) == "77.3%"
     assert report.fmt(math.inf) == "never" and report.fmt(None) == "—" and report.fmt(math.nan) == "—"
     assert report.fmt(np.int64(12345)) == "12,345"
-    assert report.fmt_mean_sd([0.7, 0.8, 0.9], 1, "%", 100) == "80.0 ± 8.2% (3 seeds)"
+    assert report.fmt_mean_sd([0.7, 0.8, 0.9], 1, "%", 100) == "80.0 ± 10.0% (3 seeds)"
     assert report.fmt_mean_sd([5.0]) == "5.0 (1 seed)"
-    assert report.fmt_mean_sd([5.0, math.inf, 7.0]) == "6.0 ± 1.0; never on 1 of 3 seeds"
+    assert report.fmt_mean_sd([5.0, math.inf, 7.0]) == "6.0 ± 1.4; never on 1 of 3 seeds"
     assert report.fmt_mean_sd([math.inf, math.inf]) == "never (2 seeds)"
     assert "np." not in report.fmt_mean_sd(np.array([1.0, 2.0]))
     assert report.compare(0.773, 0.774, 1, "", 100) == "77.3 < 77.4"
@@ -66,31 +67,125 @@ def test_source_text_is_valid_python_without_docstrings():
     ast.parse(report.source_text(FedAvg))                   # a class, methods' docstrings removed
 
 
-@pytest.mark.parametrize("passes, verdict", [([True, True, True], "holds"), ([False, False], "fails"),
-                                             ([True, False, True], "inconclusive"), ([True], "holds")])
-def test_verdict_rule(passes, verdict):
+@pytest.mark.parametrize("passes, verdict", [
+    ([True] * 4, "holds"), ([False] * 4, "fails"), ([True, False, True], "inconclusive"),
+    ([True] * 3, "inconclusive"), ([True], "indicative"), ([False, False], "indicative"),
+    ([True] * 5 + [False], "inconclusive"), ([True] * 8 + [False], "holds")])
+def test_verdict_of_per_seed_outcomes_is_a_sign_test(passes, verdict):
+    # P(k or more of n pass | a fair coin) must be at most 10% to hold: 4 of 4 (6.25%)
+    # holds, 3 of 3 (12.5%) does not, 8 of 9 (2.0%) does, 5 of 6 (10.9%) does not
     assert report.verdict_of(passes) == verdict
 
 
-def test_ledger_verdicts_come_from_every_seed():
+def _simulated_verdicts(effect_sd: float, n: int, trials: int, seed: int) -> dict[str, float]:
+    """How often each verdict comes out for per-seed values drawn N(margin + effect, 1)."""
+    rng = np.random.default_rng(seed)
+    crit = at_least(0.0)
+    out = {"holds": 0, "fails": 0, "inconclusive": 0}
+    for values in rng.normal(effect_sd, 1.0, size=(trials, n)):
+        out[report.judge(values, crit).verdict] += 1
+    return {k: v / trials for k, v in out.items()}
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_rule_says_holds_at_most_ten_percent_of_the_time_on_the_margin(n):
+    rates = _simulated_verdicts(0.0, n, 4000, seed=n)
+    # exactly 10% in expectation; 4000 trials give a standard error of 0.5 points
+    assert rates["holds"] <= 0.115 and rates["fails"] <= 0.115
+    assert rates["holds"] >= 0.085                                   # not a rule that never holds
+
+
+def test_rule_gains_power_with_seeds_where_unanimity_loses_it():
+    power = {n: _simulated_verdicts(1.0, n, 4000, seed=10 + n)["holds"] for n in (3, 5, 10)}
+    assert power[3] < power[5] < power[10]
+    assert power[10] > 0.9
+    rng = np.random.default_rng(0)
+    unanimity = {n: float(np.mean((rng.normal(1.0, 1.0, (4000, n)) >= 0).all(1))) for n in (3, 10)}
+    assert unanimity[10] < unanimity[3]                               # the old rule, for contrast
+
+
+def test_a_one_sided_bound_uses_the_sample_sd_and_the_t_quantile():
+    from scipy.stats import t
+
+    j = report.judge([1.0, 2.0, 6.0], at_least(0.0))
+    half = t.ppf(0.9, 2) * np.std([1.0, 2.0, 6.0], ddof=1) / np.sqrt(3)
+    assert j.interval == pytest.approx((3.0 - half, 3.0 + half))
+    assert j.method == "t-interval" and j.verdict == "holds"      # 3 - 2.48 > 0
+
+
+def test_ratios_are_judged_on_the_log_scale():
+    crit = at_least(2.0, "×", "speed-up", log=True)
+    j = report.judge([1.9, 2.5, 3.0, 2.2], crit)
+    logs = np.log([1.9, 2.5, 3.0, 2.2])
+    assert j.interval[0] == pytest.approx(np.exp(logs.mean() - report._t_quantile(4)
+                                                 * logs.std(ddof=1) / 2))
+    assert report.judge([3.0, 3.1, 2.9], crit).verdict == "holds"
+    assert report.judge([1.0, 1.1, 0.9], crit).verdict == "fails"
+    with pytest.raises(ValueError):
+        at_least(0.0, log=True)
+
+
+def test_censored_seeds_are_left_out_and_all_censored_is_untestable():
+    crit = at_most(1.0)
+    assert report.judge([math.nan] * 3, crit).verdict == "untestable"
+    j = report.judge([0.5, math.nan, 0.4, 0.45], crit)
+    assert (j.n, j.censored, j.method) == (3, 1, "t-interval") and j.verdict == "holds"
+    # a target only one side reached is an infinite ratio: judged per seed (sign test)
+    j = report.judge([0.0, 0.1, 0.2, 0.1], at_most(1.0))
+    assert j.verdict == "holds"
+    assert report.judge([math.inf] * 4, at_most(1.0)).verdict == "fails"
+    assert report.judge([math.inf, 0.5, 0.5], at_most(1.0)).method == "sign test"
+
+
+def test_a_pass_close_to_the_margin_is_narrow():
+    values = [0.5, 1.5, 1.0]                     # mean 1, half-width t(0.9, 2) * 0.5 / sqrt(3)
+    half = report._t_quantile(3) * 0.5 / np.sqrt(3)
+    just = report.judge(values, at_least(1.0 - half - 0.01 * half))
+    clear = report.judge(values, at_least(0.0))
+    assert just.verdict == "holds" and just.narrow
+    assert clear.verdict == "holds" and not clear.narrow
+
+
+def test_ledger_verdicts_come_from_the_interval_of_every_seed():
     ledger = Ledger("toy", "Toy paper", scale="smoke")
-    a = ledger.claim("Table I", "A beats B", "+5 points", [2.0, 3.0, 1.0], at_least(0, " pts", "A − B"))
+    a = ledger.claim("Table I", "A beats B", "+5 points", [2.0, 3.0, 1.5], at_least(0, " pts", "A − B"),
+                     unit=" pts")
     b = ledger.claim("Table I", "A beats B by 2", "+5 points", [2.0, 3.0, 1.0], at_least(2, " pts"),
                      why="B was tuned on 3 learning rates")
-    c = ledger.claim("Fig. 2", "A is faster", "2x", [math.inf, math.inf], at_most(10.0, " s"))
+    c = ledger.claim("Fig. 2", "A is faster", "2x", [math.inf] * 4, at_most(10.0, " s"))
     d = ledger.claim("Fig. 3", "A first", "first", [True], is_true("A reaches the target first"))
-    e = ledger.claim("Fig. 4", "A converges", "yes", [1.0, 2.0], at_least(5), why="short runs")
-    assert (a.verdict, b.verdict, c.verdict, d.verdict) == ("holds", "inconclusive", "fails", "holds")
-    assert a.measured == "2.0 ± 0.8 (3 seeds)" and c.measured == "never (2 seeds)"
-    assert d.verdict_text == "holds (1 seed)" and d.measured == "1 of 1 seeds"
-    assert b.why == "B was tuned on 3 learning rates"               # cites a number: kept
+    e = ledger.claim("Fig. 4", "A converges", "yes", [1.0, 2.0, 1.5], at_least(5), why="short runs")
+    f = ledger.claim("Fig. 5", "A's masks nest", "nested", [True] * 4, is_true("nested"), kind="invariant")
+    assert (a.verdict, b.verdict, c.verdict, d.verdict, e.verdict) == \
+        ("holds", "inconclusive", "fails", "indicative", "fails")
+    assert a.measured == "2.2 ± 0.8 pts (3 seeds)" and a.interval_text.startswith("[1.")
+    assert c.measured == "never (4 seeds)"
+    assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seeds"
+    assert b.why == "B was tuned on 3 learning rates"               # cites a new number: kept
     assert e.why == "conjecture: short runs"                         # no number: labelled
     assert c.why == "conjecture: not investigated"
     assert a.why == ""
-    assert ledger.counts() == {"holds": 2, "fails": 2, "inconclusive": 1}
+    assert not f.counted and a.counted and not d.counted
+    assert ledger.counts() == {"holds": 1, "fails": 2, "inconclusive": 1, "indicative": 1,
+                               "untestable": 0}
     text = ledger.markdown()
-    assert "5 claims: 2 holds, 2 fails, 1 inconclusive" in text
-    assert "**inconclusive**" in text and "holds (1 seed)" in text
+    assert "4 counted paper claims: 1 holds, 2 fail, 1 is inconclusive; 1 indicative" in text
+    assert "1 not the paper's" in text and "(invariant)" in text
+    assert "**inconclusive**" in text and "indicative (1 seed)" in text
+
+
+def test_a_why_that_restates_the_claims_own_values_is_a_conjecture():
+    ledger = Ledger("toy", "Toy")
+    restated = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
+                            why="A is 1.5 points behind B")
+    cited = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
+                         why="B's local loss is 0.31 lower after 20 rounds (Fig. 3)")
+    figure_only = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
+                               why="see Fig. 4 and Table III")
+    assert restated.why.startswith("conjecture: ")
+    assert cited.why.startswith("B's local loss")
+    assert figure_only.why.startswith("conjecture: ")
+    assert report.cites_a_diagnostic("at 3x the rounds: -5.0 → -2.0", "-5.0 points")
 
 
 def test_chance_level_needs_a_margin():
@@ -99,29 +194,37 @@ def test_chance_level_needs_a_margin():
     crit = above_chance(10.0, 5.0, "%")
     assert crit.text == "accuracy ≥ chance 10% + 5%"
     assert not crit(14.9) and crit(15.0)
+    assert crit.bound == 15.0 and crit.op == ">="
     ledger = Ledger("toy", "Toy")
-    assert ledger.claim("Fig. 1", "the smallest net learns", "yes", [20.7, 12.0], crit).verdict == "inconclusive"
+    assert ledger.claim("Fig. 1", "the smallest net learns", "yes", [20.7, 12.0, 14.0],
+                        crit).verdict == "inconclusive"
 
 
 def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     one = Ledger("alpha", "Alpha", scale="smoke")
-    one.claim("Table I", "A beats B", "+5", [1.0, 2.0], at_least(0), section="alpha-table1", headline=True)
-    one.claim("Fig. 2", "A is fast", "2x", [math.inf], at_most(1.0))
+    one.claim("Table I", "A beats B", "+5", [1.0, 2.0, 1.5], at_least(0), section="alpha-table1",
+              headline=True)
+    one.claim("Fig. 2", "A is fast", "2x", [math.inf] * 4, at_most(1.0))
+    one.claim("Fig. 3", "A is small", "1 MB", [0.5], at_most(1.0))
     two = Ledger("beta", "Beta", scale="smoke")
-    two.claim("Eq. 3", "a | b", "x", [0.0], at_least(1), why="the bound is loose by 3x")
+    two.claim("Eq. 3", "a | b", "x", [0.0, 0.1, -0.1], at_least(1), why="the bound is loose by 3x")
+    two.claim("Fig. 9", "our guess", "—", [1.0, 2.0, 3.0], at_least(0), kind="prediction")
     one.save(tmp_path)
     two.save(tmp_path)
     saved = json.loads((tmp_path / "alpha.json").read_text())
-    assert saved["claims"][1]["values"] == ["inf"]
+    assert saved["claims"][1]["values"] == ["inf"] * 4
     ledgers = report.load_ledgers(tmp_path)
     box = report.verdict_box_markdown(ledgers["alpha"])
-    assert "**1 hold**, **1 fail** and **0 are inconclusive**" in box
+    assert "2 counted paper claims: 1 holds, 1 fails, 0 are inconclusive; 1 indicative" in box
     assert "{ref}`Evidence <alpha-table1>`" in box and "A is fast" not in box    # headline claims only
+    assert "A is small" not in box                                                # never uncounted ones
     card = report.scorecard_markdown(ledgers, ["beta", "alpha"])
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
-    assert "| **all papers** |  | 3 | 1 | 2 | 0 |" in card
-    assert r"a \| b" in card
+    assert "| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 |" in card
+    assert r"a \| b" in card and "{ref}`evidence <alpha-table1>`" in card
+    assert "our guess (prediction)" in card
+    assert "inf" not in card.split("A is fast")[1].split("\n")[0].replace("info", "")
 
 
 def test_ratio_keeps_never_reached_apart_and_more_than_is_strict():

@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from .. import masks, plots, submodel
 from ..config import RunConfig
 from ..methods import METHODS
-from ..report import final, fmt, fmt_mean_sd, per_seed, verdict_of
+from ..report import at_least, final, fmt, fmt_mean_sd, judge, per_seed
 
 __all__ = ["FAMILIES", "SPLITS", "CLAIM_RUNS", "family_methods", "plot_width_coverage",
            "plot_pruning_densities", "run_grid", "pick", "plot_split",
@@ -143,9 +143,10 @@ def seed_differences(results: dict, split: str, a: str, b: str, y: str, seeds) -
 
 
 def ordering_lines(results: dict, seeds) -> list[str]:
-    """The two orderings of the baselines' papers, each judged on every seed: FedRolex at
-    least as accurate as HeteroFL (global, Dirichlet); FedPer and FedRep above FedAvg
-    (personalised, two classes per client)."""
+    """The two orderings of the baselines' papers, each judged on the per-seed gaps by the
+    ledger's rule (:func:`hetfl_core.report.judge`): FedRolex at least as accurate as
+    HeteroFL (global, Dirichlet); FedPer and FedRep above FedAvg (personalised, two classes
+    per client)."""
     checks = [("dirichlet(0.5)", "fedrolex", "heterofl", "acc_global"),
               ("shards(2)", "fedper", "fedavg", "acc_personal"),
               ("shards(2)", "fedrep", "fedavg", "acc_personal")]
@@ -155,7 +156,7 @@ def ordering_lines(results: dict, seeds) -> list[str]:
         passes = gap >= 0
         lines.append(f"{split}, {y}: {a} - {b} = {fmt_mean_sd(gap, unit=' points')}; "
                      f"{a} >= {b} on {int(passes.sum())} of {len(gap)} seeds "
-                     f"({verdict_of(passes)}{', one seed' if len(gap) == 1 else ''})")
+                     f"({judge(gap, at_least(0)).verdict})")
     return lines
 
 

@@ -18,7 +18,7 @@ from ..composition import flanc_block_count, width_blocks
 from ..config import RunConfig, by_scale
 from ..engine import build_simulation
 from ..experiments import sweep
-from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt,
+from ..report import (Criterion, Ledger, at_least, at_most, first_reach, fmt, more_than,
                       fmt_mean_sd, per_seed, ratio, row_value, value_at)
 
 __all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "HETEROFL_OWN_WIDTHS", "WIDTH_VARIANTS", "FULL_MODEL",
@@ -225,8 +225,8 @@ def ratio_text(values, who: str = "Heroes", other: str = "the baseline") -> str:
 
 
 def sooner(what: str) -> Criterion:
-    """Passes when a cost ratio (baseline / Heroes) exceeds 1."""
-    return Criterion(f"{what} > 1×", lambda v: v > 1)
+    """Passes when a cost ratio (baseline / Heroes) exceeds 1 (judged on the log scale)."""
+    return more_than(1, "×", what, log=True)
 
 
 def _nanmean(rows) -> np.ndarray:
@@ -265,7 +265,7 @@ def _mean_pct(values) -> str:
 def _claim(ledger: Ledger, *args, **kwargs):
     """``ledger.claim``, keeping the measured ``why`` only where the claim does not hold."""
     claim = ledger.claim(*args, **kwargs)
-    if claim.verdict == "holds":
+    if claim.per_seed == "all" and claim.verdict in ("holds", "indicative"):
         claim.why = ""
     return claim
 
@@ -310,12 +310,17 @@ def claims_cnn(ledger: Ledger, results: dict, show_round: int, theta: float = 0.
            unit=" points", section="heroes-table1", headline=True,
            why=f"mean over the budgets: ENC-fixed − best of MP, NC = {fmt(gaps.mean())} points "
                f"(budgets: {', '.join(columns)})")
+    # under exact device times Heroes' controller equalises completion times by construction
+    # (Alg. 1 l. 6-11 picks tau from the known speeds), so its waiting rows test the code,
+    # not the paper: they count as the paper's claims only where the times are noisy
+    noise = runs(results, "heroes")[0]["config"].get("time_noise") or 0.0
+    waiting_kind = "paper" if noise > 0 else "invariant"
     idle = {n: per_seed(runs(results, n), idle_share, show_round) for n in ("fedavg", "heroes")}
     _claim(ledger, "Fig. 2", "adaptive local updates shorten the fastest client's idle share "
            f"of a round (round {show_round})", paper="about 70% idle under identical τ",
            values=100 * (idle["heroes"] - idle["fedavg"]),
            criterion=at_most(0, " points", "Heroes − FedAvg idle share"), unit=" points",
-           section="heroes-fig2",
+           section="heroes-fig2", kind=waiting_kind,
            why=f"idle share: Heroes {_mean_pct(idle['heroes'])}, "
                f"FedAvg {_mean_pct(idle['fedavg'])}")
     wait = {n: per_seed(runs(results, n), waiting_per_round) for n in names}
@@ -323,7 +328,7 @@ def claims_cnn(ledger: Ledger, results: dict, show_round: int, theta: float = 0.
     _claim(ledger, "Fig. 5a", "Heroes waits least of all methods (Eq. 20, per client and round)",
            paper="2.86 s vs 5.96–15.37 s", values=ratio(least_other, wait["heroes"]),
            criterion=sooner("least other waiting / Heroes waiting"), digits=2, unit="×",
-           section="heroes-fig4a", headline=True,
+           section="heroes-fig4a", headline=True, kind=waiting_kind,
            why="waiting (s): " + ", ".join(f"{LABELS[n]} {fmt(wait[n].mean(), 2)}" for n in names))
     _claims_costs(ledger, results, target, ("fedavg", "heterofl"))
     gap = gap_to_best(acc, "heroes", BASELINES)
@@ -469,7 +474,7 @@ def add_longer_probe(ledger: Ledger, probe: Ledger, factor: int, seed: int, seed
     longer = {(c.ref, c.statement): c for c in probe.claims}
     for c in ledger.claims:
         other = longer.get((c.ref, c.statement))
-        if c.verdict == "holds" or other is None or len(c.values) <= seed_index:
+        if c.per_seed == "all" or other is None or len(c.values) <= seed_index:
             continue
         before, after = (math.nan if v is None else float(v) for v in (c.values[seed_index], other.values[0]))
         is_ratio = "×" in c.criterion

@@ -741,12 +741,14 @@ def image_claims(ledger: Ledger, runs: Runs, cases, targets: dict,
               for w in ("gap", "ratio")}
     x2 = {c: targets[c][0.9] for c in cases}
     need = min(3, len(cases))
-    seeds, won = cases_won(runs, cases, "OPT", BASELINES, x2.get, 0.8)
+    # the paper's Table IV reports 38-57% less latency than the best baseline: the row
+    # tests at least 30% less (0.7x), the bound the paper's range clears in every case
+    seeds, won = cases_won(runs, cases, "OPT", BASELINES, x2.get, 0.7)
     best = {c: min(BASELINES, key=lambda m: cost_to(runs.one(c, m, seeds[0]), x2[c]))
             for c in cases}
     pair = {c: (cost_to(runs.one(c, "OPT", seeds[0]), x2[c]),
                 cost_to(runs.one(c, best[c], seeds[0]), x2[c])) for c in cases}
-    ledger.claim("Table IV", f"OPT reaches X2 with ≥ 20% less latency than the best of "
+    ledger.claim("Table IV", f"OPT reaches X2 with ≥ 30% less latency than the best of "
                  f"FedAvg, FedPer and LG-FedAvg in ≥ {need} of {len(cases)} cases",
                  paper="38–57% less latency", values=won,
                  criterion=at_least(need, what="cases won"),
@@ -839,9 +841,9 @@ def resnet_claims(ledger: Ledger, runs: Runs, cases, targets: dict, head_share: 
                        "the ResNet's weights, so its uploads are tiny",
                  section="lightweight_pfl-resnet")
     gap = _gaps(runs, cases, "OPT", "FedPer", s_p)
-    ledger.claim("Figs. 4–5", "ResNet: OPT's final accuracy is within 2 points of FedPer's "
-                 "(same rounds)", paper="highest accuracy", values=gap, unit=" points",
-                 criterion=at_least(-2, " points", "worst case OPT − FedPer"),
+    ledger.claim("Figs. 4–5", "ResNet: OPT's final accuracy is at least FedPer's (same "
+                 "rounds)", paper="highest accuracy", values=gap, unit=" points",
+                 criterion=at_least(0, " points", "worst case OPT − FedPer"),
                  why=f"worst case OPT − FedPer: {fmt(gap.mean(), 1)} points",
                  section="lightweight_pfl-resnet")
     s_a = runs.shared_seeds(cases, ["OPT", "FedAvg"])
@@ -874,11 +876,14 @@ def ablation_claims(ledger: Ledger, runs: Runs, target: float) -> None:
                  section="lightweight_pfl-fig10")
     fin = {m: np.array([final_pct(runs.one(case, m, s)) for s in seeds])
            for m in ["OPT", *FIXED_PAIRS]}
-    gap = fin["OPT"] - np.max([fin[m] for m in FIXED_PAIRS], axis=0)
-    ledger.claim("Fig. 10", "OPT's final accuracy is within 1 point of the best fixed "
-                 "(k, r) (α = 0.1)", paper="OPT best overall", values=gap, unit=" points",
-                 criterion=at_least(-1, " points", "OPT − best fixed"),
-                 why=f"OPT − best fixed: {fmt(gap.mean(), 1)} points",
+    # the comparator is fixed in advance (the pair best on average), not the best pair of
+    # each seed, whose maximum over noisy values would bias the row against OPT
+    top = max(FIXED_PAIRS, key=lambda m: float(np.mean(fin[m])))
+    gap = fin["OPT"] - fin[top]
+    ledger.claim("Fig. 10", "OPT's final accuracy is at least the best fixed (k, r)'s "
+                 "(α = 0.1)", paper="OPT best overall", values=gap, unit=" points",
+                 criterion=at_least(0, " points", f"OPT − best fixed on average ({top})"),
+                 why=f"OPT − {top}: {fmt(gap.mean(), 1)} points",
                  section="lightweight_pfl-fig10")
     ratio = [_ratio(o, e) for o, e in zip(lat["OPT"], lat["OPT, equal shares"])]
     ledger.claim("Figs. 9–10", "Optimised bandwidth shares reach X2 (α = 0.1) ≥ 5% sooner "
@@ -992,7 +997,7 @@ def text_claims(ledger: Ledger, runs: Runs, alphas, majority: dict) -> None:
                  criterion=above_chance(0, 2, " points", "worst OPT − majority label"),
                  why="OPT − majority label: " + _per_case(
                      {f"α={a}": v for a, v in margin.items()}, 1, " points"),
-                 section="lightweight_pfl-text")
+                 section="lightweight_pfl-text", kind="prediction")
 
 
 def dca_claims(ledger: Ledger, rows: list) -> None:
@@ -1008,7 +1013,7 @@ def dca_claims(ledger: Ledger, rows: list) -> None:
                           f"{fmt(max(r['max_latency_ratio'] for r in rows), 6)}, largest "
                           f"Σ l {fmt(max(r['share_sum'] for r in rows), 4)}",
                  why=f"largest objective rise {max(r['largest_rise'] for r in rows):.2g}",
-                 section="lightweight_pfl-dca", headline=True)
+                 section="lightweight_pfl-dca", kind="invariant")
     diff = [r["objective"] - r["uniform"] for r in rows]
     ledger.claim("Alg. 2", "DCA's objective (31a) is no worse than the best equal-share "
                  "allocation's (to the solver's tolerance)",

@@ -357,6 +357,11 @@ def lead_above_chance(ours, theirs, chance: float, margin: float, who: str, riva
     return passes, crit, measured, why
 
 
+#: points by which a method's mean accuracy across ratios may trail the best other's on a
+#: seed before its lower variance stops counting as a win (a collapsed network is flat)
+VARIANCE_GUARD = 5.0
+
+
 def stretch_note(base, stretched, criterion: Criterion, seeds, unit: str = " points",
                  higher_is_better: bool = True) -> str:
     """:func:`hetfl_core.report.probe_note` at this chapter's ``STRETCH`` and ``STAYS_WITHIN``."""
@@ -386,6 +391,14 @@ def _gap_claim(led: Ledger, study: Study, grid: str, ref: str, statement: str, p
     gap = _gap(study, grid, a, others, key, reading, best)
     values = {m: study.seed_values(grid, m, key, reading=reading) for m in [a, *others]}
     means = ", ".join(f"{LABEL[m]} {fmt_mean_sd(v, digits, seeds=False)}" for m, v in values.items())
+    if key == "var":
+        # a low variance across ratios is no win if it comes from a collapsed network: a
+        # seed where ``a``'s mean accuracy trails the best other's by more than the guard
+        # fails the row (its value becomes +inf, judged by the sign test)
+        behind = -_gap(study, grid, a, others, "mean", reading, max)
+        gap = np.where(behind > VARIANCE_GUARD, np.inf, gap)
+        means += (f"; mean accuracy {fmt_mean_sd(-behind, 1, ' points', seeds=False)} against "
+                  f"the best other (a seed more than {VARIANCE_GUARD:g} points behind fails)")
     passes = [criterion(v) for v in gap]
     why = ""
     if not all(passes):
@@ -406,7 +419,7 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
     led.claim("Fig. 1", "one stored model serves every ratio: the masks are nested",
               "by design", nested, is_true("masks nested; levels give back every mask"),
               measured=f"nested on {sum(nested)} of {n} initialisations",
-              section="ofa_fl-nested")
+              section="ofa_fl-nested", kind="invariant")
     for reading, ref in (("max", "Fig. 2a"), ("final", "Fig. 2b")):
         _gap_claim(led, study, "fig2", ref, "lower variance across ratios than LTP "
                    f"({READINGS[reading]}, stress MLP)", "lowest variance", "ofafl", ["ltp"],
@@ -417,7 +430,7 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
         passes, crit, measured, why = lead_above_chance(ours, theirs, chance, margin, "OFA-FL", "LTP")
         led.claim(ref, f"smallest sub-network (r={STRESS_R[-1]}, {what}): OFA-FL beats LTP "
                   "and learns", "implied", passes, crit, measured=measured, why=why,
-                  section=f"ofa_fl-{grid}", headline=grid == "fig2")
+                  section=f"ofa_fl-{grid}", kind="prediction")
     for grid, ratios, lgrid, cc, where in (("fig2", STRESS_R, "fig2", chance, "stress MLP"),
                                            ("table1-P", PAPER_R, "scope", chance_cifar, "stand-in")):
         for m in ("ltp", "ofa-oneshot"):
@@ -490,7 +503,7 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
     first = d[:, 0] - d[:, 1:].max(1)
     led.claim("Fig. 4", "the first pruning causes the largest drop of a_1.0", "sawtooth",
               first, at_least(0, " points", "first drop − largest later drop"),
-              unit=" points", section="ofa_fl-fig4",
+              unit=" points", section="ofa_fl-fig4", kind="prediction",
               why=f"drops at rounds {rounds} (mean over seeds): "
                   f"{', '.join(fmt(x) for x in d.mean(0))} points, each read after the "
                   "pruning round's own training")

@@ -251,9 +251,11 @@ class SparsePrunePFL(FedPer):
     def record_warmup(self, reports) -> None:
         """Keep a warm-up round's measurements; after the last, set theta1 / theta2 from them.
 
-        Under the corrected Theorem 1, theta1 = 2 L1 M / (eta T) and theta2 = 2 G^2 / T
-        (the paper's theta2 under (31a) is (3 - L2 eta) G^2 / T; the Psi_2 step that gives it
-        needs eta >= 3 / L2, see the chapter), so theta1 / theta2 = L1 M / (eta G^2). The
+        Under the corrected Theorem 1, theta1 = 2 L1 M / (eta T) and
+        theta2 = min(2, 3 - L2 eta) G^2 / T: the paper's (3 - L2 eta) G^2 / T of (31a) on
+        1/L2 <= eta <= 3/L2, where Props. 2 and 3 hold as stated, and 2 G^2 / T for the usual
+        step eta < 1/L2, where their G^2 replacements run the wrong way and the term is
+        dropped instead (see the chapter). For eta < 1/L2, theta1 / theta2 = L1 M / (eta G^2). The
         warm-up estimates G^2 = max_n mean_t ||g_{n,t}||^2 (21), L1 = G (a loss whose
         gradients are bounded by G is G-Lipschitz, (16)) and M = max_{n,t} ||w^P_{n,t}|| (22),
         so the ratio is M / (eta G), clipped to [1e-3, 1e3] so one outlying round cannot
