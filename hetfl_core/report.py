@@ -41,7 +41,7 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
            "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
-           "verdict_box_markdown", "scorecard_markdown", "probe_note"]
+           "verdict_box_markdown", "scorecard_markdown", "judged_twice_markdown", "probe_note"]
 
 NEVER = "never"
 MISSING = "—"
@@ -445,6 +445,7 @@ class Claim:
     interval: list | None = None   # one-sided 90% bounds of the mean, in value units
     interval_text: str = ""        # the interval for people, in the claim's unit
     narrow: bool = False           # holds within a fifth of the interval's half-width
+    pairs: list = field(default_factory=list)   # (method, rival) comparisons it judges
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -509,7 +510,8 @@ class Ledger:
 
     def claim(self, ref: str, statement: str, paper: str, values, criterion: Criterion,
               why: str = "", digits: int = 1, unit: str = "", scale: float = 1.0, measured: str | None = None,
-              section: str = "", headline: bool = False, kind: str = "paper") -> Claim:
+              section: str = "", headline: bool = False, kind: str = "paper",
+              pairs=()) -> Claim:
         """Add a claim; its verdict comes from :func:`judge` of its per-seed ``values``
         against ``criterion``.
 
@@ -520,7 +522,9 @@ class Ledger:
         e.g. ``"OPT first on 3 of 3 seeds"``. ``kind`` is ``"paper"`` (one of the paper's
         claims, counted by the scorecard), ``"prediction"`` (this book's own expectation,
         shown apart) or ``"invariant"`` (a quantity the code enforces: shown as a check,
-        never counted).
+        never counted). ``pairs`` names the comparisons the claim judges, as registered
+        method names ``(method, rival)``: the scorecard lists a comparison that two
+        ledgers judge, side by side (:func:`judged_twice_markdown`).
         """
         raw = list(np.ravel(np.asarray(values, dtype=object)))
         boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
@@ -541,7 +545,7 @@ class Ledger:
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
                   section, headline, kind, judgement.verdict, judgement.method,
                   list(judgement.interval) if judgement.interval else None, interval_text,
-                  judgement.narrow)
+                  judgement.narrow, [list(pair) for pair in pairs])
         self.claims.append(c)
         return c
 
@@ -729,7 +733,48 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             "this book's own predictions nor the checks of what the code enforces.\n\n"
             + markdown_table(count_rows, ["paper", "scale", *columns, "predictions and checks"],
                              ["l", "l", *["r"] * (len(columns) + 1)])
+            + judged_twice_markdown(ledgers, order)
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
+
+
+def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
+    """A section listing every comparison ``(method, rival)`` that more than one ledger
+    judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict,
+    seeds, scale and criterion, and what differs between them. Empty when no comparison
+    is judged twice."""
+    order = [c for c in (order or ledgers) if c in ledgers]
+    seen: dict[tuple, list] = {}
+    for name in order:
+        for c in ledgers[name]["claims"]:
+            for pair in c.get("pairs") or []:
+                seen.setdefault(tuple(pair), []).append((name, c))
+    rows = []
+    for (method, rival), entries in sorted(seen.items()):
+        if len({name for name, _ in entries}) < 2:
+            continue
+        verdicts = {c["verdict"] for _, c in entries}
+        differs = []
+        if len({len(c["values"]) for _, c in entries}) > 1:
+            differs.append("seeds")
+        if len({ledgers[name].get("scale") for name, _ in entries}) > 1:
+            differs.append("scale")
+        if len({c["criterion"] for _, c in entries}) > 1:
+            differs.append("criterion")
+        differs.append("setting and metric (see each claim)")
+        for name, c in entries:
+            n = len(c["values"])
+            rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
+                         ledgers[name]["title"], f"{c['ref']}: {c['statement']}",
+                         f"{n} seed{'s' if n != 1 else ''}, scale {ledgers[name].get('scale', '')}",
+                         c["criterion"], _verdict_cell(c), ", ".join(differs)])
+    if not rows:
+        return ""
+    return ("\n\n## The same comparison, judged twice\n\nA chapter and the arena can judge the "
+            "same pair of methods in different settings (data, scale, tuning, metric) and on "
+            "different seeds; each row is one ledger's claim, and the last column says what "
+            "differs between them.\n\n"
+            + markdown_table(rows, ["comparison", "ledger", "claim", "seeds", "criterion",
+                                    "verdict", "differs in"]))
 
 
 def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3, unit: str = " points",

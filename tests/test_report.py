@@ -245,3 +245,24 @@ def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     assert probe_note([-5.0], [-9.0], crit, [0]).endswith("the gap widens")
     assert probe_note([2.0], [3.0], crit, [0]).endswith("the criterion passes at both lengths")
     assert probe_note([5.0], [2.0], at_least(-10), [0], higher_is_better=False).endswith("at both lengths")
+
+
+def test_a_comparison_judged_by_two_ledgers_is_listed_side_by_side(tmp_path):
+    chapter = Ledger("fedlps", "FedLPS", scale="book")
+    chapter.claim("Table I", "FedLPS beats FedAvg", "+8.6", [1.0, 2.0, 1.5], at_least(0),
+                  pairs=[("fedlps", "fedavg")])
+    chapter.claim("Table I", "FedLPS beats FedPer", "+1", [1.0, 2.0, 1.5], at_least(0),
+                  pairs=[("fedlps", "fedper")])
+    arena = Ledger("arena", "Arena", scale="book")
+    arena.claim("Table I", "FedLPS beats FedAvg (image)", "ahead", [-1.0, -2.0, -1.5, -1.2],
+                at_least(0), pairs=[("fedlps", "fedavg")])
+    chapter.save(tmp_path)
+    arena.save(tmp_path)
+    ledgers = report.load_ledgers(tmp_path)
+    text = report.judged_twice_markdown(ledgers, ["fedlps", "arena"])
+    assert text.count("fedlps vs fedavg (**disagree**)") == 2        # one row per ledger
+    assert "fedper" not in text                                       # judged once only
+    assert "seeds, criterion" not in text and "seeds, setting" in text   # 3 vs 4 seeds
+    assert "The same comparison, judged twice" in report.scorecard_markdown(ledgers)
+    alone = {"fedlps": ledgers["fedlps"]}
+    assert report.judged_twice_markdown(alone) == ""

@@ -200,7 +200,8 @@ def claims(ledger: Ledger, runs: arena.ArenaRuns) -> None:
                              criterion=more_than(0, " points", f"{LABELS[m]} − {label(b)}"), unit=" points",
                              why=(f"{LABELS[m]} {why} (1 seed each); conjecture: the paper's own "
                                   "data, scale and tuning favoured it" if why else ""), section="arena-teaches",
-                             headline=scenario.task == "image" and b == baselines[0])
+                             headline=scenario.task == "image" and b == baselines[0],
+                             pairs=[(m, b)])
 
 
 # -- "Add your method": a plug-in of about thirty lines -------------------------------------

@@ -450,6 +450,7 @@ def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan,
            paper="96.77% on MNIST, +1.28 to +59.34 points over 20 baselines",
            values=acc["FedLPS"] - best, unit=PTS, section="fedlps-table1", headline=True,
            criterion=at_least(-1, PTS, "FedLPS − best baseline"),
+           pairs=[("fedlps", n.lower()) for n in BASELINES],
            measured=f"FedLPS − best baseline {fmt_mean_sd(acc['FedLPS'] - best, 1, PTS)} "
                     f"(FedLPS {_pct(acc['FedLPS'])}, {best_name} {_pct(acc[best_name])})",
            why=f"best baseline {best_name} {_pct(acc[best_name])} vs FedLPS "
@@ -461,6 +462,7 @@ def _table1_claims(ledger: Ledger, t1: dict, lps_ratios: dict, plan: Plan,
            paper="+8.6 / +6.0 points (MNIST)", unit=PTS, section="fedlps-table1",
            values=np.minimum(gaps["FedAvg"], gaps["HeteroFL"]),
            criterion=at_least(3, PTS, "FedLPS − the better of the two"),
+           pairs=[("fedlps", "fedavg"), ("fedlps", "heterofl")],
            measured=f"FedLPS − FedAvg {fmt_mean_sd(gaps['FedAvg'], 1, PTS, seeds=False)}, "
                     f"− HeteroFL {fmt_mean_sd(gaps['HeteroFL'], 1, PTS)}",
            why=f"FedLPS − FedAvg {fmt(gaps['FedAvg'].mean())}, − HeteroFL "

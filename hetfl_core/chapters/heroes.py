@@ -335,7 +335,7 @@ def claims_cnn(ledger: Ledger, results: dict, show_round: int, theta: float = 0.
     _claim(ledger, "Fig. 4a (CNN)", "Heroes' accuracy is comparable to the baselines' at equal "
            "time", paper="comparable or better (curves; no number for the CNN)", values=gap,
            criterion=at_least(-2, " points", "Heroes − best baseline"), unit=" points",
-           section="heroes-fig4a",
+           section="heroes-fig4a", pairs=[("heroes", n) for n in BASELINES],
            why=f"at {fmt_seconds(budget)} s: {_pct(acc, ('heroes',) + BASELINES)}")
 
 
