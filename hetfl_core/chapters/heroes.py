@@ -330,7 +330,7 @@ def claims_cnn(ledger: Ledger, results: dict, show_round: int, theta: float = 0.
            criterion=sooner("least other waiting / Heroes waiting"), digits=2, unit="×",
            section="heroes-fig4a", headline=True, kind=waiting_kind,
            why="waiting (s): " + ", ".join(f"{LABELS[n]} {fmt(wait[n].mean(), 2)}" for n in names))
-    _claims_costs(ledger, results, target, ("fedavg", "heterofl"))
+    _claims_costs(ledger, results, target, ("fedavg", "heterofl", "flanc"))
     gap = gap_to_best(acc, "heroes", BASELINES)
     _claim(ledger, "Fig. 4a (CNN)", "Heroes' accuracy is comparable to the baselines' at equal "
            "time", paper="comparable or better (curves; no number for the CNN)", values=gap,
@@ -352,16 +352,20 @@ def _claims_costs(ledger: Ledger, results: dict, target: float, others) -> None:
                paper=paper.get(n, "sooner"), values=values,
                criterion=sooner(f"speedup, {LABELS[n]} / Heroes time"),
                measured=ratio_text(values, other=LABELS[n]), section="heroes-fig6",
-               headline=i == 0,
+               headline=i == 0, pairs=[("heroes", n)],
                why=f"time to {fmt(target, 1, '%', 100)}: Heroes "
                    f"{fmt_mean_sd(t['heroes'], 0, ' s', seeds=False)}, {LABELS[n]} "
                    f"{fmt_mean_sd(t[n], 0, ' s', seeds=False)}")
-    lean = np.min([b[n] for n in others], axis=0)
-    values = ratio(lean, b["heroes"])
+    # the comparator is fixed in advance, the baseline leanest on average (a per-seed
+    # minimum over noisy baselines would bias the row against Heroes)
+    leanest = min(others, key=lambda n: float(np.mean(b[n])))
+    values = ratio(b[leanest], b["heroes"])
     _claim(ledger, "Fig. 6a", "Heroes needs less traffic to the target than "
            + " and ".join(LABELS[n] for n in others), paper="less traffic (no number for the CNN)",
-           values=values, criterion=sooner("traffic, leanest baseline / Heroes"),
-           measured=ratio_text(values, other="a baseline"), section="heroes-fig6",
+           values=values, criterion=sooner(f"traffic, leanest baseline on average "
+                                           f"({LABELS[leanest]}) / Heroes"),
+           measured=ratio_text(values, other=LABELS[leanest]), section="heroes-fig6",
+           pairs=[("heroes", n) for n in others],
            why="traffic to target (MB): " + ", ".join(
                f"{LABELS[n]} {fmt_mean_sd(b[n] / 8e6, 2, seeds=False)}" for n in names))
 
