@@ -116,7 +116,7 @@ def test_ledger_judges_each_seed_and_the_chance_margin():
     s.results = fake_results(s)
     led = ofa.build_ledger(s, "smoke", 10.0, 10.0, ofa.CHANCE_MARGIN)
     passes = {f"{c.ref}: {c.statement}": c.passes for c in led.claims}
-    assert len(led.claims) == 20 and all(len(c.values) == 2 for c in led.claims)
+    assert len(led.claims) == 23 and all(len(c.values) == 2 for c in led.claims)
     assert all(c.verdict == "indicative" for c in led.claims)          # 2 seeds: never counted
     assert passes["Fig. 1: one stored model serves every ratio: the masks are nested"] == [True, True]
     small = [c for c in led.claims if c.statement.startswith("smallest sub-network")]

@@ -431,9 +431,11 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
         led.claim(ref, f"smallest sub-network (r={STRESS_R[-1]}, {what}): OFA-FL beats LTP "
                   "and learns", "implied", passes, crit, measured=measured, why=why,
                   section=f"ofa_fl-{grid}", kind="prediction")
-    for grid, ratios, lgrid, cc, where in (("fig2", STRESS_R, "fig2", chance, "stress MLP"),
-                                           ("table1-P", PAPER_R, "scope", chance_cifar, "stand-in")):
-        for m in ("ltp", "ofa-oneshot"):
+    # OFA-FL itself has layerwise twins on the stress MLP (fig2) only
+    for grid, ratios, lgrid, cc, where, pruned in (
+            ("fig2", STRESS_R, "fig2", chance, "stress MLP", ("ofafl", "ltp", "ofa-oneshot")),
+            ("table1-P", PAPER_R, "scope", chance_cifar, "stand-in", ("ltp", "ofa-oneshot"))):
+        for m in pruned:
             g = study.seed_values(grid, m, "amin", "global", "final")
             lay = study.seed_values(lgrid, m, "amin", "layer", "final")
             passes, crit, measured, why = lead_above_chance(g, lay, cc, margin, "global", "layerwise")
@@ -450,6 +452,12 @@ def build_ledger(study: Study, scale: str, chance: float, chance_cifar: float,
                "max", best_mean, " points", section="ofa_fl-fig2", headline=True,
                reason=f"one-shot trains every ratio from round {w + 1}, progressive pruning "
                       f"gives the last ratio P + tail = {p + study.tail} rounds; {probe_mean}")
+    _gap_claim(led, study, "fig3", "Fig. 3", "OFA-FL has the highest mean accuracy across "
+               "ratios (CNN)", "highest mean", "ofafl", others, "mean", "max", best_mean,
+               " points", section="ofa_fl-fig3")
+    _gap_claim(led, study, "fig3", "Fig. 3", "lower variance across ratios than LTP (after the "
+               "last round, CNN)", "lowest variance", "ofafl", ["ltp"], "var", "final",
+               at_most(0, what="var OFA-FL − var LTP"), " pt²", best=min, section="ofa_fl-fig3")
     for grid, freq in (("table1-P", p), ("table1-2P", 2 * p)):
         _gap_claim(led, study, grid, "Table 1", f"frequency {freq}: OFA-FL has the lowest "
                    "final variance", "lowest in all four columns", "ofafl",
