@@ -90,7 +90,7 @@ def test_ledger_verdicts_come_from_the_runs():
     ledger = ch.build_ledger(results, plan, [sync], [semi], "smoke")
     verdicts = {c.statement[:30]: c.per_seed for c in ledger.claims}
     assert all(c.verdict == "indicative" for c in ledger.claims)        # 1 seed: never counted
-    assert len(ledger.claims) == 19 and all(c.seeds == 1 for c in ledger.claims)
+    assert len(ledger.claims) == 20 and all(c.seeds == 1 for c in ledger.claims)
     assert verdicts["under strong label skew SRP-pF"] == "all"     # +20 points
     assert verdicts["SRP-pFed needs less communicat"] == "all"     # 90 vs 600 bits to 50%
     assert verdicts["SRP-pFed is the most accurate "] == "all"
@@ -140,7 +140,7 @@ def test_fig5_adds_its_row_only_when_run():
     run = history([0.5, 0.6])
     ledger = ch.build_ledger(fake_results(plan), plan, [run], [run], "smoke")
     assert [c.ref for c in ledger.claims].count("Fig. 5 / Table III (CIFAR-100)") == 1
-    assert len(ledger.claims) == 20
+    assert len(ledger.claims) == 21
 
 
 def test_element_weights_and_the_disjoint_halves_counterexample():
