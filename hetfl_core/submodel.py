@@ -129,8 +129,9 @@ def hidden_output_hook(model: nn.Module, transform):
     """While in the context, every hidden unit layer's output ``out`` (units on dim 1) is
     replaced by ``transform(name, module, out)``: HeteroFL's Scaler divides it by the width
     while training, FjORD's ordered dropout zeroes the units past the sampled width."""
-    handles = [module.register_forward_hook(lambda mod, _inputs, out, name=name: transform(name, mod, out))
-               for name, module, _ in _chain(model)[:-1]]
+    handles = [module.register_forward_hook(
+        lambda mod, _inputs, out, name=name: transform(name, mod, out))
+        for name, module, _ in _chain(model)[:-1]]
     try:
         yield model
     finally:

@@ -45,8 +45,8 @@ def test_rolling_window_wraps_and_moves():
 
 
 def one_round(method, ids, rounds_done=0, **overrides):
-    config = RunConfig(method=method, **{**dict(dataset="digits", model="cnn", partition="iid", clients=6,
-                                                heterogeneity="medium"), **overrides})
+    base = dict(dataset="digits", model="cnn", partition="iid", clients=6, heterogeneity="medium")
+    config = RunConfig(method=method, **{**base, **overrides})
     sim = build_simulation(config)
     for t in range(1, rounds_done + 2):
         before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
@@ -82,11 +82,13 @@ def test_heterofl_averages_over_holders_and_leaves_the_rest(weighting):
 
 
 def test_masking_trick_neither_trains_nor_sends_absent_labels_rows():
-    sim, before, reports, _ = one_round("heterofl", [0, 1, 2], partition="shards", classes_per_client=2)
+    sim, before, reports, _ = one_round("heterofl", [0, 1, 2], partition="shards",
+                                        classes_per_client=2)
     for r in reports:
         absent = ~sim.method.present_labels(r.client_id)
         assert absent.sum() == 8
-        assert not r.update[1]["classifier.weight"][absent].any() and not r.update[1]["classifier.bias"][absent].any()
+        assert not r.update[1]["classifier.weight"][absent].any()
+        assert not r.update[1]["classifier.bias"][absent].any()
         assert r.update[1]["classifier.bias"][~absent].all()
     # rows of a label no participant holds keep their value; the others moved
     nobody = ~torch.stack([sim.method.present_labels(r.client_id) for r in reports]).any(0)
@@ -103,7 +105,8 @@ def test_scaler_divides_hidden_outputs_by_the_width_only_while_training():
     plain = model.hidden[0](x.flatten(1))
     seen = {}
     with sim.method.scaled(model, 0.5):
-        watch = model.hidden[0].register_forward_hook(lambda mod, inp, out: seen.update(out=out))  # runs after it
+        # registered after the Scaler's hook, so it sees the scaled output
+        watch = model.hidden[0].register_forward_hook(lambda mod, inp, out: seen.update(out=out))
         model.train()
         model(x)
         assert torch.allclose(seen["out"], plain / 0.5)
@@ -119,8 +122,8 @@ def test_scaler_divides_hidden_outputs_by_the_width_only_while_training():
 def test_personal_scores_follow_personal_eval():
     """Default: the global model with the client's absent labels' logits at 0 (HeteroFL's
     local accuracy); "global": the global model; "submodel": the client's width sub-model."""
-    config = RunConfig(method="heterofl", dataset="digits", model="cnn", partition="shards", classes_per_client=2,
-                       clients=4, heterogeneity="medium")
+    config = RunConfig(method="heterofl", dataset="digits", model="cnn", partition="shards",
+                       classes_per_client=2, clients=4, heterogeneity="medium")
     sim = build_simulation(config)
     c = sim.data.clients[0]
     present = sim.method.present_labels(0)
@@ -132,7 +135,8 @@ def test_personal_scores_follow_personal_eval():
         sim = build_simulation(config.replace(options={"personal_eval": mode}))
         model = sim.method.personal_model(0)
         assert (model is sim.method.model) == (mode == "global")
-        assert sum(p.numel() for p in model.parameters()) <= sum(p.numel() for p in sim.method.model.parameters())
+        size = sum(p.numel() for p in model.parameters())
+        assert size <= sum(p.numel() for p in sim.method.model.parameters())
 
 
 def test_fjord_keeps_one_optimiser_over_its_local_epochs():
@@ -196,7 +200,8 @@ def test_unsupported_model_fails_before_training():
         RunConfig(method="fedrolex", dataset="digits", options={"clip_norm": 0}).validate()
     with pytest.raises(ConfigError, match="direction"):
         RunConfig(method="fedrolex", dataset="digits", options={"direction": "up"}).validate()
-    RunConfig(method="fjord", dataset="digits", options={"clip_norm": None, "label_mask": True}).validate()
+    RunConfig(method="fjord", dataset="digits",
+              options={"clip_norm": None, "label_mask": True}).validate()
 
 
 @pytest.mark.parametrize("method", ["heterofl", "fedrolex", "fjord"])

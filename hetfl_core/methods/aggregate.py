@@ -25,7 +25,8 @@ def average_over_holders(model, reports, weights: list[float] | None = None) -> 
     with torch.no_grad():
         for name, p in model.named_parameters():
             total = sum(w * r.update[1][name] for r, w in zip(reports, weights))
-            weighted = sum(w * r.update[1][name] * r.update[0][name] for r, w in zip(reports, weights))
+            weighted = sum(w * r.update[1][name] * r.update[0][name]
+                           for r, w in zip(reports, weights))
             p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
 
 

@@ -39,9 +39,9 @@ class FedRolex(HeteroFL):
     name = "fedrolex"
     summary = "FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)"
     option_specs = {**HeteroFL.option_specs,
-                    "direction": Option("forward", "the window's move per round: forward (the paper's "
-                                        "Eq. 4) or backward (the authors' code, its mirror image)",
-                                        choices=("forward", "backward"))}
+                    "direction": Option("forward", "the window's move per round: forward (the "
+                                        "paper's Eq. 4) or backward (the authors' code, its "
+                                        "mirror image)", choices=("forward", "backward"))}
 
     def unit_rule(self, round_idx):
         """Window start = +-(round index - 1) (mod the layer's units)."""

@@ -37,8 +37,8 @@ class FjORD(HeteroFL):
 
     name = "fjord"
     summary = "FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)"
-    option_specs = width_options(label_mask=False, scaler=False, clip_norm=None, weighting="samples",
-                                 personal_eval="submodel")
+    option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
+                                 weighting="samples", personal_eval="submodel")
 
     def client_update(self, client, plan, generator):
         """E epochs over the client's data, one optimiser; each batch at a sampled width p.
@@ -50,7 +50,8 @@ class FjORD(HeteroFL):
         idx = self.indices(plan.width, self.round_idx)
         model = self.build_model(plan.width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
-        widths = torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
+        seed = int(torch.randint(2 ** 62, (1,), generator=generator))
+        widths = torch.Generator().manual_seed(seed)
         units, sub_units = hidden_units(self.model), hidden_units(model)
         base_loss = self.training_loss(client)
         scale = self.options["scaler"]
@@ -59,10 +60,11 @@ class FjORD(HeteroFL):
         def ordered_dropout_loss(m, xb, yb):
             p = levels[int(torch.randint(len(levels), (1,), generator=widths))]
             for name, n_sub in sub_units.items():
-                keep = (torch.arange(n_sub, device=xb.device) < kept_units(units[name], p)).to(xb.dtype)
+                first = kept_units(units[name], p)
+                keep = (torch.arange(n_sub, device=xb.device) < first).to(xb.dtype)
                 active[name] = keep / p if scale else keep
-            flops[0] += training_flops(self.costs, len(yb),
-                                       keep=kept_fractions_of_indices(self.model, self.indices(p, self.round_idx)))
+            kept = kept_fractions_of_indices(self.model, self.indices(p, self.round_idx))
+            flops[0] += training_flops(self.costs, len(yb), keep=kept)
             return base_loss(m, xb, yb) if base_loss else F.cross_entropy(m(xb), yb)
 
         def drop(name, mod, out):
@@ -71,8 +73,10 @@ class FjORD(HeteroFL):
             return out * active[name].view(1, -1, *([1] * (out.dim() - 2)))
 
         with hidden_output_hook(model, drop):
-            result = self.local_train(model, client, plan.local_steps, generator, loss_fn=ordered_dropout_loss)
+            result = self.local_train(model, client, plan.local_steps, generator,
+                                      loss_fn=ordered_dropout_loss)
         n_params = sum(t.numel() for t in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx), result.loss,
-                            flops=flops[0], uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
+        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
+                            result.loss, flops=flops[0], uplink_bits=dense_bits(n_params),
+                            downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)

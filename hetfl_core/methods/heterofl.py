@@ -47,8 +47,8 @@ from ..frequency import heroes_widths
 from ..options import Option
 from ..errors import ConfigError
 from ..models import structured_units
-from ..submodel import (SUPPORTED_MODELS, embed, extract, first_units, hidden_output_hook, layer_indices,
-                        kept_fractions_of_indices)
+from ..submodel import (SUPPORTED_MODELS, embed, extract, first_units, hidden_output_hook,
+                        kept_fractions_of_indices, layer_indices)
 from ..system import capability, dense_bits, training_flops
 from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
@@ -63,21 +63,23 @@ def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, we
                   personal_eval: str) -> dict[str, Option]:
     """The options every width method shares, with a method's own defaults."""
     return {
-        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its capability "
-                         "allows", 0, 1, low_open=True),
+        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
+                         "capability allows", 0, 1, low_open=True),
         "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
                                "p/P with the widest p whose step time fits this many full-model "
                                "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
         "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
-        "label_mask": Option(label_mask, "masking trick: logits of labels absent from a client's training "
-                             "data set to 0 in its loss, and their classifier rows not sent"),
+        "label_mask": Option(label_mask, "masking trick: logits of labels absent from a client's "
+                             "training data set to 0 in its loss, and their classifier rows "
+                             "not sent"),
         "scaler": Option(scaler, "Scaler: hidden outputs divided by the width while training"),
-        "clip_norm": Option(clip_norm, "clip the local gradients to this global L2 norm (None: no clipping)",
-                            0, 1e6, low_open=True, optional=True, kind=float),
-        "weighting": Option(weighting, "each entry's mean over its holders: plain (count) or by data size "
-                            "(samples)", choices=("count", "samples")),
-        "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per client, "
-                                "the global model, or each client's width sub-model", choices=PERSONAL_EVALS),
+        "clip_norm": Option(clip_norm, "clip the local gradients to this global L2 norm (None: "
+                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
+        "weighting": Option(weighting, "each entry's mean over its holders: plain (count) or by "
+                            "data size (samples)", choices=("count", "samples")),
+        "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per "
+                                "client, the global model, or each client's width sub-model",
+                                choices=PERSONAL_EVALS),
     }
 
 
@@ -153,7 +155,8 @@ class HeteroFL(FedAvg):
     def scaled(self, model: nn.Module, width: float):
         """Context: the Scaler (hidden outputs / width while training) on ``model`` when on."""
         rate = width if self.options["scaler"] else 1.0
-        return hidden_output_hook(model, lambda _name, mod, out: out / rate if mod.training else out)
+        return hidden_output_hook(model, lambda _name, mod, out: out / rate if mod.training
+                                  else out)
 
     def configure_round(self, round_idx, client_ids):
         """Each client's width from its capability (static across rounds)."""
@@ -178,9 +181,11 @@ class HeteroFL(FedAvg):
         model = self.build_model(plan.width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
         with self.scaled(model, plan.width):
-            result = self.local_train(model, client, plan.local_steps, generator, loss_fn=self.training_loss(client))
+            result = self.local_train(model, client, plan.local_steps, generator,
+                                      loss_fn=self.training_loss(client))
         n_params = sum(p.numel() for p in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx), result.loss,
+        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
+                            result.loss,
                             flops=training_flops(self.costs, result.samples,
                                                  keep=kept_fractions_of_indices(self.model, idx)),
                             uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),

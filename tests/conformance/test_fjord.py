@@ -3,37 +3,35 @@
 od/samplers/fixed_od.py, od/layers, strategy.py fjord_average), on the tiny federation of
 ``test_heterofl``: digits, 4 clients of maximal widths 1, 1/2, 1/4, 2 rounds of 2 local
 epochs with momentum and weight decay (so a fresh optimiser per step would show)."""
-import pytest
+import torch
 
 import width_reference as ref
-from test_heterofl import PARTICIPANTS, SCORES, reference_config, run_package
+from test_heterofl import PARTICIPANTS, assert_scores_match, reference_config, run_package
 
 
 def test_fjord_matches_the_reference_round():
     start, ours, row, sim = run_package("fjord")
-    data, method = sim.data, sim.method
-    expected = ref.fjord_rounds(start, data.clients, method.widths, method.levels, PARTICIPANTS, reference_config())
+    method = sim.method
+    expected = ref.fjord_rounds(start, sim.data.clients, method.widths, method.levels,
+                                PARTICIPANTS, reference_config())
     ref.assert_states_close(ours, expected)
 
     def at_own_width(client, x):
         p_max = method.widths[client.client_id]
-        return ref.forward(expected, x, units={n: ref.kept(expected[f"{n}.bias"].shape[0], p_max)
-                                               for n in ref.HIDDEN})
+        units = {n: ref.kept(expected[f"{n}.bias"].shape[0], p_max) for n in ref.HIDDEN}
+        return ref.forward(expected, x, units=units)
 
-    want = ref.scores(expected, data.dataset.x_test, data.dataset.y_test, data.clients, at_own_width)
-    for key in SCORES:
-        assert row[key] == pytest.approx(want[key], abs=1e-5), key
+    assert_scores_match(row, expected, sim, at_own_width)
 
 
 def test_widths_are_sampled_per_batch_below_the_clients_maximum():
-    """The reference's draws in this setting: several widths per visit, never above p_max
+    """The draws in this setting: every allowed width within a visit, never above p_max
     (so the match above exercises ordered dropout, not one fixed width)."""
     _, _, _, sim = run_package("fjord", participants=PARTICIPANTS[:1])
     cfg = reference_config()
     for c in sim.data.clients:
-        p_max = sim.method.widths[c.client_id]
-        allowed = [p for p in sim.method.levels if p <= p_max]
-        batches, widths = ref.batch_orders(cfg["seed"], 1, c.client_id, c.n_train, cfg["batch_size"], cfg["epochs"],
-                                           width_draw=True)
-        drawn = {allowed[int(ref.torch.randint(len(allowed), (1,), generator=widths))] for _ in batches}
-        assert drawn == set(allowed), (p_max, drawn)
+        allowed = [p for p in sim.method.levels if p <= sim.method.widths[c.client_id]]
+        batches, widths = ref.batch_orders(cfg["seed"], 1, c.client_id, c.n_train,
+                                           cfg["batch_size"], cfg["epochs"], width_draw=True)
+        drawn = {allowed[int(torch.randint(len(allowed), (1,), generator=widths))] for _ in batches}
+        assert drawn == set(allowed), (allowed, drawn)

@@ -40,7 +40,8 @@ HIDDEN = ("conv1", "conv2", "fc1")
 PIXELS_PER_CHANNEL = 4          # conv2's 2x2 output map of an 8x8 input, flattened into fc1
 
 
-def forward(state: dict, x: torch.Tensor, rate: float = 1.0, units: dict | None = None) -> torch.Tensor:
+def forward(state: dict, x: torch.Tensor, rate: float = 1.0,
+            units: dict | None = None) -> torch.Tensor:
     """SmallCNN's logits from ``state``; ``rate`` is the Scaler's divisor, ``units`` the
     number of leading units of each hidden layer to use (all when None)."""
     k = units or {name: state[f"{name}.bias"].shape[0] for name in HIDDEN}
@@ -49,7 +50,8 @@ def forward(state: dict, x: torch.Tensor, rate: float = 1.0, units: dict | None 
     h = F.max_pool2d(F.relu(h), 2)
     h = F.conv2d(h, state["conv2.weight"][:c2, :c1], state["conv2.bias"][:c2], padding=1) / rate
     h = F.max_pool2d(F.relu(h), 2).flatten(1)
-    h = F.linear(h, state["fc1.weight"][:f1, :PIXELS_PER_CHANNEL * c2], state["fc1.bias"][:f1]) / rate
+    fc1 = state["fc1.weight"][:f1, :PIXELS_PER_CHANNEL * c2]
+    h = F.linear(h, fc1, state["fc1.bias"][:f1]) / rate
     return F.linear(F.relu(h), state["classifier.weight"][:, :f1], state["classifier.bias"])
 
 
@@ -61,9 +63,10 @@ def kept(n: int, rate: float) -> int:
 def positions(global_state: dict, unit_index: dict) -> dict:
     """Per tensor, the (rows, columns) of the global tensor a sub-model holds, from each
     hidden layer's kept unit indices (columns None for vectors)."""
-    fc1_cols = (unit_index["conv2"][:, None] * PIXELS_PER_CHANNEL + torch.arange(PIXELS_PER_CHANNEL)).reshape(-1)
-    inputs = {"conv1": torch.arange(global_state["conv1.weight"].shape[1]), "conv2": unit_index["conv1"],
-              "fc1": fc1_cols, "classifier": unit_index["fc1"]}
+    pixels = torch.arange(PIXELS_PER_CHANNEL)
+    fc1_cols = (unit_index["conv2"][:, None] * PIXELS_PER_CHANNEL + pixels).reshape(-1)
+    inputs = {"conv1": torch.arange(global_state["conv1.weight"].shape[1]),
+              "conv2": unit_index["conv1"], "fc1": fc1_cols, "classifier": unit_index["fc1"]}
     rows = {**unit_index, "classifier": torch.arange(global_state["classifier.bias"].shape[0])}
     out = {}
     for layer in (*HIDDEN, "classifier"):
@@ -84,7 +87,9 @@ def batch_orders(seed: int, round_idx: int, client_id: int, n: int, batch: int, 
     client's round generator; with ``width_draw`` FjORD's width-generator seed is drawn
     from it first. Returns (batches, width generator or None)."""
     g = seeded_generator(seed, round_idx, client_id)
-    widths = torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=g))) if width_draw else None
+    widths = None
+    if width_draw:
+        widths = torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=g)))
     batches = []
     for _ in range(epochs):
         order = torch.randperm(n, generator=g)
@@ -94,7 +99,8 @@ def batch_orders(seed: int, round_idx: int, client_id: int, n: int, batch: int, 
 
 def sgd(params, cfg):
     """The local optimiser: SGD with the run's lr, momentum and weight decay."""
-    return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=cfg["weight_decay"])
+    return torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"],
+                           weight_decay=cfg["weight_decay"])
 
 
 def present_mask(y_train: torch.Tensor, classes: int) -> torch.Tensor:
@@ -115,14 +121,16 @@ def heterofl_rounds(init: dict, clients, widths: dict, participants: list[list[i
         trained = []
         for k in ids:
             c, rate = clients[k], widths[k]
-            units = {name: (torch.arange(kept(state[f"{name}.bias"].shape[0], rate)) if window is None
-                            else window(state[f"{name}.bias"].shape[0], kept(state[f"{name}.bias"].shape[0], rate), t))
-                     for name in HIDDEN}
+            sizes = {name: state[f"{name}.bias"].shape[0] for name in HIDDEN}
+            units = {name: torch.arange(kept(n, rate)) if window is None
+                     else window(n, kept(n, rate), t) for name, n in sizes.items()}
             where = positions(state, units)
-            local = {name: cut(state[name], *where[name]).clone().requires_grad_(True) for name in state}
+            local = {name: cut(state[name], *where[name]).clone().requires_grad_(True)
+                     for name in state}
             optimizer = sgd(list(local.values()), cfg)
             present = present_mask(c.y_train, classes)
-            batches, _ = batch_orders(cfg["seed"], t, k, len(c.y_train), cfg["batch_size"], cfg["epochs"])
+            batches, _ = batch_orders(cfg["seed"], t, k, len(c.y_train), cfg["batch_size"],
+                                      cfg["epochs"])
             for idx in batches:
                 logits = forward(local, c.x_train[idx], rate).masked_fill(~present, 0.0)
                 loss = F.cross_entropy(logits, c.y_train[idx])
@@ -159,8 +167,8 @@ def combine(state: dict, trained: list, update_counts: dict | None) -> dict:
     return new
 
 
-def fjord_rounds(init: dict, clients, widths: dict, levels: list[float], participants: list[list[int]],
-                 cfg: dict) -> dict:
+def fjord_rounds(init: dict, clients, widths: dict, levels: list[float],
+                 participants: list[list[int]], cfg: dict) -> dict:
     """FjORD as the Flower baseline runs it; the global state after the rounds."""
     state = {k: v.clone() for k, v in init.items()}
     for t, ids in enumerate(participants, start=1):
@@ -170,8 +178,8 @@ def fjord_rounds(init: dict, clients, widths: dict, levels: list[float], partici
             allowed = [p for p in levels if p <= p_max + 1e-9]
             net = {n: v.clone().requires_grad_(True) for n, v in state.items()}
             optimizer = sgd(list(net.values()), cfg)
-            batches, width_gen = batch_orders(cfg["seed"], t, k, len(c.y_train), cfg["batch_size"], cfg["epochs"],
-                                              width_draw=True)
+            batches, width_gen = batch_orders(cfg["seed"], t, k, len(c.y_train),
+                                              cfg["batch_size"], cfg["epochs"], width_draw=True)
             for idx in batches:
                 p = allowed[int(torch.randint(len(allowed), (1,), generator=width_gen))]
                 units = {name: kept(state[f"{name}.bias"].shape[0], p) for name in HIDDEN}
