@@ -56,6 +56,8 @@ class FjORD(HeteroFL):
         base_loss = self.training_loss(client)
         scale = self.options["scaler"]
         active, flops = {}, [0.0]
+        kept = {p: kept_fractions_of_indices(self.model, self.indices(p, self.round_idx))
+                for p in levels}
 
         def ordered_dropout_loss(m, xb, yb):
             p = levels[int(torch.randint(len(levels), (1,), generator=widths))]
@@ -63,8 +65,7 @@ class FjORD(HeteroFL):
                 first = kept_units(units[name], p)
                 keep = (torch.arange(n_sub, device=xb.device) < first).to(xb.dtype)
                 active[name] = keep / p if scale else keep
-            kept = kept_fractions_of_indices(self.model, self.indices(p, self.round_idx))
-            flops[0] += training_flops(self.costs, len(yb), keep=kept)
+            flops[0] += training_flops(self.costs, len(yb), keep=kept[p])
             return base_loss(m, xb, yb) if base_loss else F.cross_entropy(m(xb), yb)
 
         def drop(name, mod, out):
