@@ -12,9 +12,10 @@ that hold it (Alg. 1, the nested FedAvg over clients with p_max >= p).
 
 No masking trick, Scaler or clipping by default (FjORD has none); the options are
 HeteroFL's. Scores: ``acc_global`` is the full-width global model on the whole test set;
-``acc_personal`` scores each client with the global model cut to its w_max, the width its
-device runs (``personal_eval="submodel"``; FjORD, Sec. 4, scores the global model at each
-width p).
+``acc_widths`` (beside ``widths``, ascending) the global model cut to each width level p on
+the whole test set, FjORD's accuracy-per-width (Sec. 4); ``acc_personal`` scores each
+client with the global model cut to its w_max, the width its device runs
+(``personal_eval="submodel"``).
 
 Deviation kept on purpose: FjORD's knowledge-distillation variant (Sec. 3.3) is not
 implemented.
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from ..models import kept_units
 from ..submodel import extract, hidden_output_hook, hidden_units, kept_fractions_of_indices
 from ..system import dense_bits, training_flops
+from ..training import evaluate
 from .base import ClientReport, register
 from .heterofl import HeteroFL, width_options
 
@@ -81,3 +83,12 @@ class FjORD(HeteroFL):
                             result.loss, flops=flops[0], uplink_bits=dense_bits(n_params),
                             downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)
+
+    def extra_metrics(self) -> dict:
+        """``acc_widths``: the global model at every width level on the whole test set
+        (none when ``eval_global`` is off), in the order of ``widths``."""
+        if not self.config.eval_global:
+            return {}
+        x, y = self.data.dataset.x_test, self.data.dataset.y_test
+        accs = [evaluate(self.width_model(p), x, y)[0] / len(y) for p in self.levels]
+        return {"acc_widths": accs, "widths": list(self.levels)}

@@ -205,7 +205,10 @@ class HeteroFL(FedAvg):
             return LabelMasked(self.model, self.present_labels(client_id))
         if mode == "global":
             return self.model
-        width = self.widths[client_id]
+        return self.width_model(self.widths[client_id])
+
+    def width_model(self, width: float) -> nn.Module:
+        """The global model cut to ``width`` by the unit rule of the current round."""
         idx = self.indices(width, max(self.round_idx, 1))
         model = self.build_model(width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))

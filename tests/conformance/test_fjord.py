@@ -22,6 +22,13 @@ def test_fjord_matches_the_reference_round():
         return ref.forward(expected, x, units=units)
 
     assert_scores_match(row, expected, sim, at_own_width)
+    x, y = sim.data.dataset.x_test, sim.data.dataset.y_test
+    assert row["widths"] == method.levels
+    for p, acc in zip(method.levels, row["acc_widths"]):
+        units = {n: ref.kept(expected[f"{n}.bias"].shape[0], p) for n in ref.HIDDEN}
+        with torch.no_grad():
+            want = (ref.forward(expected, x, units=units).argmax(1) == y).float().mean().item()
+        assert abs(acc - want) <= 1e-5, p
 
 
 def test_widths_are_sampled_per_batch_below_the_clients_maximum():
