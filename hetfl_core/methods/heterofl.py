@@ -5,13 +5,13 @@ sub-model of width w = the widest of ``widths`` not above c, made of the *first*
 ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). By default the method runs
 as its authors ran it:
 
-* **Scaler** (Sec. 3.2): while training, every hidden layer's output is divided by the
+* **Scaler** (Sec. 3): while training, every hidden layer's output is divided by the
   width w, so that a sub-model's activations keep the full model's scale; at test time
   the layer is the identity (``scaler``).
-* **Masking trick** (Sec. 4, non-IID): a client's logits of the labels absent from its
-  training data are set to 0 before the cross-entropy, so their classifier rows get no
-  gradient, and the client does not send those rows: they are neither trained nor
-  averaged by it (``label_mask``).
+* **Masking trick** (the non-IID experiments, Sec. 4): a client's logits of the labels
+  absent from its training data are set to 0 before the cross-entropy, so their
+  classifier rows get no gradient, and the client does not send those rows: they are
+  neither trained nor averaged by it (``label_mask``).
 * **Aggregation** (Sec. 3.1, Eq. 3): each entry is the plain mean over the participants
   that hold it (``weighting="count"``); entries nobody holds keep their value.
 * **Gradient clipping** at global norm 1 before every local step (``clip_norm``): the
@@ -30,8 +30,9 @@ global model).
 
 Deviations kept on purpose: the width levels are 1, 1/2, 1/4 by device capability, fixed
 for the run (the paper's five levels and its dynamic redraws are configuration); the
-width models have no batch normalisation, so the paper's static BN (Sec. 3.2) has nothing
-to do.
+width models have no batch normalisation, so the paper's static BN (Sec. 3) has nothing
+to do. Without normalisation layers the Scaler acts in full: with the authors' batch
+norm after it, its effect is mostly absorbed by the normalisation.
 
 With the option ``width_budget`` a client's width is instead the one Heroes gives the
 same device (Yan et al., Alg. 1 l. 6-11), p/P of every layer, so that the methods are
