@@ -12,6 +12,7 @@ the previous unit layer's output, flattened where a conv feeds a linear layer).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -20,7 +21,7 @@ from .errors import ConfigError
 from .models import kept_units, structured_units
 
 __all__ = ["SUPPORTED_MODELS", "first_units", "rolling_units", "layer_indices", "extract",
-           "embed", "kept_fractions_of_indices"]
+           "embed", "kept_fractions_of_indices", "hidden_units", "hidden_output_hook"]
 
 SUPPORTED_MODELS = ("mlp", "lenet5", "cnn", "wcnn", "pcnn")
 
@@ -116,3 +117,23 @@ def kept_fractions_of_indices(model: nn.Module, indices: dict) -> dict[str, floa
     """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
     units = dict((n, u) for n, _, u in _chain(model))
     return {name: len(idx) / units[name] for name, idx in indices.items()}
+
+
+def hidden_units(model: nn.Module) -> dict[str, int]:
+    """Every hidden unit layer's name and number of output units, in forward order."""
+    return {name: n for name, _, n in _chain(model)[:-1]}
+
+
+@contextmanager
+def hidden_output_hook(model: nn.Module, transform):
+    """While in the context, every hidden unit layer's output ``out`` (units on dim 1) is
+    replaced by ``transform(name, module, out)``: HeteroFL's Scaler divides it by the width
+    while training, FjORD's ordered dropout zeroes the units past the sampled width."""
+    handles = [module.register_forward_hook(
+        lambda mod, _inputs, out, name=name: transform(name, mod, out))
+        for name, module, _ in _chain(model)[:-1]]
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()

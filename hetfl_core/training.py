@@ -35,13 +35,15 @@ def clone_model(model: nn.Module) -> nn.Module:
 def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch_size: int,
               lr: float, generator: torch.Generator, *, momentum: float = 0.0,
               weight_decay: float = 0.0, prox_center: dict | None = None, prox_mu: float = 0.0,
-              masks: dict | None = None, params=None, loss_fn=None) -> LocalResult:
+              masks: dict | None = None, params=None, loss_fn=None,
+              clip_norm: float | None = None) -> LocalResult:
     """``steps`` minibatch SGD steps on (x, y), reshuffling each epoch with ``generator``.
 
     ``prox_center``/``prox_mu`` add FedProx's term (mu/2)||w - w_global||^2.
     ``masks`` (parameter name -> 0/1 tensor) keeps pruned weights at zero: gradients are
     masked before each step and weights after it. ``params`` restricts the trained
-    parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy.
+    parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy; ``clip_norm``
+    scales the trained parameters' gradients to at most that global L2 norm before each step.
     """
     model.train()
     named = dict(model.named_parameters())
@@ -70,6 +72,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
             for k, m in masks.items():
                 if named[k].grad is not None:
                     named[k].grad.mul_(m)
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_([named[n] for n in train_names], clip_norm)
         optimizer.step()
         if masks:
             with torch.no_grad():

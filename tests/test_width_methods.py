@@ -45,8 +45,8 @@ def test_rolling_window_wraps_and_moves():
 
 
 def one_round(method, ids, rounds_done=0, **overrides):
-    config = RunConfig(method=method, dataset="digits", model="cnn", partition="iid", clients=6,
-                       heterogeneity="medium", **overrides)
+    base = dict(dataset="digits", model="cnn", partition="iid", clients=6, heterogeneity="medium")
+    config = RunConfig(method=method, **{**base, **overrides})
     sim = build_simulation(config)
     for t in range(1, rounds_done + 2):
         before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
@@ -61,20 +61,95 @@ def test_heterofl_widths_follow_capability():
         assert sim.method.widths[k] == {"high": 1.0, "mid": 0.5, "low": 0.25}[device.tier]
 
 
-def test_heterofl_averages_over_holders_and_leaves_the_rest():
+@pytest.mark.parametrize("weighting", ["count", "samples"])
+def test_heterofl_averages_over_holders_and_leaves_the_rest(weighting):
     sim = build_simulation(RunConfig(method="heterofl", dataset="digits", model="cnn", clients=6,
-                                     heterogeneity="medium"))
+                                     heterogeneity="medium", partition="dirichlet", alpha=0.3))
     slim = [k for k, w in sim.method.widths.items() if w < 1][:2]
-    sim, before, reports, plans = one_round("heterofl", slim)
+    sim, before, reports, plans = one_round("heterofl", slim, partition="dirichlet", alpha=0.3,
+                                            options={"weighting": weighting})
+    assert reports[0].n_samples != reports[1].n_samples
     after = sim.method.model.state_dict()
     for name in after:
         held = sum(r.update[1][name] for r in reports)
         assert torch.equal(after[name][held == 0], before[name][held == 0])  # nobody holds: unchanged
-        total = sum(r.n_samples * r.update[1][name] for r in reports)
-        hand = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
+        a = [1.0 if weighting == "count" else r.n_samples for r in reports]
+        total = sum(w * r.update[1][name] for w, r in zip(a, reports))
+        hand = sum(w * r.update[1][name] * r.update[0][name] for w, r in zip(a, reports))
         mask = held > 0
         assert torch.allclose(after[name][mask], (hand / total.clamp_min(1e-12))[mask], atol=1e-6)
     assert any((sum(r.update[1][n] for r in reports) == 0).any() for n in after)
+
+
+def test_masking_trick_neither_trains_nor_sends_absent_labels_rows():
+    sim, before, reports, _ = one_round("heterofl", [0, 1, 2], partition="shards",
+                                        classes_per_client=2)
+    for r in reports:
+        absent = ~sim.method.present_labels(r.client_id)
+        assert absent.sum() == 8
+        assert not r.update[1]["classifier.weight"][absent].any()
+        assert not r.update[1]["classifier.bias"][absent].any()
+        assert r.update[1]["classifier.bias"][~absent].all()
+    # rows of a label no participant holds keep their value; the others moved
+    nobody = ~torch.stack([sim.method.present_labels(r.client_id) for r in reports]).any(0)
+    after = sim.method.model.state_dict()
+    assert nobody.any()
+    assert torch.equal(after["classifier.bias"][nobody], before["classifier.bias"][nobody])
+    assert not torch.equal(after["classifier.bias"][~nobody], before["classifier.bias"][~nobody])
+
+
+def test_scaler_divides_hidden_outputs_by_the_width_only_while_training():
+    sim = build_simulation(RunConfig(method="heterofl", dataset="digits", model="mlp", clients=4))
+    model = sim.method.build_model(0.5)
+    x = sim.data.clients[0].x_train[:5]
+    plain = model.hidden[0](x.flatten(1))
+    seen = {}
+    with sim.method.scaled(model, 0.5):
+        # registered after the Scaler's hook, so it sees the scaled output
+        watch = model.hidden[0].register_forward_hook(lambda mod, inp, out: seen.update(out=out))
+        model.train()
+        model(x)
+        assert torch.allclose(seen["out"], plain / 0.5)
+        model.eval()
+        model(x)
+        assert torch.allclose(seen["out"], plain)
+    model.train()
+    model(x)   # the Scaler is gone after the context
+    assert torch.allclose(seen["out"], plain)
+    watch.remove()
+
+
+def test_personal_scores_follow_personal_eval():
+    """Default: the global model with the client's absent labels' logits at 0 (HeteroFL's
+    local accuracy); "global": the global model; "submodel": the client's width sub-model."""
+    config = RunConfig(method="heterofl", dataset="digits", model="cnn", partition="shards",
+                       classes_per_client=2, clients=4, heterogeneity="medium")
+    sim = build_simulation(config)
+    c = sim.data.clients[0]
+    present = sim.method.present_labels(0)
+    with torch.no_grad():
+        logits = sim.method.personal_model(0)(c.x_test)
+        assert torch.equal(logits[:, ~present], torch.zeros_like(logits[:, ~present]))
+        assert torch.equal(logits[:, present], sim.method.model(c.x_test)[:, present])
+    for mode in ("global", "submodel"):
+        sim = build_simulation(config.replace(options={"personal_eval": mode}))
+        model = sim.method.personal_model(0)
+        assert (model is sim.method.model) == (mode == "global")
+        size = sum(p.numel() for p in model.parameters())
+        assert size <= sum(p.numel() for p in sim.method.model.parameters())
+
+
+def test_fjord_keeps_one_optimiser_over_its_local_epochs():
+    """Momentum carries across steps: with momentum 0.9 the visit moves the model further
+    than with a fresh optimiser per step would (measured against momentum 0, where both
+    agree), and the client runs exactly its E epochs of batches."""
+    moved = {}
+    for momentum in (0.0, 0.9):
+        sim, before, reports, _ = one_round("fjord", [0], momentum=momentum, local_epochs=1)
+        after = sim.method.model.state_dict()
+        moved[momentum] = sum(float((after[n] - before[n]).abs().sum()) for n in after)
+        assert reports[0].local_steps == -(-sim.data.clients[0].n_train // 32)
+    assert moved[0.9] > 2 * moved[0.0]
 
 
 def test_smaller_width_costs_less_and_is_charged_by_the_formulas():
@@ -119,6 +194,14 @@ def test_unsupported_model_fails_before_training():
         RunConfig(method="heterofl", dataset="digits", model="resnet").validate()
     with pytest.raises(ConfigError, match="widths"):
         RunConfig(method="heterofl", dataset="digits", options={"widths": [1.5]}).validate()
+    with pytest.raises(ConfigError, match="weighting"):
+        RunConfig(method="heterofl", dataset="digits", options={"weighting": "mean"}).validate()
+    with pytest.raises(ConfigError, match="clip_norm"):
+        RunConfig(method="fedrolex", dataset="digits", options={"clip_norm": 0}).validate()
+    with pytest.raises(ConfigError, match="direction"):
+        RunConfig(method="fedrolex", dataset="digits", options={"direction": "up"}).validate()
+    RunConfig(method="fjord", dataset="digits",
+              options={"clip_norm": None, "label_mask": True}).validate()
 
 
 @pytest.mark.parametrize("method", ["heterofl", "fedrolex", "fjord"])

@@ -14,16 +14,19 @@ def weighted_average(states: list[dict], weights: list[float]) -> dict:
     return {name: sum(s[name] * (w / total) for s, w in zip(states, weights)) for name in states[0]}
 
 
-def average_over_holders(model, reports) -> None:
-    """Set each entry of ``model`` to the data-weighted mean over the reports that hold it.
+def average_over_holders(model, reports, weights: list[float] | None = None) -> None:
+    """Set each entry of ``model`` to the weighted mean over the reports that hold it.
 
     Each report's ``update`` is ``(values, held)`` in the global shapes (see
-    ``submodel.embed``); entries no report holds keep their value.
+    ``submodel.embed``); entries no report holds keep their value. ``weights`` gives each
+    report's weight (default: its ``n_samples``; all ones: the plain mean over holders).
     """
+    weights = [r.n_samples for r in reports] if weights is None else weights
     with torch.no_grad():
         for name, p in model.named_parameters():
-            total = sum(r.n_samples * r.update[1][name] for r in reports)
-            weighted = sum(r.n_samples * r.update[1][name] * r.update[0][name] for r in reports)
+            total = sum(w * r.update[1][name] for r, w in zip(reports, weights))
+            weighted = sum(w * r.update[1][name] * r.update[0][name]
+                           for r, w in zip(reports, weights))
             p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
 
 

@@ -32,14 +32,15 @@ class FedAvg(Method):
 
         ``params`` limits training to some parameter names; ``masks`` keeps masked weights
         at zero; ``loss_fn(model, xb, yb)`` replaces cross-entropy; FedProx's term pulls the
-        weights towards the broadcast model when ``mu`` > 0.
+        weights towards the broadcast model when ``mu`` > 0; a method with a ``clip_norm``
+        option clips the gradients' global norm to it.
         """
         mu = self.options.get("mu", 0.0)
         center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
         return local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
                          self.config.lr, generator, momentum=self.config.momentum,
                          weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params,
-                         masks=masks, loss_fn=loss_fn)
+                         masks=masks, loss_fn=loss_fn, clip_norm=self.options.get("clip_norm"))
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""

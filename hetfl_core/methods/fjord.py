@@ -1,45 +1,94 @@
 """FjORD (Horvath et al., 2021): ordered dropout over nested widths.
 
-A client of maximal width w_max samples, at every local step, a width p uniformly from
-the width levels not above w_max (HeteroFL's ``widths``, or 1/P..1 under its
-``width_budget`` rule) and trains the nested sub-model of the first ceil(p n_l)
-units (FjORD, Alg. 1: ordered dropout). It uploads its w_max sub-model; the server
-averages entries over holders as HeteroFL does.
+A client of maximal width w_max trains its w_max sub-model (the first ceil(w_max n_l)
+units of every hidden layer) for E local epochs with one SGD optimiser. For every
+minibatch it samples a width p uniformly from the width levels not above w_max
+(HeteroFL's ``widths``, or 1/P..1 under its ``width_budget`` rule) and runs the batch
+through the nested sub-model of the first ceil(p n_l) units: the units past it are
+dropped, so their weights get no gradient on that batch (FjORD, Sec. 3.1 ordered dropout;
+Sec. 3.2 and Alg. 1: p ~ U over the client's widths, per batch). The client uploads its
+w_max sub-model and the server sets each entry to the data-weighted mean over the clients
+that hold it (Alg. 1, the nested FedAvg over clients with p_max >= p).
+
+No masking trick, Scaler or clipping by default (FjORD has none); the options are
+HeteroFL's. Scores: ``acc_global`` is the full-width global model on the whole test set;
+``acc_widths`` (beside ``widths``, ascending) the global model cut to each width level p on
+the whole test set, FjORD's accuracy-per-width (Sec. 4); ``acc_personal`` scores each
+client with the global model cut to its w_max, the width its device runs
+(``personal_eval="submodel"``).
+
+Deviation kept on purpose: FjORD's knowledge-distillation variant (Sec. 3.3) is not
+implemented.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from ..submodel import embed, extract, kept_fractions_of_indices
+from ..models import kept_units
+from ..submodel import extract, hidden_output_hook, hidden_units, kept_fractions_of_indices
 from ..system import dense_bits, training_flops
+from ..training import evaluate
 from .base import ClientReport, register
-from .heterofl import HeteroFL
+from .heterofl import HeteroFL, width_options
 
 
 @register
 class FjORD(HeteroFL):
-    """Per-step sampled nested widths (ordered dropout)."""
+    """Per-batch sampled nested widths (ordered dropout), one optimiser per visit."""
 
     name = "fjord"
-    summary = "FjORD: ordered dropout, per-step sampled nested widths (Horvath et al. 2021)"
+    summary = "FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)"
+    option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
+                                 weighting="samples", personal_eval="submodel")
 
     def client_update(self, client, plan, generator):
+        """E epochs over the client's data, one optimiser; each batch at a sampled width p.
+
+        The widths come from a generator seeded by the first draw of ``generator``; the
+        minibatch order from ``generator`` itself, as every method's local training draws it.
+        """
         levels = [w for w in self.levels if w <= plan.width + 1e-9]
-        working = {k: v.clone() for k, v in self.model.state_dict().items()}
-        flops, loss_sum, samples = 0.0, 0.0, 0
-        for _ in range(plan.local_steps):
-            p = levels[int(torch.randint(len(levels), (1,), generator=generator))]
-            idx = self.indices(p, self.round_idx)
-            model = self.build_model(p)
-            model.load_state_dict(extract(self.model, working, idx))
-            result = self.local_train(model, client, 1, generator)
-            working, _ = embed(self.model, model.state_dict(), idx, like=working)
-            flops += training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
-            loss_sum, samples = loss_sum + result.loss * result.samples, samples + result.samples
-        top = self.indices(plan.width, self.round_idx)
-        sent = extract(self.model, working, top)
-        values, held = embed(self.model, sent, top)
-        n_params = sum(t.numel() for t in sent.values())
-        return ClientReport(client.client_id, client.n_train, (values, held), loss_sum / max(samples, 1),
-                            flops=flops, uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
+        idx = self.indices(plan.width, self.round_idx)
+        model = self.build_model(plan.width)
+        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        seed = int(torch.randint(2 ** 62, (1,), generator=generator))
+        widths = torch.Generator().manual_seed(seed)
+        units, sub_units = hidden_units(self.model), hidden_units(model)
+        base_loss = self.training_loss(client)
+        scale = self.options["scaler"]
+        active, flops = {}, [0.0]
+        kept = {p: kept_fractions_of_indices(self.model, self.indices(p, self.round_idx))
+                for p in levels}
+
+        def ordered_dropout_loss(m, xb, yb):
+            p = levels[int(torch.randint(len(levels), (1,), generator=widths))]
+            for name, n_sub in sub_units.items():
+                first = kept_units(units[name], p)
+                keep = (torch.arange(n_sub, device=xb.device) < first).to(xb.dtype)
+                active[name] = keep / p if scale else keep
+            flops[0] += training_flops(self.costs, len(yb), keep=kept[p])
+            return base_loss(m, xb, yb) if base_loss else F.cross_entropy(m(xb), yb)
+
+        def drop(name, mod, out):
+            if not mod.training:
+                return out
+            return out * active[name].view(1, -1, *([1] * (out.dim() - 2)))
+
+        with hidden_output_hook(model, drop):
+            result = self.local_train(model, client, plan.local_steps, generator,
+                                      loss_fn=ordered_dropout_loss)
+        n_params = sum(t.numel() for t in model.parameters())
+        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
+                            result.loss, flops=flops[0], uplink_bits=dense_bits(n_params),
+                            downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)
+
+    def extra_metrics(self) -> dict:
+        """``acc_widths``: the global model at every width level on the whole test set
+        (none when ``eval_global`` is off), in the order of ``widths``."""
+        if not self.config.eval_global:
+            return {}
+        x, y = self.data.dataset.x_test, self.data.dataset.y_test
+        accs = [evaluate(self.width_model(p), x, y)[0] / len(y) for p in self.levels]
+        return {"acc_widths": accs, "widths": list(self.levels)}

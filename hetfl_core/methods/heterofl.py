@@ -2,9 +2,37 @@
 
 A client of capability c (its FLOP/s relative to the fastest device) trains the
 sub-model of width w = the widest of ``widths`` not above c, made of the *first*
-ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). The server averages each
-parameter entry over the clients that hold it, weighted by data size, and leaves
-entries no participant holds unchanged (HeteroFL, Eq. 3 with sample weights).
+ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). By default the method runs
+as its authors ran it:
+
+* **Scaler** (Sec. 3): while training, every hidden layer's output is divided by the
+  width w, so that a sub-model's activations keep the full model's scale; at test time
+  the layer is the identity (``scaler``).
+* **Masking trick** (the non-IID experiments, Sec. 4): a client's logits of the labels
+  absent from its training data are set to 0 before the cross-entropy, so their
+  classifier rows get no gradient, and the client does not send those rows: they are
+  neither trained nor averaged by it (``label_mask``).
+* **Aggregation** (Sec. 3.1, Eq. 3): each entry is the plain mean over the participants
+  that hold it (``weighting="count"``); entries nobody holds keep their value.
+* **Gradient clipping** at global norm 1 before every local step (``clip_norm``): the
+  authors' training code does it; the paper does not mention it.
+* **Scores** (Sec. 4): the full-width global model, in test mode. History key
+  ``acc_global`` is its accuracy on the whole test set; ``acc_personal`` (and
+  ``loss_personal``, ``acc_clients``, ``acc_val``) its accuracy on each client's own test
+  split with the logits of labels the client does not train on set to 0, pooled over
+  clients: the paper's "local" accuracy (``personal_eval="global-masked"``).
+
+Options that keep earlier behaviour, for ablations: ``weighting="samples"`` (entries
+weighted by the clients' data sizes, as FjORD aggregates), ``label_mask=False``,
+``scaler=False``, ``clip_norm=None``, and ``personal_eval="submodel"`` (each client
+scored with its own width sub-model of the global model) or ``"global"`` (the unmasked
+global model).
+
+Deviations kept on purpose: the width levels are 1, 1/2, 1/4 by device capability, fixed
+for the run (the paper's five levels and its dynamic redraws are configuration); the
+width models have no batch normalisation, so the paper's static BN (Sec. 3) has nothing
+to do. Without normalisation layers the Scaler acts in full: with the authors' batch
+norm after it, its effect is mostly absorbed by the normalisation.
 
 With the option ``width_budget`` a client's width is instead the one Heroes gives the
 same device (Yan et al., Alg. 1 l. 6-11), p/P of every layer, so that the methods are
@@ -13,15 +41,61 @@ compared at equal per-device model sizes.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..frequency import heroes_widths
 from ..options import Option
 from ..errors import ConfigError
-from ..submodel import SUPPORTED_MODELS, embed, extract, first_units, layer_indices, kept_fractions_of_indices
+from ..models import structured_units
+from ..submodel import (SUPPORTED_MODELS, embed, extract, first_units, hidden_output_hook,
+                        kept_fractions_of_indices, layer_indices)
 from ..system import capability, dense_bits, training_flops
 from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
+
+__all__ = ["HeteroFL", "LabelMasked", "width_options"]
+
+PERSONAL_EVALS = ("global-masked", "global", "submodel")
+
+
+def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, weighting: str,
+                  personal_eval: str) -> dict[str, Option]:
+    """The options every width method shares, with a method's own defaults."""
+    return {
+        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
+                         "capability allows", 0, 1, low_open=True),
+        "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
+                               "p/P with the widest p whose step time fits this many full-model "
+                               "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
+        "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
+        "label_mask": Option(label_mask, "masking trick: logits of labels absent from a client's "
+                             "training data set to 0 in its loss, and their classifier rows "
+                             "not sent"),
+        "scaler": Option(scaler, "Scaler: hidden outputs divided by the width while training"),
+        "clip_norm": Option(clip_norm, "clip the local gradients to this global L2 norm (None: "
+                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
+        "weighting": Option(weighting, "each entry's mean over its holders: plain (count) or by "
+                            "data size (samples)", choices=("count", "samples")),
+        "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per "
+                                "client, the global model, or each client's width sub-model",
+                                choices=PERSONAL_EVALS),
+    }
+
+
+class LabelMasked(nn.Module):
+    """A model whose logits of the labels not in ``present`` (a boolean vector over the
+    classes) are set to 0, as HeteroFL's masking trick does in training and local tests."""
+
+    def __init__(self, model: nn.Module, present: torch.Tensor):
+        super().__init__()
+        self.model = model
+        self.register_buffer("present", present)
+
+    def forward(self, x):
+        """The wrapped model's logits with the absent labels' set to 0."""
+        return self.model(x).masked_fill(~self.present, 0.0)
 
 
 @register
@@ -30,12 +104,8 @@ class HeteroFL(FedAvg):
 
     name = "heterofl"
     summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"
-    option_specs = {"widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its capability "
-                                     "allows", 0, 1, low_open=True),
-                    "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
-                                           "p/P with the widest p whose step time fits this many full-model "
-                                           "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
-                    "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024)}
+    option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
+                                 personal_eval="global-masked")
 
     @classmethod
     def check_config(cls, config):
@@ -59,6 +129,7 @@ class HeteroFL(FedAvg):
             self.levels = sorted(set(levels))
             for k, device in enumerate(devices):
                 self.widths[k] = next((w for w in levels if w <= capability(device, devices) + 1e-9), levels[-1])
+        self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 
     def unit_rule(self, round_idx: int):
@@ -66,33 +137,79 @@ class HeteroFL(FedAvg):
         return first_units
 
     def indices(self, width: float, round_idx: int) -> dict:
+        """The kept units of every hidden layer at ``width`` in round ``round_idx``."""
         return layer_indices(self.model, width, self.unit_rule(round_idx))
+
+    def present_labels(self, client_id: int) -> torch.Tensor:
+        """Boolean vector over the classes: the labels in the client's training data."""
+        present = torch.zeros(self.data.num_classes, dtype=torch.bool, device=self.device)
+        present[self.data.clients[client_id].y_train.unique().to(self.device)] = True
+        return present
+
+    def training_loss(self, client):
+        """The local loss: cross-entropy, on label-masked logits under ``label_mask``."""
+        if not self.options["label_mask"]:
+            return None
+        present = self.present_labels(client.client_id)
+        return lambda model, xb, yb: F.cross_entropy(model(xb).masked_fill(~present, 0.0), yb)
+
+    def scaled(self, model: nn.Module, width: float):
+        """Context: the Scaler (hidden outputs / width while training) on ``model`` when on."""
+        rate = width if self.options["scaler"] else 1.0
+        return hidden_output_hook(model, lambda _name, mod, out: out / rate if mod.training
+                                  else out)
 
     def configure_round(self, round_idx, client_ids):
         """Each client's width from its capability (static across rounds)."""
         self.round_idx = round_idx
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), width=self.widths[k]) for k in client_ids}
 
+    def upload(self, client, model: nn.Module, idx: dict) -> tuple[dict, dict]:
+        """The trained sub-model in global shapes, ``(values, held)``; under ``label_mask``
+        the classifier rows of labels absent from the client's data are not held."""
+        values, held = embed(self.model, model.state_dict(), idx)
+        if self.options["label_mask"]:
+            absent = ~self.present_labels(client.client_id)
+            for kind in ("weight", "bias"):
+                name = f"{self.classifier}.{kind}"
+                if name in held:
+                    held[name][absent] = 0
+        return values, held
+
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
         idx = self.indices(plan.width, self.round_idx)
         model = self.build_model(plan.width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
-        result = self.local_train(model, client, plan.local_steps, generator)
-        values, held = embed(self.model, model.state_dict(), idx)
+        with self.scaled(model, plan.width):
+            result = self.local_train(model, client, plan.local_steps, generator,
+                                      loss_fn=self.training_loss(client))
         n_params = sum(p.numel() for p in model.parameters())
-        return ClientReport(client.client_id, client.n_train, (values, held), result.loss,
-                            flops=training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx)),
+        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
+                            result.loss,
+                            flops=training_flops(self.costs, result.samples,
+                                                 keep=kept_fractions_of_indices(self.model, idx)),
                             uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
                             local_steps=plan.local_steps, width=plan.width)
 
     def aggregate(self, round_idx, reports):
-        """Per entry: sum_k n_k held_k w_k / sum_k n_k held_k; unchanged where nobody holds it."""
-        average_over_holders(self.model, reports)
+        """Per entry: sum_k a_k held_k w_k / sum_k a_k held_k, a_k = 1 (``count``) or n_k
+        (``samples``); unchanged where nobody holds it."""
+        ones = [1.0] * len(reports) if self.options["weighting"] == "count" else None
+        average_over_holders(self.model, reports, ones)
 
     def personal_model(self, client_id):
-        """The client's current sub-model."""
-        width = self.widths[client_id]
+        """What ``acc_personal`` scores for the client (``personal_eval``): the global model
+        with its absent labels masked, the global model, or the client's width sub-model."""
+        mode = self.options["personal_eval"]
+        if mode == "global-masked":
+            return LabelMasked(self.model, self.present_labels(client_id))
+        if mode == "global":
+            return self.model
+        return self.width_model(self.widths[client_id])
+
+    def width_model(self, width: float) -> nn.Module:
+        """The global model cut to ``width`` by the unit rule of the current round."""
         idx = self.indices(width, max(self.round_idx, 1))
         model = self.build_model(width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
