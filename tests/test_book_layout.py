@@ -20,10 +20,17 @@ def text(cell):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_the_first_code_cell_installs_the_library_when_missing(path):
-    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+def test_the_first_code_cell_is_the_install_cell_the_build_fills_in(path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import build_book
+
     first = next(c for c in cells(path) if c["cell_type"] == "code")
-    assert 'find_spec("hetfl_core") is None' in text(first) and f"git+{url}" in text(first)
+    assert build_book.INSTALL_TAG in first["metadata"]["tags"]
+    # stored as the build renders it with no public repository configured
+    assert text(first) == build_book.install_cell_source("")
+    assert "github.com" not in text(first)
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)

@@ -1,6 +1,9 @@
 """The book build's own checks (tools/build_book.py)."""
 import importlib.util
+import json
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 _spec = importlib.util.spec_from_file_location(
     "build_book", Path(__file__).resolve().parent.parent / "tools" / "build_book.py")
@@ -109,3 +112,28 @@ def test_execution_report_rows_come_from_papermill_and_the_run_logs(tmp_path, mo
     assert build_book.write_execution_report(staging, rows)
     page = (staging / "book" / "execution.md").read_text()
     assert "old" not in page and "| 61 s |" in page and "torch" in page
+
+
+def test_no_public_repository_means_no_launch_buttons_and_a_checkout_install(tmp_path):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["repository"]["url"] = ""
+    bare = build_book.repository_settings(config)
+    assert "launch_buttons" not in bare and "repository" not in bare
+    assert bare["html"]["use_repository_button"] is False
+    config["repository"].update(url="https://example.org/someone/hetfl/", path_to_book=".")
+    public = build_book.repository_settings(config)
+    assert public["launch_buttons"] and public["html"]["use_repository_button"]
+    assert public["repository"]["path_to_book"] == ""                # no "/./" in Colab links
+    assert build_book.repository_url(config) == "https://example.org/someone/hetfl"
+    nb = tmp_path / "x.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": ["install"]},
+                                         "source": ["old"], "outputs": []}], "metadata": {}}))
+    assert build_book.set_install_cell(nb, "https://example.org/someone/hetfl")
+    assert "git+https://example.org/someone/hetfl" in "".join(json.loads(nb.read_text())["cells"][0]["source"])
+    assert build_book.set_install_cell(nb, "")
+    source = "".join(json.loads(nb.read_text())["cells"][0]["source"])
+    assert "pip install -e ." in source and "git+" not in source
+    compile(source, "install", "exec")
+    compile(build_book.install_cell_source("https://example.org/x"), "install", "exec")

@@ -13,6 +13,7 @@ smoke build checks the markup, math, references and exercises without running tw
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -80,8 +81,10 @@ def local_mathjax(static: Path) -> bool:
     return True
 
 
-def stage(staging: Path) -> None:
-    """Copy the book sources (config, toc, book/) into ``staging``, with a local MathJax."""
+def stage(staging: Path) -> str:
+    """Copy the book sources (config, toc, book/) into ``staging``, with a local MathJax and
+    the repository settings of :func:`repository_settings`; returns the public repository's
+    URL ("" when none is configured)."""
     import yaml
 
     if staging.exists():
@@ -100,7 +103,69 @@ def stage(staging: Path) -> None:
         sphinx_config["mathjax_path"] = "mathjax/tex-chtml.js"
     else:
         print("npm not found: the rendered math will load MathJax from its CDN", file=sys.stderr)
+    url = repository_url(config)
+    config = repository_settings(config)
     (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return url
+
+
+def repository_url(config: dict) -> str:
+    """The public repository configured in ``_config.yml`` (``repository.url``), or ""."""
+    return str((config.get("repository") or {}).get("url") or "").strip().rstrip("/")
+
+
+def repository_settings(config: dict) -> dict:
+    """``config`` with the repository's launch buttons and link when a public repository is
+    configured, and without any of them when none is (they would lead nowhere). The
+    book's path inside the repository is never ``.`` (Colab links would read ``/./``)."""
+    config = dict(config)
+    url = repository_url(config)
+    html = dict(config.get("html") or {})
+    if not url:
+        config.pop("repository", None)
+        config.pop("launch_buttons", None)
+        html["use_repository_button"] = False
+        html["use_issues_button"] = False
+    else:
+        repo = dict(config["repository"])
+        path = str(repo.get("path_to_book") or "").strip("/")
+        repo["path_to_book"] = "" if path in ("", ".") else path
+        config["repository"] = repo
+    config["html"] = html
+    return config
+
+
+INSTALL_TAG = "install"
+
+
+def install_cell_source(url: str) -> str:
+    """The first cell of a rendered chapter: it installs the library from the public
+    repository when one is configured, else it says how to install from a checkout."""
+    if url:
+        return ("# Runs the chapter anywhere: installs the book's library when it is missing\n"
+                "# (a downloaded notebook, Colab, Binder).\n"
+                "import importlib.util\nimport subprocess\nimport sys\n\n"
+                'if importlib.util.find_spec("hetfl_core") is None:\n'
+                '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
+                f'                    "hetfl-core @ git+{url}"], check=True)')
+    return ("# Runs the chapter anywhere the book's library is installed: in a checkout of the\n"
+            "# book's repository, `pip install -e .` at its root installs it.\n"
+            "import importlib.util\n\n"
+            'if importlib.util.find_spec("hetfl_core") is None:\n'
+            '    raise ModuleNotFoundError("hetfl_core is not installed: run `pip install -e .` "\n'
+            '                              "at the root of a checkout of the book\'s repository")')
+
+
+def set_install_cell(notebook: Path, url: str) -> bool:
+    """Give ``notebook``'s cell tagged ``install`` the source for ``url`` (its outputs are
+    left alone); returns whether the notebook has such a cell."""
+    nb = json.loads(notebook.read_text())
+    cells = [c for c in nb["cells"] if INSTALL_TAG in c.get("metadata", {}).get("tags", [])]
+    for cell in cells:
+        lines = install_cell_source(url).split("\n")
+        cell["source"] = [line + "\n" for line in lines[:-1]] + lines[-1:]
+    notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return bool(cells)
 
 
 LEDGERS: Path | None = None   # where the chapters write their claim ledgers during this build
@@ -390,7 +455,7 @@ def main() -> int:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
     built = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    stage(staging)
+    url = stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -399,6 +464,7 @@ def main() -> int:
     for nb, _, err in done:
         if not err:
             tidy_outputs(staging / nb.relative_to(ROOT))
+            set_install_cell(staging / nb.relative_to(ROOT), url)
     if not prepare_only:
         done = [(nb, seconds, err or missing_figures(staging / nb.relative_to(ROOT))) for nb, seconds, err in done]
     failed = [(nb, err) for nb, _, err in done if err]
