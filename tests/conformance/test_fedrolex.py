@@ -6,8 +6,8 @@ import torch
 
 from hetfl_core.submodel import extract
 
-import width_reference as ref
-from test_heterofl import PARTICIPANTS, assert_scores_match, reference, run_package
+from . import width_reference as ref
+from .test_heterofl import PARTICIPANTS, assert_scores_match, reference, run_package
 
 BACKWARD = {"direction": "backward"}
 

@@ -5,8 +5,8 @@ od/samplers/fixed_od.py, od/layers, strategy.py fjord_average), on the tiny fede
 epochs with momentum and weight decay (so a fresh optimiser per step would show)."""
 import torch
 
-import width_reference as ref
-from test_heterofl import PARTICIPANTS, assert_scores_match, reference_config, run_package
+from . import width_reference as ref
+from .test_heterofl import PARTICIPANTS, assert_scores_match, reference_config, run_package
 
 
 def test_fjord_matches_the_reference_round():

@@ -9,7 +9,7 @@ import pytest
 from hetfl_core import RunConfig
 from hetfl_core.engine import build_simulation
 
-import width_reference as ref
+from . import width_reference as ref
 
 SETTING = dict(dataset="digits", model="cnn", partition="dirichlet", alpha=0.3, clients=4,
                heterogeneity="medium", seed=1, local_epochs=2, batch_size=32, lr=0.05,
