@@ -137,3 +137,21 @@ def test_no_public_repository_means_no_launch_buttons_and_a_checkout_install(tmp
     assert "pip install -e ." in source and "git+" not in source
     compile(source, "install", "exec")
     compile(build_book.install_cell_source("https://example.org/x"), "install", "exec")
+
+
+def test_the_intro_states_the_books_totals(tmp_path):
+    from hetfl_core.report import Ledger, at_least
+
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("before\n\n<!-- totals -->\n\nafter\n")
+    paper = Ledger("fedlps", "FedLPS", scale="book")
+    paper.claim("T", "a", "x", [1.0, 2.0, 1.5], at_least(0))
+    paper.claim("T", "b", "x", [1.0], at_least(0))
+    arena = Ledger("arena", "Arena", scale="book")
+    arena.claim("T", "c", "x", [-1.0, -2.0, -1.5], at_least(0))
+    ledgers = {"fedlps": paper.to_dict(), "arena": arena.to_dict()}
+    assert build_book.write_totals(tmp_path, ledgers, "book")
+    text = (tmp_path / "book" / "intro.md").read_text()
+    assert "1 counted paper claim: 1 holds, 0 fail, 0 are inconclusive; 1 indicative" in text
+    assert "The arena adds 1 counted paper claim: 0 hold, 1 fails" in text
+    assert text.startswith("before") and text.rstrip().endswith("after")

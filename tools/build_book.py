@@ -283,6 +283,38 @@ def fill_page(page: Path, mark: str, text: str) -> bool:
     return True
 
 
+TOTALS_MARK = "<!-- totals -->"
+
+
+def totals_markdown(ledgers: dict, scale: str) -> str:
+    """The book's totals for the intro: the counted verdicts of the five papers' claims,
+    summed over the chapters' ledgers, and the arena's apart."""
+    from hetfl_core.report import _counts, counts_sentence
+
+    def summed(names):
+        total: dict[str, int] = {}
+        for name in names:
+            for verdict, n in _counts(ledgers[name]).items():
+                total[verdict] = total.get(verdict, 0) + n
+        return total
+
+    papers = [name for name in ledgers if name != "arena"]
+    text = (f"**The book's totals** (this build, scale `{scale}`): of the five papers' claims, "
+            f"{counts_sentence(summed(papers))}")
+    if "arena" in ledgers:
+        text += f" The arena adds {counts_sentence(summed(['arena']))}"
+    return text
+
+
+def write_totals(staging: Path, ledgers: dict, scale: str) -> bool:
+    """Put :func:`totals_markdown` at the intro's totals marker; ``False`` without one."""
+    page = staging / "book" / "intro.md"
+    if not page.exists() or TOTALS_MARK not in page.read_text():
+        return False
+    page.write_text(page.read_text().replace(TOTALS_MARK, totals_markdown(ledgers, scale)))
+    return True
+
+
 def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool:
     """Fill the staged ``book/scorecard.md`` below its marker with every chapter's claims,
     in the order of the table of contents; ``False`` if there is no such page."""
@@ -493,6 +525,7 @@ def main() -> int:
         print(f"no claim ledger was written by: {', '.join(missing)}", file=sys.stderr)
         return 1
     write_scorecard(staging, notebooks, ledgers)
+    write_totals(staging, ledgers, args.scale)
     seconds = chapter_seconds(build_dir / "nbval.xml") if prepare_only else {}
     write_execution_report(staging, execution_rows(staging, notebooks, args.scale, built, seconds))
     rc = render(staging, build_dir)
