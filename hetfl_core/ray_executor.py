@@ -20,7 +20,9 @@ not retried again). A bad ``address`` is refused in one line within seconds.
 """
 from __future__ import annotations
 
+import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from .config import RunConfig
@@ -55,11 +57,39 @@ def _check_reachable(address: str) -> None:
                           f"and is the port its GCS port (6379 by default)?") from None
 
 
+@contextmanager
+def _stderr_held_back(held: list[str]):
+    """Hold back what is written to the standard error (file descriptor 2, where Ray's C++
+    core logs each failed attempt to reach a cluster) during the block; its lines go to
+    ``held``, and are written out after all when the block succeeds."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = tempfile.TemporaryFile()
+    os.dup2(log.fileno(), 2)
+    succeeded = False
+    try:
+        yield
+        succeeded = True
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.seek(0)
+        text = log.read()
+        log.close()
+        if succeeded:
+            os.write(2, text)
+        held.extend(line for line in text.decode(errors="replace").splitlines() if line.strip())
+
+
 def connect(address: str | None = None, cpus: int | None = None):
     """The Ray session: the one already open, the cluster at ``address``, or a local Ray with
     ``cpus`` CPUs (and no dashboard). Ray's own log lines are kept to warnings, and the
     workers' output stays in Ray's log files."""
     import logging
+    import warnings
 
     import ray
 
@@ -69,14 +99,19 @@ def connect(address: str | None = None, cpus: int | None = None):
         _check_reachable(address)
     runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}     # the hetfl_core package
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    held: list[str] = []
     try:
-        if address:
-            ray.init(address=address, runtime_env=runtime_env, **quiet)
-        else:
-            ray.init(num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, **quiet)
+        with warnings.catch_warnings():     # Ray's tip about a future default: not the user's to act on
+            warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
+            if address:
+                with _stderr_held_back(held):
+                    ray.init(address=address, runtime_env=runtime_env, **quiet)
+            else:
+                ray.init(num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, **quiet)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
-        raise ConfigError(f"cannot reach {where}: {_plain(exc)}") from None
+        last = held[-1].split("] ", 1)[-1] if held else ""      # Ray's last log line: the cause
+        raise ConfigError(f"cannot reach {where}: {_plain(exc)}" + (f" ({last})" if last else "")) from None
     return ray
 
 
@@ -154,10 +189,10 @@ def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, add
     if gpus_per_run < 0:
         raise ConfigError(f"gpus_per_run must be >= 0, got {gpus_per_run}")
     ray = connect(address, cpus)
-    task = ray.remote(_run_task).options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1)
+    task = ray.remote(_run_task)
     classes = {c.method: _method_by_value(get_method(c.method)) for c in configs.values()}
-    pending = {task.options(name=cache_path(c, directory).stem).remote(run_cached, c.to_dict(), str(directory),
-                                                                       classes[c.method]): i
+    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1, name=cache_path(c, directory).stem)
+               .remote(run_cached, c.to_dict(), str(directory), classes[c.method]): i
                for i, c in configs.items()}
     try:
         while pending:

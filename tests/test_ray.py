@@ -95,7 +95,7 @@ def _ray_task_pid(title: str) -> int | None:
 def test_a_killed_ray_worker_loses_one_run_not_the_sweep(method_config, local_ray, tmp_path):
     """SIGKILL of the worker under a run (what an out-of-memory kill does): Ray runs it once
     more; killed again, it is reported in one line, and every other run is cached."""
-    victim = method_config("fedavg", rounds=40)
+    victim = method_config("fedavg", rounds=400)       # runs until it is killed
     good = [method_config("fedavg", seed=s) for s in (1, 2)]
     title = f"ray::{cache_path(victim, tmp_path).stem}"       # each task is named by its cache file
     kills: list[int] = []
@@ -118,7 +118,7 @@ def test_a_killed_ray_worker_loses_one_run_not_the_sweep(method_config, local_ra
         stop.set()
         killer.join(10)
     message = str(err.value)
-    assert message.startswith("1 of 3 runs failed (finished runs are cached); first: fedavg (rounds=40")
+    assert message.startswith("1 of 3 runs failed (finished runs are cached); first: fedavg (rounds=400")
     assert "worker died" in message and "\n" not in message and "\x1b" not in message
     assert "WorkerCrashedError" not in message
     assert len(kills) == 2                   # Ray ran it once more after the first kill
