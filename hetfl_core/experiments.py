@@ -224,16 +224,17 @@ def _register_from(name: str, module: str, qualname: str) -> None:
     from .methods import METHODS
 
     try:
-        obj = importlib.import_module(module)      # in a spawned worker, __main__ is the caller's script
+        obj = importlib.import_module(module)   # a spawned worker's __main__: the caller's script
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except Exception as exc:
-        raise HetflError(f"method {name!r} ({module}.{qualname}) cannot be loaded in a worker process "
-                         f"({type(exc).__name__}: {exc}); use processes=1") from None
+        raise HetflError(f"method {name!r} ({module}.{qualname}) cannot be loaded in a worker "
+                         f"process ({type(exc).__name__}: {exc}); use processes=1") from None
     METHODS[name] = obj
 
 
-def _worker(config_dict: dict, directory: str | None, tag: tuple = (), method: tuple[str, str] | None = None) -> dict:
+def _worker(config_dict: dict, directory: str | None, tag: tuple = (),
+            method: tuple[str, str] | None = None) -> dict:
     """One run in a pool worker: announce ``tag`` with this worker's pid (so the parent knows
     which run a dying worker had under way), register the method's class from ``method``
     (module, qualified name), and run it."""
@@ -269,8 +270,10 @@ def _in_this_process_only(cls) -> str | None:
             tree = ast.parse(Path(path).read_bytes())
         except (OSError, SyntaxError, ValueError):
             return f"its class is defined in {path}, which cannot be read back"
-        if not any(isinstance(n, ast.ClassDef) and n.name == qualname.split(".")[0] for n in tree.body):
-            return f"its class is not defined at the top level of {Path(path).name} (e.g. under the __main__ guard)"
+        outer = qualname.split(".")[0]
+        if not any(isinstance(n, ast.ClassDef) and n.name == outer for n in tree.body):
+            return (f"its class is not defined at the top level of {Path(path).name} "
+                    "(e.g. under the __main__ guard)")
         return None
     if module.split(".")[0] == __package__:
         return None
@@ -298,8 +301,8 @@ def _worker_pool(processes: int) -> ProcessPoolExecutor:
         context = get_context("spawn")
         _POOL_STARTED = context.SimpleQueue()
         _POOL_HAS_RUN = False
-        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_worker_init,
-                                    initargs=(os.getpid(), _POOL_STARTED))
+        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=context,
+                                    initializer=_worker_init, initargs=(os.getpid(), _POOL_STARTED))
     return _POOL
 
 
@@ -361,6 +364,40 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit status {exitcode}"
 
 
+def _main_has_guard() -> bool:
+    """Whether the caller's main module has an ``if __name__ == "__main__":`` block at its top
+    level (no file, as in a notebook: nothing to re-import, so nothing to guard)."""
+    import ast
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        tree = ast.parse(Path(path).read_bytes()) if path else None
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return tree is None or any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
+                               for n in tree.body)
+
+
+def _start_up_failure(exitcodes: list[int | None]) -> str:
+    """Why a pool's workers died before any run started in it, in one line, from their exit
+    codes: a signal (killed, e.g. for lack of memory), or an error while re-importing the
+    caller's main module, which without the ``__main__`` guard is the sweep itself."""
+    import signal
+
+    killed = [c for c in exitcodes if c is not None and c < 0 and c != -signal.SIGTERM]
+    if killed:
+        return (f"a worker process was killed while starting ({_signal_name(killed[0])}), e.g. "
+                "for lack of memory; finished runs are cached")
+    if _main_has_guard():
+        ended = next((c for c in exitcodes if c not in (None, 0, -signal.SIGTERM)), None)
+        return (f"the worker processes died while starting ({_signal_name(ended)}): re-importing "
+                "the caller's main module failed in them; finished runs are cached")
+    return ("the worker processes died while starting: a script must call sweep() under "
+            "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
+            "finished runs are cached")
+
+
 def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> None:
     """The missing runs in the kept worker pool; any failure is recorded.
 
@@ -380,7 +417,8 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
     remaining = list(todo)
     while remaining:
         pool = _worker_pool(processes)
-        futures = {pool.submit(_worker, configs[i].to_dict(), str(directory or cache_dir()), (sweep_tag, i),
+        where = str(directory or cache_dir())   # resolved here: a kept worker has an older environ
+        futures = {pool.submit(_worker, configs[i].to_dict(), where, (sweep_tag, i),
                                _method_reference(configs[i])): i for i in remaining}
         under_way: dict[int, int] = {}
         settled: set[int] = set()
@@ -399,7 +437,7 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
                     bar.update()
             else:
                 return
-        except BaseException:       # an interrupt: drop what has not started; running runs still cache
+        except BaseException:   # an interrupt: drop what has not started; running runs still cache
             for fut in futures:
                 fut.cancel()
             raise
@@ -407,9 +445,7 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
         pool.shutdown(wait=True)           # a broken pool has stopped its workers: wait for them
         _note_started(sweep_tag, under_way)
         if not _POOL_HAS_RUN:
-            raise HetflError("the worker processes died while starting: a script must call sweep() under "
-                             "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
-                             "finished runs are cached") from None
+            raise HetflError(_start_up_failure([p.exitcode for p in workers.values()])) from None
         for fut, i in futures.items():      # runs that ended before the break was seen
             if i not in settled and not isinstance(fut.exception(), BrokenProcessPool):
                 settled.add(i)
@@ -419,15 +455,17 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
                     errors.append((i, fut.exception()))
                 if bar:
                     bar.update()
-        dead = {pid: p.exitcode for pid, p in workers.items() if p.exitcode not in (0, -signal.SIGTERM)}
+        dead = {pid: p.exitcode for pid, p in workers.items()
+                if p.exitcode not in (0, -signal.SIGTERM)}   # the broken pool SIGTERMs the rest
         for pid, i in under_way.items():
             if i in settled or (dead and pid not in dead):
-                continue                     # finished, or stopped by the broken pool: not its fault
+                continue                 # finished, or stopped by the broken pool: not its fault
             deaths[i] += 1
             if deaths[i] == 2:
                 settled.add(i)
-                errors.append((i, HetflError(f"its worker process died ({_signal_name(dead.get(pid))}: killed, "
-                                             "e.g. for lack of memory) twice while running it")))
+                how = _signal_name(dead.get(pid))
+                errors.append((i, HetflError(f"its worker process died ({how}: killed, e.g. for "
+                                             "lack of memory) twice while running it")))
                 if bar:
                     bar.update()
         remaining = [i for i in remaining if i not in settled]
@@ -471,11 +509,13 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
     if isinstance(configs, RunConfig):
         raise ConfigError("sweep() takes a list of RunConfig, got one RunConfig; pass [config]")
     if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Iterable):
-        raise ConfigError(f"sweep() takes an iterable of RunConfig (e.g. a list), got {_type_name(configs)}")
+        raise ConfigError("sweep() takes an iterable of RunConfig (e.g. a list), "
+                          f"got {_type_name(configs)}")
     configs = list(configs)
     for i, c in enumerate(configs):
         if isinstance(c, dict):
-            raise ConfigError(f"sweep(): item {i} is a dict, not a RunConfig; build one with RunConfig.from_dict")
+            raise ConfigError(f"sweep(): item {i} is a dict, not a RunConfig; "
+                              "build one with RunConfig.from_dict")
         if not isinstance(c, RunConfig):
             raise ConfigError(f"sweep(): item {i} is {_type_name(c)}, not a RunConfig")
     if processes is None:
@@ -487,8 +527,10 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
     if executor is not None and not isinstance(executor, str):
         raise ConfigError(f"executor must be 'process' or 'ray', got {_type_name(executor)}")
     if address is not None and not isinstance(address, str):
-        raise ConfigError(f"address must be a string such as 'HOST:6379', got {_type_name(address)}")
-    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, Real) or not gpus_per_run >= 0:
+        raise ConfigError(f"address must be a string such as 'HOST:6379', "
+                          f"got {_type_name(address)}")
+    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, Real) \
+            or not gpus_per_run >= 0:
         raise ConfigError(f"gpus_per_run must be a number >= 0, got {_type_name(gpus_per_run)}")
     return configs, int(processes)
 
@@ -500,12 +542,14 @@ def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
 
     from .methods import get_method
 
-    why = {name: _in_this_process_only(get_method(name)) for name in {configs[i].method for i in todo}}
+    why = {name: _in_this_process_only(get_method(name))
+           for name in {configs[i].method for i in todo}}
     here = [i for i in todo if why[configs[i].method]]
     for name in sorted(n for n, reason in why.items() if reason):
         count = sum(configs[i].method == name for i in here)
-        warnings.warn(f"method {name!r} is registered in this process only ({why[name]}), so its {count} "
-                      f"run(s) run here, one after the other, not in the worker processes", stacklevel=3)
+        warnings.warn(f"method {name!r} is registered in this process only ({why[name]}), so "
+                      f"its {count} run(s) run here, one after the other, not in the worker "
+                      "processes", stacklevel=3)
     return [i for i in todo if i not in here], here
 
 
@@ -537,15 +581,17 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     """
     if _bootstrapping_worker():
         raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
-    configs, processes = _checked_arguments(configs, processes, directory, executor, address, gpus_per_run)
+    configs, processes = _checked_arguments(configs, processes, directory, executor, address,
+                                            gpus_per_run)
     executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
     if executor not in ("process", "ray"):
         raise ConfigError(f"unknown executor {executor!r}; choose process or ray")
     if executor == "process" and (gpus_per_run or address):
         import warnings
 
-        warnings.warn(f"{'gpus_per_run' if gpus_per_run else 'address'} applies to executor='ray' only; "
-                      "the process executor runs on this machine", stacklevel=2)
+        unused = "gpus_per_run" if gpus_per_run else "address"
+        warnings.warn(f"{unused} applies to executor='ray' only; the process executor runs on "
+                      "this machine", stacklevel=2)
     for c in configs:
         c.validate()
     results: list[dict | None] = [load_cached(c, directory) for c in configs]
@@ -555,8 +601,8 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results  # type: ignore[return-value]
-    check_writable(Path(directory or cache_dir()),
-                   "the cache directory ($HETFL_CACHE)" if directory is None else "sweep's directory argument")
+    check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)"
+                   if directory is None else "sweep's directory argument")
     pooled, here = [], todo
     if executor == "process" and processes > 1 and len(todo) > 1:
         pooled, here = _split_off_local_methods(configs, todo)

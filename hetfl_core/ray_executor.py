@@ -41,7 +41,7 @@ def _check_reachable(address: str) -> None:
     import socket
 
     text = address.strip()
-    if text in ("auto", "local"):           # Ray's own: the cluster this machine belongs to; a new one
+    if text in ("auto", "local"):     # Ray's: the cluster this machine is in; a new one
         return
     body = text[len("ray://"):] if text.startswith("ray://") else text
     host, _, port = body.rpartition(":")
@@ -53,8 +53,8 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host, int(port)), timeout=REACH_SECONDS).close()
     except OSError as exc:
         reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({reason}): is its head node up, "
-                          f"and is the port its GCS port (6379 by default)?") from None
+        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({reason}): is its head "
+                          "node up, and is the port its GCS port (6379 by default)?") from None
 
 
 @contextmanager
@@ -101,7 +101,7 @@ def connect(address: str | None = None, cpus: int | None = None):
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     held: list[str] = []
     try:
-        with warnings.catch_warnings():     # Ray's tip about a future default: not the user's to act on
+        with warnings.catch_warnings():     # Ray's tip on a future default: not the user's
             warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
             if address:
                 with _stderr_held_back(held):
@@ -111,7 +111,8 @@ def connect(address: str | None = None, cpus: int | None = None):
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
         last = held[-1].split("] ", 1)[-1] if held else ""      # Ray's last log line: the cause
-        raise ConfigError(f"cannot reach {where}: {_plain(exc)}" + (f" ({last})" if last else "")) from None
+        cause = f" ({last})" if last else ""
+        raise ConfigError(f"cannot reach {where}: {_plain(exc)}{cause}") from None
     return ray
 
 
@@ -131,7 +132,7 @@ def _method_by_value(cls) -> bytes:
 
     module = sys.modules.get(cls.__module__)
     ours = cls.__module__.split(".")[0] == __package__
-    if ours or module is None or cls.__module__ == "__main__":     # cloudpickle sends __main__'s by value
+    if ours or module is None or cls.__module__ == "__main__":    # by value already: __main__'s
         return cloudpickle.dumps(cls)
     cloudpickle.register_pickle_by_value(module)
     try:
@@ -169,8 +170,8 @@ def _task_failure(exc: Exception) -> HetflError:
     if isinstance(exc, exceptions.OutOfMemoryError):
         return HetflError("Ray's memory monitor stopped its worker: the node ran out of memory")
     if isinstance(exc, exceptions.WorkerCrashedError):
-        return HetflError("its Ray worker died under it twice (Ray runs it once more after the first; "
-                          "killed, e.g. for lack of memory)")
+        return HetflError("its Ray worker died under it twice (Ray runs it once more after the "
+                          "first; killed, e.g. for lack of memory)")
     cause = getattr(exc, "cause", None)
     if isinstance(exc, exceptions.RayTaskError) and isinstance(cause, BaseException):
         return HetflError(f"{type(cause).__name__}: {_plain(cause)}")
@@ -191,7 +192,8 @@ def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, add
     ray = connect(address, cpus)
     task = ray.remote(_run_task)
     classes = {c.method: _method_by_value(get_method(c.method)) for c in configs.values()}
-    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1, name=cache_path(c, directory).stem)
+    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1,
+                            name=cache_path(c, directory).stem)
                .remote(run_cached, c.to_dict(), str(directory), classes[c.method]): i
                for i, c in configs.items()}
     try:

@@ -230,3 +230,19 @@ def test_a_method_registered_under_the_main_guard_runs_in_this_process(tmp_path)
     """, script=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2" and "registered in this process only" in out.stderr
+
+
+def test_workers_that_fail_at_start_up_under_a_guard_do_not_blame_the_guard(tmp_path):
+    out = _sweep_in_a_subprocess(tmp_path, """
+        from hetfl_core import RunConfig, sweep
+
+        if __name__ != "__main__":
+            raise RuntimeError("this file runs as a script only")
+
+        if __name__ == "__main__":
+            sweep([RunConfig(dataset="digits", clients=2, rounds=1, seed=s) for s in (7, 8)],
+                  processes=2, progress=False)
+    """, script=True)
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode != 0 and "died while starting" in last, out.stderr
+    assert "if __name__" not in last and "main module failed" in last
