@@ -464,8 +464,10 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
             if deaths[i] == 2:
                 settled.add(i)
                 how = _signal_name(dead.get(pid))
-                errors.append((i, HetflError(f"its worker process died ({how}: killed, e.g. for "
-                                             "lack of memory) twice while running it")))
+                if how == "SIGKILL":
+                    how += ": killed, e.g. for lack of memory"
+                errors.append((i, HetflError(f"its worker process died ({how}) twice while "
+                                             "running it")))
                 if bar:
                     bar.update()
         remaining = [i for i in remaining if i not in settled]
