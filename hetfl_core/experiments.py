@@ -570,15 +570,17 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     meet either executor through ``$HETFL_EXECUTOR``.
 
     A failing run, whatever its error, does not stop the others: every finished run is
-    stored, then the first failure is raised as one line naming the config by the fields
-    that set it apart. A run whose worker dies under it (killed, or out of memory) is run
+    stored, then the error of the first failed config (in the given order) is raised as one
+    line naming the config by the fields that set it apart. A run whose worker dies under it (killed, or out of memory) is run
     once more, on either executor; dying twice, it counts as failed.
 
     Workers are spawned processes that import the caller's main module, so a script calls
     ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
     for the next sweep with the same ``processes`` and end when the caller's process does.
-    A method registered in this process only (in a notebook, or under the ``__main__``
-    guard) cannot be loaded by a worker: its runs run in this process, with a warning.
+    A worker loads each run's method class by its module and name, so plug-ins registered
+    at run time work; a class that exists in this process only (defined in a notebook, in a
+    function, or under the ``__main__`` guard) cannot be loaded there, and its runs run in
+    this process, with a warning (on Ray such a class travels with its tasks).
     Arguments of the wrong type are refused with one line before any run.
     """
     if _bootstrapping_worker():
