@@ -161,6 +161,7 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
 
 
 _RUNNING = False     # in a worker: a run is under way
+_STARTED = None      # in a worker: the queue on which it announces each run it starts
 
 
 def _on_interrupt(signum, frame):
@@ -192,8 +193,10 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="hetfl-parent-watchdog").start()
 
 
-def _worker_init(parent: int):
-    """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for SIGINT."""
+def _worker_init(parent: int, started=None):
+    """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for
+    SIGINT, and ``started`` (a queue) to announce each run it starts."""
+    global _STARTED
     import signal
 
     from .engine import single_thread
@@ -201,31 +204,118 @@ def _worker_init(parent: int):
     _die_with_parent(parent)
     single_thread()
     signal.signal(signal.SIGINT, _on_interrupt)
+    _STARTED = started
 
 
-def _worker(config_dict: dict, directory: str | None) -> dict:
+def _method_reference(config: RunConfig) -> tuple[str, str]:
+    """Where the class of ``config``'s method lives: its module and qualified name."""
+    from .methods import get_method
+
+    cls = get_method(config.method)
+    return cls.__module__, cls.__qualname__
+
+
+def _register_from(name: str, module: str, qualname: str) -> None:
+    """Register, in this worker, the class at ``module``.``qualname`` as method ``name``: the
+    parent's registry is the truth, including plug-ins it registered at run time (a kept
+    worker may hold another class under that name from an earlier sweep)."""
+    import importlib
+
+    from .methods import METHODS
+
+    try:
+        obj = importlib.import_module(module)   # a spawned worker's __main__: the caller's script
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise HetflError(f"method {name!r} ({module}.{qualname}) cannot be loaded in a worker "
+                         f"process ({type(exc).__name__}: {exc}); use processes=1") from None
+    METHODS[name] = obj
+
+
+def _worker(config_dict: dict, directory: str | None, tag: tuple = (),
+            method: tuple[str, str] | None = None) -> dict:
+    """One run in a pool worker: announce ``tag`` with this worker's pid (so the parent knows
+    which run a dying worker had under way), register the method's class from ``method``
+    (module, qualified name), and run it."""
     global _RUNNING
     _RUNNING = True
     try:
+        if _STARTED is not None and tag:
+            _STARTED.put((*tag, os.getpid()))
+        if method is not None:
+            _register_from(config_dict["method"], *method)
         return run_cached(RunConfig.from_dict(config_dict), Path(directory) if directory else None)
     finally:
         _RUNNING = False
 
 
+def _in_this_process_only(cls) -> str | None:
+    """Why a spawned worker process cannot load the method class ``cls``, or ``None`` when it
+    can: a worker imports the class's module, and re-runs the caller's script for ``__main__``
+    (a notebook's or ``python -c``'s ``__main__`` has no file; a class defined under the
+    ``__main__`` guard or in a function is not there for it to find)."""
+    import ast
+    import importlib.machinery
+    import sys
+
+    module, qualname = cls.__module__, cls.__qualname__
+    if "<locals>" in qualname:
+        return "its class is defined inside a function"
+    if module == "__main__":
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        if not path:
+            return "its class is defined in __main__, which has no file (a notebook, python -c)"
+        try:
+            tree = ast.parse(Path(path).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            return f"its class is defined in {path}, which cannot be read back"
+        outer = qualname.split(".")[0]
+        if not any(isinstance(n, ast.ClassDef) and n.name == outer for n in tree.body):
+            return (f"its class is not defined at the top level of {Path(path).name} "
+                    "(e.g. under the __main__ guard)")
+        return None
+    if module.split(".")[0] == __package__:
+        return None
+    try:
+        found = importlib.machinery.PathFinder.find_spec(module.split(".")[0], sys.path)
+    except (ImportError, ValueError):
+        found = None
+    return None if found is not None else f"its module {module} cannot be imported by a new process"
+
+
 _POOL: ProcessPoolExecutor | None = None
+_POOL_STARTED = None      # the queue on which _POOL's workers announce the runs they start
+_POOL_HAS_RUN = False     # a run has started in _POOL: a break after that is not a start-up failure
+_SWEEPS = 0               # sweeps run in this process: the tag of each pool sweep's runs
 
 
 def _worker_pool(processes: int) -> ProcessPoolExecutor:
     """The worker processes, kept from one sweep to the next: a new worker spends seconds
     importing torch and loading its dataset, and a chapter runs several sweeps."""
-    global _POOL
+    global _POOL, _POOL_STARTED, _POOL_HAS_RUN
     if _POOL is None or _POOL._max_workers != processes or _POOL._broken or \
             any(p.exitcode is not None for p in (_POOL._processes or {}).values()):   # a worker has ended
         if _POOL is not None:
             _POOL.shutdown(wait=False, cancel_futures=True)
-        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"), initializer=_worker_init,
-                                    initargs=(os.getpid(),))
+        context = get_context("spawn")
+        _POOL_STARTED = context.SimpleQueue()
+        _POOL_HAS_RUN = False
+        _POOL = ProcessPoolExecutor(max_workers=processes, mp_context=context,
+                                    initializer=_worker_init, initargs=(os.getpid(), _POOL_STARTED))
     return _POOL
+
+
+def _note_started(sweep_tag: int, under_way: dict[int, int]) -> None:
+    """Read the pool workers' announcements: ``under_way`` maps a worker's pid to the run (of
+    the sweep tagged ``sweep_tag``) it started last. Read often: the queue is a pipe, and a
+    full pipe would block the workers."""
+    global _POOL_HAS_RUN
+    while _POOL_STARTED is not None and not _POOL_STARTED.empty():
+        tag, i, pid = _POOL_STARTED.get()
+        _POOL_HAS_RUN = True
+        if tag == sweep_tag:
+            under_way[pid] = i
 
 
 def _bootstrapping_worker() -> bool:
@@ -262,32 +352,125 @@ def _run_serially(configs, todo, directory, errors, results, bar) -> None:
             bar.update()
 
 
-def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> None:
-    """The missing runs in the kept worker pool; any failure is recorded."""
-    global _POOL
-    pool = _worker_pool(processes)
-    futures = {pool.submit(_worker, configs[i].to_dict(), str(directory) if directory else None): i
-               for i in todo}
+def _signal_name(exitcode: int | None) -> str:
+    """How a worker process ended, in words (``SIGKILL``, ``exit status 1``)."""
+    import signal
+
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+def _main_has_guard() -> bool:
+    """Whether the caller's main module has an ``if __name__ == "__main__":`` block at its top
+    level (no file, as in a notebook: nothing to re-import, so nothing to guard)."""
+    import ast
+    import sys
+
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                results[i] = fut.result()
-            except BrokenProcessPool:
-                raise
-            except Exception as exc:   # any failure is that run's; the others still run
-                errors.append((i, exc))
-            if bar:
-                bar.update()
-    except BrokenProcessPool:
-        _POOL = None
-        raise HetflError("a worker process died: a script must call sweep() under "
-                         "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
-                         "finished runs are cached") from None
-    except BaseException:       # an interrupt: drop what has not started; running runs still cache
-        for fut in futures:
-            fut.cancel()
-        raise
+        tree = ast.parse(Path(path).read_bytes()) if path else None
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return tree is None or any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
+                               for n in tree.body)
+
+
+def _start_up_failure(exitcodes: list[int | None]) -> str:
+    """Why a pool's workers died before any run started in it, in one line, from their exit
+    codes: a signal (killed, e.g. for lack of memory), or an error while re-importing the
+    caller's main module, which without the ``__main__`` guard is the sweep itself."""
+    import signal
+
+    killed = [c for c in exitcodes if c is not None and c < 0 and c != -signal.SIGTERM]
+    if killed:
+        return (f"a worker process was killed while starting ({_signal_name(killed[0])}), e.g. "
+                "for lack of memory; finished runs are cached")
+    if _main_has_guard():
+        ended = next((c for c in exitcodes if c not in (None, 0, -signal.SIGTERM)), None)
+        return (f"the worker processes died while starting ({_signal_name(ended)}): re-importing "
+                "the caller's main module failed in them; finished runs are cached")
+    return ("the worker processes died while starting: a script must call sweep() under "
+            "'if __name__ == \"__main__\":' (workers re-import it), or memory ran out; "
+            "finished runs are cached")
+
+
+def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> None:
+    """The missing runs in the kept worker pool; any failure is recorded.
+
+    A worker that dies mid-run (killed, or out of memory) breaks the pool, which stops its
+    other workers too: the pool is rebuilt and every run not finished is submitted again.
+    The run that was under way in the dead worker is retried once; under way in a dying
+    worker a second time, it counts as failed. Runs under way in the workers the broken pool
+    stopped are run again without counting. A pool whose workers die before any run has
+    started in it fails the sweep at once, naming the likely cause (a script without the
+    ``__main__`` guard, whose workers re-run the sweep)."""
+    global _SWEEPS
+    import signal
+
+    _SWEEPS += 1
+    sweep_tag = _SWEEPS
+    deaths = dict.fromkeys(todo, 0)        # how often each run was under way in a dying worker
+    remaining = list(todo)
+    while remaining:
+        pool = _worker_pool(processes)
+        where = str(directory or cache_dir())   # resolved here: a kept worker has an older environ
+        futures = {pool.submit(_worker, configs[i].to_dict(), where, (sweep_tag, i),
+                               _method_reference(configs[i])): i for i in remaining}
+        under_way: dict[int, int] = {}
+        settled: set[int] = set()
+        try:
+            for fut in as_completed(futures):
+                _note_started(sweep_tag, under_way)
+                if isinstance(fut.exception(), BrokenProcessPool):
+                    break
+                i = futures[fut]
+                settled.add(i)
+                if fut.exception() is None:
+                    results[i] = fut.result()
+                else:                  # any failure is that run's; the others still run
+                    errors.append((i, fut.exception()))
+                if bar:
+                    bar.update()
+            else:
+                return
+        except BaseException:   # an interrupt: drop what has not started; running runs still cache
+            for fut in futures:
+                fut.cancel()
+            raise
+        workers = dict(pool._processes or {})
+        pool.shutdown(wait=True)           # a broken pool has stopped its workers: wait for them
+        _note_started(sweep_tag, under_way)
+        if not _POOL_HAS_RUN:
+            raise HetflError(_start_up_failure([p.exitcode for p in workers.values()])) from None
+        for fut, i in futures.items():      # runs that ended before the break was seen
+            if i not in settled and not isinstance(fut.exception(), BrokenProcessPool):
+                settled.add(i)
+                if fut.exception() is None:
+                    results[i] = fut.result()
+                else:
+                    errors.append((i, fut.exception()))
+                if bar:
+                    bar.update()
+        dead = {pid: p.exitcode for pid, p in workers.items()
+                if p.exitcode not in (0, -signal.SIGTERM)}   # the broken pool SIGTERMs the rest
+        for pid, i in under_way.items():
+            if i in settled or (dead and pid not in dead):
+                continue                 # finished, or stopped by the broken pool: not its fault
+            deaths[i] += 1
+            if deaths[i] == 2:
+                settled.add(i)
+                how = _signal_name(dead.get(pid))
+                if how == "SIGKILL":
+                    how += ": killed, e.g. for lack of memory"
+                errors.append((i, HetflError(f"its worker process died ({how}) twice while "
+                                             "running it")))
+                if bar:
+                    bar.update()
+        remaining = [i for i in remaining if i not in settled]
 
 
 def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, errors, results, bar) -> None:
@@ -308,32 +491,111 @@ def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, erro
             bar.update()
 
 
-def sweep(configs, processes: int = 2, directory: Path | None = None, desc: str = "runs",
+def _type_name(value) -> str:
+    """``value`` named for an error message: ``None``, ``the class dict``, ``str 'fedavg'``."""
+    if value is None:
+        return "None"
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _checked_arguments(configs, processes, directory, executor, address, gpus_per_run):
+    """:func:`sweep`'s arguments checked before any run, each wrong one refused with a
+    :class:`ConfigError` of one line; returns the configs as a list and ``processes`` (the
+    default, 2, for ``None``)."""
+    from collections.abc import Iterable
+    from numbers import Integral, Real
+
+    if isinstance(configs, RunConfig):
+        raise ConfigError("sweep() takes a list of RunConfig, got one RunConfig; pass [config]")
+    if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Iterable):
+        raise ConfigError("sweep() takes an iterable of RunConfig (e.g. a list), "
+                          f"got {_type_name(configs)}")
+    configs = list(configs)
+    for i, c in enumerate(configs):
+        if isinstance(c, dict):
+            raise ConfigError(f"sweep(): item {i} is a dict, not a RunConfig; "
+                              "build one with RunConfig.from_dict")
+        if not isinstance(c, RunConfig):
+            raise ConfigError(f"sweep(): item {i} is {_type_name(c)}, not a RunConfig")
+    if processes is None:
+        processes = 2
+    if isinstance(processes, bool) or not isinstance(processes, Integral) or processes < 1:
+        raise ConfigError(f"processes must be a whole number >= 1, got {_type_name(processes)}")
+    if directory is not None and not isinstance(directory, (str, os.PathLike)):
+        raise ConfigError(f"directory must be a path (str or Path), got {_type_name(directory)}")
+    if executor is not None and not isinstance(executor, str):
+        raise ConfigError(f"executor must be 'process' or 'ray', got {_type_name(executor)}")
+    if address is not None and not isinstance(address, str):
+        raise ConfigError(f"address must be a string such as 'HOST:6379', "
+                          f"got {_type_name(address)}")
+    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, Real) \
+            or not gpus_per_run >= 0:
+        raise ConfigError(f"gpus_per_run must be a number >= 0, got {_type_name(gpus_per_run)}")
+    return configs, int(processes)
+
+
+def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
+    """``todo`` split into runs the pool workers can run and runs of methods registered in
+    this process only (:func:`_in_this_process_only`), which run here; a warning says which."""
+    import warnings
+
+    from .methods import get_method
+
+    why = {name: _in_this_process_only(get_method(name))
+           for name in {configs[i].method for i in todo}}
+    here = [i for i in todo if why[configs[i].method]]
+    for name in sorted(n for n, reason in why.items() if reason):
+        count = sum(configs[i].method == name for i in here)
+        warnings.warn(f"method {name!r} is registered in this process only ({why[name]}), so "
+                      f"its {count} run(s) run here, one after the other, not in the worker "
+                      "processes", stacklevel=3)
+    return [i for i in todo if i not in here], here
+
+
+def sweep(configs, processes: int | None = 2, directory: Path | None = None, desc: str = "runs",
           progress: bool = True, executor: str | None = None, address: str | None = None,
           gpus_per_run: float = 0) -> list[dict]:
-    """Results of every config (any iterable), in order: cached ones at once, the rest in
-    ``processes`` workers.
+    """Results of every config (any iterable of :class:`RunConfig`), in order: cached ones at
+    once, the rest in ``processes`` workers (``None``: the default, 2).
 
     ``executor="ray"`` sends the missing runs to the Ray cluster at ``address`` instead
     (a local Ray with ``processes`` CPUs when there is none), each task holding one CPU
     and ``gpus_per_run`` GPUs (see :mod:`hetfl_core.ray_executor`). The defaults come from
     ``$HETFL_EXECUTOR`` (``process`` or ``ray``) and ``$HETFL_RAY_ADDRESS``, so a chapter
-    run by papermill sweeps on a cluster without changing a line.
+    run by papermill sweeps on a cluster without changing a line. ``gpus_per_run`` (and
+    ``address``) given to the process executor is ignored with a warning: the same call may
+    meet either executor through ``$HETFL_EXECUTOR``.
 
     A failing run, whatever its error, does not stop the others: every finished run is
-    stored, then the first failure is raised as one line naming the config by the fields
-    that set it apart.
+    stored, then the error of the first failed config (in the given order) is raised as one
+    line naming the config by the fields that set it apart. A run whose worker dies under it (killed, or out of memory) is run
+    once more, on either executor; dying twice, it counts as failed.
 
     Workers are spawned processes that import the caller's main module, so a script calls
     ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
     for the next sweep with the same ``processes`` and end when the caller's process does.
+    A worker loads each run's method class by its module and name, so plug-ins registered
+    at run time work; a class that exists in this process only (defined in a notebook, in a
+    function, or under the ``__main__`` guard) cannot be loaded there, and its runs run in
+    this process, with a warning (on Ray such a class travels with its tasks).
+    Arguments of the wrong type are refused with one line before any run.
     """
     if _bootstrapping_worker():
         raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
+    configs, processes = _checked_arguments(configs, processes, directory, executor, address,
+                                            gpus_per_run)
     executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
     if executor not in ("process", "ray"):
         raise ConfigError(f"unknown executor {executor!r}; choose process or ray")
-    configs = list(configs)
+    if executor == "process" and (gpus_per_run or address):
+        import warnings
+
+        unused = "gpus_per_run" if gpus_per_run else "address"
+        warnings.warn(f"{unused} applies to executor='ray' only; the process executor runs on "
+                      "this machine", stacklevel=2)
     for c in configs:
         c.validate()
     results: list[dict | None] = [load_cached(c, directory) for c in configs]
@@ -343,7 +605,11 @@ def sweep(configs, processes: int = 2, directory: Path | None = None, desc: str 
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results  # type: ignore[return-value]
-    check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)")
+    check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)"
+                   if directory is None else "sweep's directory argument")
+    pooled, here = [], todo
+    if executor == "process" and processes > 1 and len(todo) > 1:
+        pooled, here = _split_off_local_methods(configs, todo)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -353,14 +619,16 @@ def sweep(configs, processes: int = 2, directory: Path | None = None, desc: str 
     if executor == "ray":
         _run_on_ray(configs, todo, directory, address or os.environ.get("HETFL_RAY_ADDRESS"), gpus_per_run,
                     processes, errors, results, bar)
-    elif processes <= 1 or len(todo) == 1:
-        _run_serially(configs, todo, directory, errors, results, bar)
     else:
-        _run_in_pool(configs, todo, processes, directory, errors, results, bar)
+        if len(pooled) == 1:
+            here = sorted(pooled + here)
+        elif pooled:
+            _run_in_pool(configs, pooled, processes, directory, errors, results, bar)
+        _run_serially(configs, here, directory, errors, results, bar)
     if bar:
         bar.close()
     if errors:
-        i, exc = errors[0]
+        i, exc = min(errors, key=lambda e: e[0])
         raise HetflError(f"{len(errors)} of {len(configs)} runs failed (finished runs are cached); "
                          f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]

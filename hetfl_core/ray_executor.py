@@ -4,67 +4,207 @@ Each missing run is one Ray task that calls :func:`~hetfl_core.experiments.run_c
 on a worker, so a run is cached there as it is in a process pool (atomically, keyed by
 the config and the source hash) and an interrupted sweep resumes from what finished.
 With a shared filesystem as the cache directory every node reads and writes the same
-cache; without one, the driver stores each result it receives as well.
+cache; without one, the driver stores each result it receives as well. A task is named
+by its run's cache file (``fedavg-<key>``), which is how Ray's dashboard and the
+worker's process title show it.
 
 The package travels with the tasks (Ray's ``py_modules``), so the cluster's nodes need
-the dependencies and the datasets (``$HETFL_DATA``), not a checkout.
+the dependencies and the datasets (``$HETFL_DATA``), not a checkout. A method's class
+travels with each task too, so a plug-in registered in the driver (a notebook's, a
+script's) runs on the workers.
+
+Failures stay one run's: any exception in a run comes back as one plain line, and a
+worker that dies under a run (SIGKILL, an out-of-memory kill, a lost node) makes Ray run
+it once more (``max_retries=1``; a run is deterministic, so a second death is reported,
+not retried again). A bad ``address`` is refused in one line within seconds.
 """
 from __future__ import annotations
 
+import os
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from .config import RunConfig
 from .errors import ConfigError, HetflError
 
-__all__ = ["connect", "ray_outcomes"]
+__all__ = ["connect", "ray_outcomes", "REACH_SECONDS"]
+
+#: how long :func:`connect` waits for a cluster's port to answer
+REACH_SECONDS = 10
+
+
+def _check_reachable(address: str) -> None:
+    """Raise :class:`ConfigError` unless ``address`` is ``auto``, ``local`` or ``[ray://]host:port``
+    with a port that accepts a connection within :data:`REACH_SECONDS`: Ray itself waits for a
+    closed port indefinitely and reports a malformed address with a traceback."""
+    import socket
+
+    text = address.strip()
+    if text in ("auto", "local"):     # Ray's: the cluster this machine is in; a new one
+        return
+    body = text[len("ray://"):] if text.startswith("ray://") else text
+    host, _, port = body.rpartition(":")
+    host = host.strip("[]")                 # an IPv6 literal: [::1]:6379
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"Ray address {address!r} is not host:port (e.g. 10.0.0.5:6379), "
+                          f"ray://host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=REACH_SECONDS).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({reason}): is its head "
+                          "node up, and is the port its GCS port (6379 by default)?") from None
+
+
+@contextmanager
+def _stderr_held_back(held: list[str]):
+    """Hold back what is written to the standard error (file descriptor 2, where Ray's C++
+    core logs each failed attempt to reach a cluster) during the block; its lines go to
+    ``held``, and are written out after all when the block succeeds."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = tempfile.TemporaryFile()
+    os.dup2(log.fileno(), 2)
+    succeeded = False
+    try:
+        yield
+        succeeded = True
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.seek(0)
+        text = log.read()
+        log.close()
+        if succeeded:
+            os.write(2, text)
+        held.extend(line for line in text.decode(errors="replace").splitlines() if line.strip())
 
 
 def connect(address: str | None = None, cpus: int | None = None):
     """The Ray session: the one already open, the cluster at ``address``, or a local Ray with
-    ``cpus`` CPUs (and no dashboard)."""
+    ``cpus`` CPUs (and no dashboard). Ray's own log lines are kept to warnings, and the
+    workers' output stays in Ray's log files."""
+    import logging
+    import warnings
+
     import ray
 
     if ray.is_initialized():
         return ray
+    if address:
+        _check_reachable(address)
     runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}     # the hetfl_core package
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
+    held: list[str] = []
     try:
-        if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-        else:
-            ray.init(num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
-    except ConnectionError as exc:
-        raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+        with warnings.catch_warnings():     # Ray's tip on a future default: not the user's
+            warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
+            if address:
+                with _stderr_held_back(held):
+                    ray.init(address=address, runtime_env=runtime_env, **quiet)
+            else:
+                ray.init(num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env, **quiet)
+    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
+        where = f"the Ray cluster at {address!r}" if address else "a local Ray"
+        last = held[-1].split("] ", 1)[-1] if held else ""      # Ray's last log line: the cause
+        cause = f" ({last})" if last else ""
+        raise ConfigError(f"cannot reach {where}: {_plain(exc)}{cause}") from None
     return ray
 
 
-def _run_task(run_cached, config_dict: dict, directory: str):
+def _plain(exc: BaseException) -> str:
+    """An exception's first line, without the ANSI colour codes of Ray's messages."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return (text.splitlines() or [""])[0]
+
+
+def _method_by_value(cls) -> bytes:
+    """The method class ``cls`` pickled for a Ray worker: by reference for the package's own
+    methods (the workers have the package), by value for any other (a plug-in whose module
+    exists only here)."""
+    import sys
+
+    from ray import cloudpickle
+
+    module = sys.modules.get(cls.__module__)
+    ours = cls.__module__.split(".")[0] == __package__
+    if ours or module is None or cls.__module__ == "__main__":    # by value already: __main__'s
+        return cloudpickle.dumps(cls)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(cls)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def _run_task(run_cached, config_dict: dict, directory: str, method: bytes | None = None):
     """One run on a Ray worker (``run_cached``: :func:`hetfl_core.experiments.run_cached`):
-    one torch thread (the task holds one CPU); a failure comes back as its message, so the
-    driver reports it like a pool's."""
+    one torch thread (the task holds one CPU), the method's class (``method``, pickled)
+    registered under the config's method name; any failure comes back as a one-line
+    :class:`HetflError`, so the driver reports it like a pool's."""
     import torch
 
     torch.set_num_threads(1)
     try:
+        if method is not None:
+            from ray import cloudpickle
+
+            from .methods import METHODS
+
+            METHODS[config_dict["method"]] = cloudpickle.loads(method)
         return run_cached(RunConfig.from_dict(config_dict), Path(directory))
     except HetflError as exc:
         return HetflError(str(exc))
+    except Exception as exc:         # the run's own failure, whatever it is: the other runs go on
+        return HetflError(f"{type(exc).__name__}: {_plain(exc)}")
+
+
+def _task_failure(exc: Exception) -> HetflError:
+    """A Ray error from a run's task as one plain line."""
+    from ray import exceptions
+
+    if isinstance(exc, exceptions.OutOfMemoryError):
+        return HetflError("Ray's memory monitor stopped its worker: the node ran out of memory")
+    if isinstance(exc, exceptions.WorkerCrashedError):
+        return HetflError("its Ray worker died under it twice (Ray runs it once more after the "
+                          "first; killed, e.g. for lack of memory)")
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, exceptions.RayTaskError) and isinstance(cause, BaseException):
+        return HetflError(f"{type(cause).__name__}: {_plain(cause)}")
+    return HetflError(f"{type(exc).__name__}: {_plain(exc)}")
 
 
 def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, address: str | None = None,
                  gpus_per_run: float = 0, cpus: int | None = None):
     """Run ``configs`` (index -> config) as Ray tasks of ``run_cached`` (the caller's
     :func:`hetfl_core.experiments.run_cached`); yield ``(index, result or HetflError)`` as
-    each finishes. An interrupt cancels the runs not yet finished."""
+    each finishes, whatever the failure (an exception in the run, a dead worker, a lost
+    node). An interrupt cancels the runs not yet finished."""
+    from .experiments import cache_path
+    from .methods import get_method
+
     if gpus_per_run < 0:
         raise ConfigError(f"gpus_per_run must be >= 0, got {gpus_per_run}")
     ray = connect(address, cpus)
-    task = ray.remote(_run_task).options(num_cpus=1, num_gpus=gpus_per_run, max_retries=0)
-    pending = {task.remote(run_cached, c.to_dict(), str(directory)): i for i, c in configs.items()}
+    task = ray.remote(_run_task)
+    classes = {c.method: _method_by_value(get_method(c.method)) for c in configs.values()}
+    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1,
+                            name=cache_path(c, directory).stem)
+               .remote(run_cached, c.to_dict(), str(directory), classes[c.method]): i
+               for i, c in configs.items()}
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             i = pending.pop(done[0])
-            yield i, ray.get(done[0])
+            try:
+                outcome = ray.get(done[0])
+            except ray.exceptions.RayError as exc:
+                outcome = _task_failure(exc)
+            yield i, outcome
     except BaseException:
         for ref in pending:
             ray.cancel(ref, force=True)
