@@ -42,8 +42,9 @@ from .errors import ConfigError, HetflError
 
 __all__ = ["SYSTEM", "OWN_SYSTEM", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
            "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
-           "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics", "leaderboard",
-           "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners", "label"]
+           "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
+           "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners",
+           "label"]
 
 #: the arena's methods: the five papers' first, then the baselines
 METHODS = ("fedlps", "heroes", "ofafl", "srp-pfed", "sparse-prune-pfl", "fedavg", "fedprox", "heterofl",
@@ -295,8 +296,8 @@ def check_arguments(scale: str, processes: int, seed: int) -> None:
     meta = next(f.metadata for f in dataclasses.fields(RunConfig) if f.name == "seed")
     check_value("seed", seed, meta)
     s = settings(scale, seed)
-    check_value(f"seed (the last of the arena's {max(s.seeds, s.text_seeds, s.map_seeds)} seeds from {seed})",
-                seed + max(s.seeds, s.text_seeds, s.map_seeds) - 1, meta)
+    n = max(s.seeds, s.text_seeds, s.map_seeds)
+    check_value(f"seed (the last of the arena's {n} seeds from {seed})", seed + n - 1, meta)
 
 
 def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int = 0, directory=None,

@@ -3,8 +3,10 @@
 ``python -m hetfl_core arena`` (the benchmark of :mod:`hetfl_core.arena`: a leaderboard as
 CSV and JSON and a Pareto figure) and ``python -m hetfl_core plot RUN.json ... -o FIG.png``.
 
-Bad input (an unknown method or dataset, a value out of range) exits with code 2 and
-one line, before any training starts.
+Bad input (an unknown method or dataset, a value out of range, a dataset that is not
+installed, an output path that cannot be written) exits with code 2 and one line, before
+any training starts. ``--out`` and ``plot -o`` refuse a symbolic link and replace a file
+whole (a temporary file renamed over it).
 """
 from __future__ import annotations
 
@@ -82,8 +84,8 @@ def _build_parser() -> argparse.ArgumentParser:
                          help=_field_help(f, default))
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a method option, e.g. --option mu=0.01 (repeatable; see 'list METHOD')")
-    run.add_argument("--out", help="write {config, history} JSON here (checked writable before training; "
-                     "a symbolic link is refused, a file is replaced whole)")
+    run.add_argument("--out", help="write {config, history} JSON here (checked writable before "
+                     "training; a symbolic link is refused, a file is replaced whole)")
     run.add_argument("--no-cache", action="store_true", help="run even if the result is cached")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--engine", choices=("hetfl", "flower"), default="hetfl",
@@ -131,7 +133,8 @@ def _join_negative(argv: list[str]) -> list[str]:
     return out
 
 
-def _check_out(text: str, flag: str = "--out", devices: bool = True, example: str = "run.json") -> Path:
+def _check_out(text: str, flag: str = "--out", devices: bool = True,
+               example: str = "run.json") -> Path:
     """The output path ``text`` as a :class:`Path`, refused in one line before any work when it
     cannot be written: empty, ending in ``/`` (a directory's name), a directory, a symbolic
     link (never followed: a link in a shared folder could point at any file), in a folder
@@ -143,11 +146,14 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True, example: st
         raise ConfigError(f"{flag} needs a file name, got an empty path")
     path = Path(text)
     if os.path.basename(text) in ("", ".", ".."):
-        raise ConfigError(f"{flag} {text} names a directory; give a file name such as {path / example}")
+        raise ConfigError(f"{flag} {text} names a directory; give a file name such as "
+                          f"{path / example}")
     if path.is_symlink():
-        raise ConfigError(f"{flag} {path} is a symbolic link; give the file itself (links are not followed)")
+        raise ConfigError(f"{flag} {path} is a symbolic link; give the file itself "
+                          f"(links are not followed)")
     if path.is_dir():
-        raise ConfigError(f"{flag} {path} is a directory; give a file name such as {path / example}")
+        raise ConfigError(f"{flag} {path} is a directory; give a file name such as "
+                          f"{path / example}")
     check_writable(path.parent, flag, path.name)
     if path.exists() and not path.is_file():
         if not devices:
@@ -179,7 +185,7 @@ def _write_out(path: Path, data: bytes) -> None:
             f.write(data)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)     # as a plain open() would create it (mkstemp makes it 0600)
+        os.chmod(tmp, 0o666 & ~umask)     # as open() would create it (mkstemp makes it 0600)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -231,8 +237,9 @@ def _error(exc: Exception) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point; returns the exit code: 0, 2 for a bad configuration (one line, before any
-    training where it can be known), 1 for a failure while running, 130 on Ctrl-C."""
+    """Entry point; returns the exit code: 0, 2 for a bad configuration or a missing dataset
+    (one line, before any training where it can be known), 1 for a failure while running,
+    130 on Ctrl-C."""
     args = _build_parser().parse_args(_join_negative(sys.argv[1:] if argv is None else list(argv)))
     if args.command == "list":
         try:
@@ -243,7 +250,7 @@ def main(argv=None) -> int:
         return 0
     try:
         return {"arena": _arena, "plot": _plot}.get(args.command, _run)(args)
-    except (ConfigError, DatasetUnavailable) as exc:   # also found once the data is loaded, before training
+    except (ConfigError, DatasetUnavailable) as exc:   # also after the data loads, before training
         _error(exc)
         return 2
     except HetflError as exc:
@@ -256,7 +263,8 @@ def main(argv=None) -> int:
 
 def _what_was_kept(args) -> str:
     """After Ctrl-C: ``" (finished runs are cached)"`` where the command caches its runs."""
-    caches = args.command == "arena" or (args.command == "run" and not args.no_cache and args.engine == "hetfl")
+    caches = args.command == "arena" or (args.command == "run" and not args.no_cache
+                                         and args.engine == "hetfl")
     return " (finished runs are cached)" if caches else ""
 
 
@@ -303,18 +311,20 @@ def _load_plugin(path: str) -> None:
 
     file = Path(path)
     if file.is_dir():
-        raise ConfigError(f"--plugin {path} is a directory; give the .py file that registers the method")
+        raise ConfigError(f"--plugin {path} is a directory; give the .py file that registers "
+                          f"the method")
     if not file.exists():
         raise ConfigError(f"--plugin {path}: no such file")
     if not file.is_file():
-        raise ConfigError(f"--plugin {path} is not a regular file; give the .py file that registers the method")
+        raise ConfigError(f"--plugin {path} is not a regular file; give the .py file that "
+                          f"registers the method")
     spec = importlib.util.spec_from_file_location(f"hetfl_plugin_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except SystemExit as exc:     # would end the arena silently, with its exit code
-        raise ConfigError(f"--plugin {path} called sys.exit({exc.code!r}) while loading; a plug-in file "
-                          f"registers methods and returns") from None
+        raise ConfigError(f"--plugin {path} called sys.exit({exc.code!r}) while loading; "
+                          f"a plug-in file registers methods and returns") from None
     except Exception as exc:      # the user's file: report it in one line
         why = " ".join(str(exc).split())
         raise ConfigError(f"--plugin {path} failed to load: {type(exc).__name__}: {why}") from None
@@ -374,8 +384,9 @@ def _plot_path(text: str) -> tuple[Path, str]:
     formats = FigureCanvasBase.get_supported_filetypes()
     fmt = path.suffix[1:].lower()
     if fmt not in formats:
-        raise ConfigError(f"-o {path}: {f'format {fmt!r}' if fmt else 'no extension'} names no image format; "
-                          f"end it in one of: {', '.join('.' + f for f in sorted(formats))}")
+        what = f"format {fmt!r}" if fmt else "no extension"
+        raise ConfigError(f"-o {path}: {what} names no image format; end it in one of: "
+                          f"{', '.join('.' + f for f in sorted(formats))}")
     return path, fmt
 
 
@@ -395,8 +406,8 @@ def _read_run(path: str, y: str) -> dict:
         result = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"{path}: not a run's JSON ({type(exc).__name__})") from None
-    if not (isinstance(result, dict) and isinstance(result.get("history"), list) and result["history"]
-            and isinstance(result.get("config"), dict)):
+    history = result.get("history") if isinstance(result, dict) else None
+    if not (isinstance(history, list) and history and isinstance(result.get("config"), dict)):
         raise ConfigError(f"{path}: not a run's JSON (no config and history)")
     method = result["config"].get("method")
     if not isinstance(method, str) or not method:
@@ -406,8 +417,9 @@ def _read_run(path: str, y: str) -> dict:
             raise ConfigError(f"{path}: history row {i} is not a dict of values, got {row!r:.40}")
         for key in ("round", "time_s", "uplink_bits", y):
             value = row.get(key)
-            if not _is_number(value) and not (key == y and value is None):   # None: not evaluated that round
-                raise ConfigError(f"{path}: history row {i}: {key} must be a finite number, got {value!r:.40}")
+            if not _is_number(value) and not (key == y and value is None):   # None: not evaluated
+                raise ConfigError(f"{path}: history row {i}: {key} must be a finite number, "
+                                  f"got {value!r:.40}")
     if all(row.get(y) is None for row in result["history"]):
         raise ConfigError(f"{path}: no round has {y}; choose another --y")
     return result

@@ -160,8 +160,9 @@ class RunConfig:
             raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
         info = DATASET_INFO.get(self.dataset)
         if info is None:        # added to DATASETS by hand: no metadata to check the config against
-            raise ConfigError(f"dataset {self.dataset!r} has no metadata (kind, side, classes, train_samples): "
-                              f"add it with hetfl_core.data.register_dataset, not to DATASETS directly")
+            raise ConfigError(f"dataset {self.dataset!r} has no metadata (kind, side, classes, "
+                              f"train_samples): add it with hetfl_core.data.register_dataset, "
+                              f"not to DATASETS directly")
         self._check_fit(info)
         try:
             method_cls.check_config(self)
@@ -209,7 +210,8 @@ class RunConfig:
             raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
         options = changes.pop("options", {})
         if not isinstance(options, dict):
-            raise ConfigError(f"replace(options=...) takes a dict of the options to change, got {options!r:.60}")
+            raise ConfigError(f"replace(options=...) takes a dict of the options to change, "
+                              f"got {options!r:.60}")
         return dataclasses.replace(self, options={**self.options, **options}, **changes)
 
     def to_dict(self) -> dict:

@@ -262,7 +262,8 @@ def divergence_suspects(config: RunConfig, options: dict) -> str:
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
-    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see :func:`run_rounds`).
+    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see
+    :func:`run_rounds`).
 
     The data is built and the rounds run on one torch thread (:class:`single_thread`); the
     caller's thread count is restored afterwards."""

@@ -23,7 +23,8 @@ from typing import Sequence
 from ..config import SCALES
 from ..errors import ConfigError
 
-__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError", "caption_text", "caption"]
+__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError",
+           "caption_text", "caption"]
 
 SEED_LIMIT = 2 ** 32
 

