@@ -105,7 +105,7 @@ def test_list_of_an_empty_name_is_an_error(capsys):
 
 @pytest.mark.parametrize("flags,line", [
     ([], "python -m hetfl_core: interrupted (finished runs are cached)"),
-    (["--no-cache"], "python -m hetfl_core: interrupted"),       # nothing is cached: no such promise
+    (["--no-cache"], "python -m hetfl_core: interrupted"),       # nothing is cached: no promise
 ])
 def test_ctrl_c_during_a_run_prints_one_line(tmp_path, flags, line):
     import signal
@@ -114,11 +114,13 @@ def test_ctrl_c_during_a_run_prints_one_line(tmp_path, flags, line):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     # SIGINT at its default in the child: a test runner that ignores it would pass SIG_IGN on
     proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
-                             "--rounds", "100000", "--quiet", *flags], stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                             "--rounds", "100000", "--quiet", *flags], stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
-        while not flags and not list((tmp_path / "runs").glob("*.lock")) and time.monotonic() < deadline:
+        while not flags and not list((tmp_path / "runs").glob("*.lock")) \
+                and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.5)
         time.sleep(2 if not flags else 8)      # --no-cache takes no lock: wait past the imports
@@ -196,8 +198,9 @@ def test_a_link_made_during_the_run_is_replaced_not_followed(tmp_path, monkeypat
     out = cli._check_out(str(tmp_path / "run.json"))
     out.symlink_to(precious)                       # put there after the check, before the write
     cli._write_out(out, b'{"history": []}')
-    assert precious.read_text() == "keep" and not out.is_symlink() and out.read_text() == '{"history": []}'
-    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()     # as open() would make it, not mkstemp's 0600
+    assert precious.read_text() == "keep" and not out.is_symlink()
+    assert out.read_text() == '{"history": []}'
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()     # as open() makes it, not 0600
 
 
 def _umask() -> int:
@@ -220,7 +223,8 @@ def test_out_naming_a_directory_is_refused_in_one_line(out, tmp_path, monkeypatc
 
 @pytest.mark.parametrize("args,needle", [
     (["--seed", "-1"], "seed must be an integer in [0, 2**32), got -1"),
-    (["--partition", "natural"], "choose one of: iid, dirichlet, shards, quantity, writers, dominant, missing"),
+    (["--partition", "natural"],
+     "choose one of: iid, dirichlet, shards, quantity, writers, dominant, missing"),
 ])
 def test_messages_read_as_written(args, needle, capsys):
     from hetfl_core.cli import main

@@ -118,7 +118,8 @@ def _good_run(tmp_path) -> Path:
 
 @pytest.mark.parametrize("out,needle", [
     ("fig.xyz", "format 'xyz' names no image format"), ("adir", "is a directory"),
-    ("", "needs a file name"), ("/dev/full", "not a regular file"), ("newdir/", "names a directory"),
+    ("", "needs a file name"), ("/dev/full", "not a regular file"),
+    ("newdir/", "names a directory"),
     ("link.png", "symbolic link"),
 ])
 def test_plot_refuses_a_bad_output_before_drawing(out, needle, tmp_path, monkeypatch, capsys):
@@ -138,20 +139,22 @@ def test_plot_refuses_a_bad_output_before_drawing(out, needle, tmp_path, monkeyp
     assert (tmp_path / "precious.txt").read_text() == "keep" and not Path("/dev/full.png").exists()
 
 
-@pytest.mark.parametrize("out,written", [("fnoext", "fnoext.png"), ("fig.svg", "fig.svg"), ("f.PDF", "f.PDF")])
+@pytest.mark.parametrize("out,written", [("fnoext", "fnoext.png"), ("fig.svg", "fig.svg"),
+                                         ("f.PDF", "f.PDF")])
 def test_plot_reports_the_path_it_wrote(out, written, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["plot", str(_good_run(tmp_path)), "-o", out]) == 0
     assert capsys.readouterr().err.strip().splitlines() == [f"wrote {written}"]
-    assert (tmp_path / written).stat().st_size > 1000 and (out == written or not (tmp_path / out).exists())
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []    # no temporary file
+    assert (tmp_path / written).stat().st_size > 1000
+    assert out == written or not (tmp_path / out).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []    # no temp file
 
 
 def test_plot_of_a_pipe_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "run.json"
     os.mkfifo(fifo)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plot", str(fifo), "-o", str(tmp_path / "f.png")],
-                          capture_output=True, text=True, env=env, timeout=120)
+    argv = [sys.executable, "-m", "hetfl_core", "plot", str(fifo), "-o", str(tmp_path / "f.png")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"python -m hetfl_core: error: {fifo}: not a regular file"]
