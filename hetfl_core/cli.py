@@ -148,13 +148,13 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True,
     if os.path.basename(text) in ("", ".", ".."):
         raise ConfigError(f"{flag} {text} names a directory; give a file name such as "
                           f"{path / example}")
+    check_writable(path.parent, flag, path.name)      # the folder, and the name's length
     if path.is_symlink():
         raise ConfigError(f"{flag} {path} is a symbolic link; give the file itself "
                           f"(links are not followed)")
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a directory; give a file name such as "
                           f"{path / example}")
-    check_writable(path.parent, flag, path.name)
     if path.exists() and not path.is_file():
         if not devices:
             raise ConfigError(f"{flag} {path} is not a regular file; give a file name")
