@@ -103,34 +103,50 @@ def test_list_of_an_empty_name_is_an_error(capsys):
     assert "unknown method ''" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags,line", [
-    ([], "python -m hetfl_core: interrupted (finished runs are cached)"),
-    (["--no-cache"], "python -m hetfl_core: interrupted"),       # nothing is cached: no promise
-])
-def test_ctrl_c_during_a_run_prints_one_line(tmp_path, flags, line):
+def _interrupt_a_long_run(tmp_path, flags: list[str], started) -> tuple[int, str]:
+    """Start a 100000-round run with ``flags``, wait until ``started(stderr so far)`` says it
+    trains, send SIGINT (as Ctrl-C does), and return its exit code and whole stderr."""
+    import selectors
     import signal
     import time
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     # SIGINT at its default in the child: a test runner that ignores it would pass SIG_IGN on
     proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
-                             "--rounds", "100000", "--quiet", *flags], stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT,
+                             "--rounds", "100000", *flags], stderr=subprocess.PIPE, env=env, cwd=ROOT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = b""
     try:
-        deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
-        while not flags and not list((tmp_path / "runs").glob("*.lock")) \
-                and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.5)
-        time.sleep(2 if not flags else 8)      # --no-cache takes no lock: wait past the imports
+        waiting = selectors.DefaultSelector()
+        waiting.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + 300      # past the imports, into training
+        while not started(seen.decode(errors="replace")) and time.monotonic() < deadline:
+            assert proc.poll() is None, seen + proc.stderr.read()
+            if waiting.select(timeout=0.5):
+                seen += os.read(proc.stderr.fileno(), 4096)
+        time.sleep(2)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        rest = proc.communicate(timeout=60)[1]
     finally:
         if proc.poll() is None:           # never leave the 100000-round run behind
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130 and err.strip().splitlines() == [line], err
+    return proc.returncode, (seen + rest).decode(errors="replace")
+
+
+def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
+    code, err = _interrupt_a_long_run(tmp_path, ["--quiet"],       # a run holds its lock file
+                                      lambda _: list((tmp_path / "runs").glob("*.lock")))
+    assert code == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
+                                                        "(finished runs are cached)"], err
+
+
+def test_ctrl_c_under_no_cache_promises_no_cached_runs(tmp_path):
+    code, err = _interrupt_a_long_run(tmp_path, ["--no-cache"],    # no lock: the progress bar shows
+                                      lambda text: "fedavg:" in text)
+    lines = [part.strip() for part in err.replace("\r", "\n").splitlines() if part.strip()]
+    assert code == 130 and lines[-1] == "python -m hetfl_core: interrupted", err
+    assert "Traceback" not in err and not any("cached" in line for line in lines), err
 
 
 def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cache, monkeypatch, capsys):
