@@ -112,7 +112,9 @@ def _add_arena_parsers(sub) -> None:
     arena.add_argument("--quiet", action="store_true", help="no progress bar")
     plot = sub.add_parser("plot", help="draw accuracy against rounds, time and traffic for saved runs")
     plot.add_argument("runs", nargs="+", metavar="RUN.json", help="files written by 'run --out'")
-    plot.add_argument("-o", "--out", required=True, metavar="FIG.png", help="the figure to write")
+    plot.add_argument("-o", "--out", required=True, metavar="FIG.png",
+                      help="the figure to write: its extension names the format (.png is added to a "
+                           "name without one); a symbolic link is refused, a file replaced whole")
     plot.add_argument("--y", default="acc_personal", help="what to plot (default: acc_personal)")
 
 
