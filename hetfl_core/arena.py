@@ -42,8 +42,9 @@ from .errors import ConfigError, HetflError
 
 __all__ = ["SYSTEM", "OWN_SYSTEM", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
            "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
-           "run_configs", "ArenaRuns", "run_arena", "worst_share", "run_metrics", "leaderboard",
-           "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners", "label"]
+           "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
+           "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners",
+           "label"]
 
 #: the arena's methods: the five papers' first, then the baselines
 METHODS = ("fedlps", "heroes", "ofafl", "srp-pfed", "sparse-prune-pfl", "fedavg", "fedprox", "heterofl",
@@ -281,6 +282,24 @@ def _sweep_tolerant(grid: dict, processes: int, desc: str, directory, progress: 
         return {k: r for k, r in out.items() if r is not None}, {k: why for k in missing}
 
 
+def check_arguments(scale: str, processes: int, seed: int) -> None:
+    """Raise :class:`ConfigError` (one line) unless the arena can run at ``scale`` with
+    ``processes`` workers from the first seed ``seed``: every seed it will use, ``seed`` to
+    ``seed`` + the number of seeds - 1, must be a valid :attr:`RunConfig.seed`."""
+    import dataclasses
+
+    from .config import check_value
+
+    check_scale(scale)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ConfigError(f"processes must be an integer of at least 1, got {processes!r}")
+    meta = next(f.metadata for f in dataclasses.fields(RunConfig) if f.name == "seed")
+    check_value("seed", seed, meta)
+    s = settings(scale, seed)
+    n = max(s.seeds, s.text_seeds, s.map_seeds)
+    check_value(f"seed (the last of the arena's {n} seeds from {seed})", seed + n - 1, meta)
+
+
 def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int = 0, directory=None,
               progress: bool = True) -> ArenaRuns:
     """Tune, then run the whole arena at ``scale`` (cached and resumable: a rerun reads
@@ -290,6 +309,7 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     rate of the grid, for every method alike; one that still fails is reported in ``failed``."""
     from .methods import get_method
 
+    check_arguments(scale, processes, seed)
     s = settings(scale, seed)
     methods = tuple(dict.fromkeys(methods or METHODS))
     if not methods:

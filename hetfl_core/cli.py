@@ -3,20 +3,25 @@
 ``python -m hetfl_core arena`` (the benchmark of :mod:`hetfl_core.arena`: a leaderboard as
 CSV and JSON and a Pareto figure) and ``python -m hetfl_core plot RUN.json ... -o FIG.png``.
 
-Bad input (an unknown method or dataset, a value out of range) exits with code 2 and
-one line, before any training starts.
+Bad input (an unknown method or dataset, a value out of range, a dataset that is not
+installed, an output path that cannot be written) exits with code 2 and one line, before
+any training starts. ``--out`` and ``plot -o`` refuse a symbolic link and replace a file
+whole (a temporary file renamed over it).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from .config import RunConfig
-from .errors import ConfigError, HetflError
+from .errors import ConfigError, DatasetUnavailable, HetflError
 
 __all__ = ["main"]
 
@@ -79,7 +84,8 @@ def _build_parser() -> argparse.ArgumentParser:
                          help=_field_help(f, default))
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a method option, e.g. --option mu=0.01 (repeatable; see 'list METHOD')")
-    run.add_argument("--out", help="write {config, history} JSON here (checked writable before training)")
+    run.add_argument("--out", help="write {config, history} JSON here (checked writable before "
+                     "training; a symbolic link is refused, a file is replaced whole)")
     run.add_argument("--no-cache", action="store_true", help="run even if the result is cached")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--engine", choices=("hetfl", "flower"), default="hetfl",
@@ -106,7 +112,9 @@ def _add_arena_parsers(sub) -> None:
     arena.add_argument("--quiet", action="store_true", help="no progress bar")
     plot = sub.add_parser("plot", help="draw accuracy against rounds, time and traffic for saved runs")
     plot.add_argument("runs", nargs="+", metavar="RUN.json", help="files written by 'run --out'")
-    plot.add_argument("-o", "--out", required=True, metavar="FIG.png", help="the figure to write")
+    plot.add_argument("-o", "--out", required=True, metavar="FIG.png",
+                      help="the figure to write: its extension names the format (.png is added to a "
+                           "name without one); a symbolic link is refused, a file replaced whole")
     plot.add_argument("--y", default="acc_personal", help="what to plot (default: acc_personal)")
 
 
@@ -127,25 +135,64 @@ def _join_negative(argv: list[str]) -> list[str]:
     return out
 
 
-def _check_out(text: str) -> None:
-    """Refuse an ``--out`` that cannot be written, before any training."""
+def _check_out(text: str, flag: str = "--out", devices: bool = True,
+               example: str = "run.json") -> Path:
+    """The output path ``text`` as a :class:`Path`, refused in one line before any work when it
+    cannot be written: empty, ending in ``/`` (a directory's name), a directory, a symbolic
+    link (never followed: a link in a shared folder could point at any file), in a folder
+    that cannot be written, or a device or pipe that refuses a write (any device where
+    ``devices`` is false)."""
     from .experiments import check_writable
 
     if not text:
-        raise ConfigError("--out needs a file name, got an empty path")
+        raise ConfigError(f"{flag} needs a file name, got an empty path")
     path = Path(text)
-    check_writable(path.parent, "--out", path.name)
+    if os.path.basename(text) in ("", ".", ".."):
+        raise ConfigError(f"{flag} {text} names a directory; give a file name such as "
+                          f"{path / example}")
+    check_writable(path.parent, flag, path.name)      # the folder, and the name's length
+    if path.is_symlink():
+        raise ConfigError(f"{flag} {path} is a symbolic link; give the file itself "
+                          f"(links are not followed)")
     if path.is_dir():
-        raise ConfigError(f"--out {path} is a directory; give a file name such as {path / 'run.json'}")
+        raise ConfigError(f"{flag} {path} is a directory; give a file name such as "
+                          f"{path / example}")
     if path.exists() and not path.is_file():
+        if not devices:
+            raise ConfigError(f"{flag} {path} is not a regular file; give a file name")
         try:                       # a device: an empty write reaches it (/dev/full refuses even that)
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
             try:
                 os.write(fd, b"")
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise ConfigError(f"--out {path} cannot be written: {exc.strerror}") from None
+            raise ConfigError(f"{flag} {path} cannot be written: {exc.strerror}") from None
+    return path
+
+
+def _write_out(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (checked by :func:`_check_out`). A device (``/dev/null``) is
+    written directly; a file through a temporary file renamed over ``path``, so no reader
+    sees half a file, and a symbolic link put at ``path`` since the check is replaced,
+    never followed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_symlink() and not path.is_file():
+        with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as device:
+            device.write(data)
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:60]}.", suffix=".tmp")
+    try:
+        with open(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)     # as open() would create it (mkstemp makes it 0600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _list() -> None:
@@ -192,8 +239,9 @@ def _error(exc: Exception) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point; returns the exit code: 0, 2 for a bad configuration (one line, before any
-    training where it can be known), 1 for a failure while running, 130 on Ctrl-C."""
+    """Entry point; returns the exit code: 0, 2 for a bad configuration or a missing dataset
+    (one line, before any training where it can be known), 1 for a failure while running,
+    130 on Ctrl-C."""
     args = _build_parser().parse_args(_join_negative(sys.argv[1:] if argv is None else list(argv)))
     if args.command == "list":
         try:
@@ -204,15 +252,22 @@ def main(argv=None) -> int:
         return 0
     try:
         return {"arena": _arena, "plot": _plot}.get(args.command, _run)(args)
-    except ConfigError as exc:        # also one found only once the data is loaded
+    except (ConfigError, DatasetUnavailable) as exc:   # also after the data loads, before training
         _error(exc)
         return 2
     except HetflError as exc:
         _error(exc)
         return 1
     except KeyboardInterrupt:
-        print("python -m hetfl_core: interrupted (finished runs are cached)", file=sys.stderr)
+        print(f"python -m hetfl_core: interrupted{_what_was_kept(args)}", file=sys.stderr)
         return 130
+
+
+def _what_was_kept(args) -> str:
+    """After Ctrl-C: ``" (finished runs are cached)"`` where the command caches its runs."""
+    caches = args.command == "arena" or (args.command == "run" and not args.no_cache
+                                         and args.engine == "hetfl")
+    return " (finished runs are cached)" if caches else ""
 
 
 def _run(args) -> int:
@@ -223,8 +278,7 @@ def _run(args) -> int:
               if f.name not in ("method", "options", "given_indices")}
     options = dict(_parse_option(o) for o in args.option)
     config = RunConfig(method=args.method, options=options, **fields).validate()
-    if args.out is not None:
-        _check_out(args.out)
+    out = None if args.out is None else _check_out(args.out)
     if args.engine == "flower":
         from .flower import run_flower
 
@@ -243,11 +297,9 @@ def _run(args) -> int:
           f"personalised accuracy {pct(last['acc_personal'])}, simulated time {last['time_s']:.1f} s, "
           f"uplink {last['uplink_bits'] / 8e6:.2f} MB, energy {last.get('energy_j', float('nan')):.3g} J "
           f"({system_of(config)} cost model)", file=sys.stderr)
-    if args.out is not None:
-        out = Path(args.out)
+    if out is not None:
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=1))
+            _write_out(out, json.dumps(result, indent=1).encode())
         except OSError as exc:
             kept = f"the run is cached at {cache_path(config)}" if not args.no_cache else "the run was not cached"
             raise HetflError(f"could not write --out {out}: {exc.strerror or exc}; {kept}") from None
@@ -255,22 +307,34 @@ def _run(args) -> int:
 
 
 def _load_plugin(path: str) -> None:
-    """Import a Python file that registers methods (``@register``)."""
+    """Import a Python file that registers methods (``@register``); any failure, ``sys.exit``
+    included, is one :class:`ConfigError` line naming the file."""
     import importlib.util
 
     file = Path(path)
-    if not file.is_file():
+    if file.is_dir():
+        raise ConfigError(f"--plugin {path} is a directory; give the .py file that registers "
+                          f"the method")
+    if not file.exists():
         raise ConfigError(f"--plugin {path}: no such file")
+    if not file.is_file():
+        raise ConfigError(f"--plugin {path} is not a regular file; give the .py file that "
+                          f"registers the method")
     spec = importlib.util.spec_from_file_location(f"hetfl_plugin_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:     # would end the arena silently, with its exit code
+        raise ConfigError(f"--plugin {path} called sys.exit({exc.code!r}) while loading; "
+                          f"a plug-in file registers methods and returns") from None
     except Exception as exc:      # the user's file: report it in one line
-        raise ConfigError(f"--plugin {path} failed to load: {type(exc).__name__}: {exc}") from None
+        why = " ".join(str(exc).split())
+        raise ConfigError(f"--plugin {path} failed to load: {type(exc).__name__}: {why}") from None
 
 
 def _arena(args) -> int:
-    """``arena``: tune and run the grid (cached), write the leaderboard and the Pareto figure."""
+    """``arena``: check its arguments, load the plug-ins, tune and run the grid (cached), write
+    the leaderboard and the Pareto figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -279,10 +343,9 @@ def _arena(args) -> int:
     from . import arena
     from .experiments import check_writable
 
+    arena.check_arguments(args.scale, args.processes, args.seed)
     for path in args.plugin:
         _load_plugin(path)
-    if args.processes < 1:
-        raise ConfigError(f"--processes must be at least 1, got {args.processes}")
     out = Path(args.out)
     check_writable(out, "--out")
     processes = 1 if args.plugin else args.processes    # spawned workers would not know a plug-in
@@ -309,40 +372,89 @@ def _arena(args) -> int:
     return 1 if runs.failed else 0
 
 
+def _plot_path(text: str) -> tuple[Path, str]:
+    """``-o``'s path and image format, checked before anything is read or drawn: the format
+    is the extension's (``.png`` is appended to a name without one, as the path then
+    written and reported), one matplotlib can write; the path as :func:`_check_out` wants
+    it, and a regular file (never a device)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if text and os.path.basename(text) not in ("", ".", "..") and not os.path.lexists(text) \
+            and not Path(text).suffix:
+        text += ".png"
+    path = _check_out(text, "-o", devices=False, example="runs.png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    fmt = path.suffix[1:].lower()
+    if fmt not in formats:
+        what = f"format {fmt!r}" if fmt else "no extension"
+        raise ConfigError(f"-o {path}: {what} names no image format; end it in one of: "
+                          f"{', '.join('.' + f for f in sorted(formats))}")
+    return path, fmt
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_run(path: str, y: str) -> dict:
+    """The run ``{config, history}`` saved at ``path`` by ``run --out``, every value the plot
+    reads checked (one line naming the file and what is wrong, never a traceback)."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError(f"{path}: no such file")
+    if not file.is_file():     # a directory, or a pipe that would block the read
+        raise ConfigError(f"{path}: not a regular file")
+    try:
+        result = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not a run's JSON ({type(exc).__name__})") from None
+    history = result.get("history") if isinstance(result, dict) else None
+    if not (isinstance(history, list) and history and isinstance(result.get("config"), dict)):
+        raise ConfigError(f"{path}: not a run's JSON (no config and history)")
+    method = result["config"].get("method")
+    if not isinstance(method, str) or not method:
+        raise ConfigError(f"{path}: config.method must be a method's name, got {method!r:.40}")
+    for i, row in enumerate(result["history"], 1):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: history row {i} is not a dict of values, got {row!r:.40}")
+        for key in ("round", "time_s", "uplink_bits", y):
+            value = row.get(key)
+            if not _is_number(value) and not (key == y and value is None):   # None: not evaluated
+                raise ConfigError(f"{path}: history row {i}: {key} must be a finite number, "
+                                  f"got {value!r:.40}")
+    if all(row.get(y) is None for row in result["history"]):
+        raise ConfigError(f"{path}: no round has {y}; choose another --y")
+    return result
+
+
 def _plot(args) -> int:
     """``plot``: accuracy against rounds, simulated time and traffic, one line per file."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .experiments import check_writable
-    from .plots import Y_AXES, plot_curves
+    from .plots import Y_AXES, legend_below, plot_curves
 
     if args.y not in Y_AXES:
         raise ConfigError(f"--y must be one of: {', '.join(Y_AXES)}; got {args.y!r}")
-    out = Path(args.out)
-    check_writable(out.parent, "-o", out.name)
-    results = []
-    for path in args.runs:
-        try:
-            result = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{path}: not a run's JSON ({type(exc).__name__})") from None
-        if not (isinstance(result, dict) and isinstance(result.get("history"), list) and result["history"]
-                and isinstance(result.get("config"), dict)):
-            raise ConfigError(f"{path}: not a run's JSON (no config and history)")
-        results.append(result)
+    out, fmt = _plot_path(args.out)
+    results = [_read_run(path, args.y) for path in args.runs]
     names = [Path(p).stem for p in args.runs]
-    from .plots import legend_below
-
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), constrained_layout=True)
     for ax, x in zip(axes, ("round", "time_s", "uplink_bits")):
         for i, (name, result) in enumerate(zip(names, results)):   # a method's colour, a file's line style
             plot_curves([result], x=x, y=args.y, ax=ax, ls=("-", "--", ":", "-.")[i % 4],
                         label=lambda r, n=name: n if r["config"]["method"] in n else f"{r['config']['method']} ({n})")
     legend_below(fig, axes)
-    fig.savefig(out, dpi=120)
+    image = io.BytesIO()
+    fig.savefig(image, format=fmt, dpi=120)
     plt.close(fig)
+    try:
+        _write_out(out, image.getvalue())
+    except OSError as exc:
+        raise HetflError(f"could not write -o {out}: {exc.strerror or exc}") from None
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -170,7 +170,12 @@ class RunConfig:
                               f"one per client")
         if self.test_fraction + self.val_fraction >= 1:
             raise ConfigError(f"val_fraction must be in [0, 1 - test_fraction), got {self.val_fraction}")
-        self._check_fit(DATASET_INFO[self.dataset])
+        info = DATASET_INFO.get(self.dataset)
+        if info is None:        # added to DATASETS by hand: no metadata to check the config against
+            raise ConfigError(f"dataset {self.dataset!r} has no metadata (kind, side, classes, "
+                              f"train_samples): add it with hetfl_core.data.register_dataset, "
+                              f"not to DATASETS directly")
+        self._check_fit(info)
         try:
             method_cls.check_config(self)
         except ConfigError:
@@ -190,8 +195,11 @@ class RunConfig:
             raise ConfigError(f"model {self.model!r} needs images of at least {MIN_IMAGE_SIDE[self.model]}x"
                               f"{MIN_IMAGE_SIDE[self.model]}, {self.dataset} has {side}x{side}: use --model cnn")
         if self.partition == "natural" and reads == "image":
+            from .data import PARTITIONS
+
+            fits = ", ".join(p for p in PARTITIONS if p != "natural")
             raise ConfigError(f"partition 'natural' needs a text corpus with natural clients, {self.dataset} has "
-                              f"none; choose one of: iid, dirichlet, shards, quantity, writers")
+                              f"none; choose one of: {fits}")
         if self.partition == "writers" and reads != "image":
             raise ConfigError(f"partition 'writers' styles images, {self.dataset} is text; use natural or iid")
         if self.partition in ("dominant", "missing") and classes is not None:
@@ -206,9 +214,17 @@ class RunConfig:
             raise ConfigError(f"clients must be at most the {min(pool)} training samples, got {self.clients}")
 
     def replace(self, **changes) -> "RunConfig":
-        """A copy with some fields changed (``options`` merged, not replaced)."""
-        options = {**self.options, **changes.pop("options", {})}
-        return dataclasses.replace(self, options=options, **changes)
+        """A copy with some fields changed (``options`` merged, not replaced: a dict of the
+        options to change; ``{}`` changes none). An unknown field or an ``options`` that is
+        not a dict is a :class:`ConfigError`."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+        options = changes.pop("options", {})
+        if not isinstance(options, dict):
+            raise ConfigError(f"replace(options=...) takes a dict of the options to change, "
+                              f"got {options!r:.60}")
+        return dataclasses.replace(self, options={**self.options, **options}, **changes)
 
     def to_dict(self) -> dict:
         """Every field as a plain dict (JSON-ready); ``given_indices`` only when set, so that

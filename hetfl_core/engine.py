@@ -221,26 +221,54 @@ def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, Client
         yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
 
 
-def single_thread() -> None:
+class single_thread:  # noqa: N801 - called like the function it was: single_thread()
     """One torch thread for every run (:func:`run`, the command line, sweeps' workers): a
-    different count changes float sums in the 8th digit, and the cache key does not hold it."""
-    torch.set_num_threads(1)
+    different count changes float sums in the 8th digit, and the cache key does not hold it.
+
+    ``single_thread()`` sets it for good (a worker process); ``with single_thread():`` gives
+    the caller's thread count back afterwards (a run inside a notebook that trains on)."""
+
+    def __init__(self):
+        self.previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __enter__(self) -> "single_thread":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.set_num_threads(self.previous)
 
 
 def divergence_suspects(config: RunConfig, options: dict) -> str:
     """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
-    (a large decay or proximal coefficient blows up SGD as a large step does)."""
+    (a large decay or proximal coefficient blows up SGD as a large step does); for a method
+    registered from outside the package (a plug-in), its own code too."""
     suspects = [f"lr (now {config.lr})"]
     if config.weight_decay:
         suspects.append(f"weight_decay (now {config.weight_decay})")
     if options.get("mu"):
         suspects.append(f"mu (now {options['mu']})")
-    return " or ".join(suspects)
+    text = " or ".join(suspects)
+    cls = get_method(config.method)
+    if not cls.__module__.startswith("hetfl_core."):
+        import inspect
+
+        try:
+            where = inspect.getsourcefile(cls) or cls.__module__
+        except TypeError:
+            where = cls.__module__
+        text += f", or look for the fault in the plug-in method {config.method} ({where})"
+    return text
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
-    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see :func:`run_rounds`)."""
-    return run_rounds(build_simulation(config), progress, callback)
+    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see
+    :func:`run_rounds`).
+
+    The data is built and the rounds run on one torch thread (:class:`single_thread`); the
+    caller's thread count is restored afterwards."""
+    with single_thread():
+        return run_rounds(build_simulation(config), progress, callback)
 
 
 def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_updates=local_updates) -> dict:
@@ -251,7 +279,6 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
     [(client, plan), ...])`` yields the clients' reports in order; the default trains them
     here, :mod:`hetfl_core.flower` on Flower's nodes.
     """
-    single_thread()
     config = sim.config
     history = []
     rounds = range(1, config.rounds + 1)
@@ -259,11 +286,12 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
         from tqdm import tqdm
 
         rounds = tqdm(rounds, desc=f"{config.method}", unit="round", leave=False)
-    for t in rounds:
-        row = sim.round(t, client_updates)
-        history.append(row)
-        if progress and row["acc_personal"] is not None:
-            rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")
-        if callback:
-            callback(row)
+    with single_thread():      # the caller's own thread count comes back afterwards
+        for t in rounds:
+            row = sim.round(t, client_updates)
+            history.append(row)
+            if progress and row["acc_personal"] is not None:
+                rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")
+            if callback:
+                callback(row)
     return {"config": config.to_dict(), "history": history}

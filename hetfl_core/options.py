@@ -15,6 +15,14 @@ from .errors import ConfigError
 __all__ = ["Option", "accepted", "check_value"]
 
 
+def _bound(value) -> str:
+    """A range's end as a reader writes it: ``2**32`` for a large power of two, else as
+    ``1e+09`` or ``0.5``."""
+    if isinstance(value, int) and value >= 2 ** 16 and value & (value - 1) == 0:
+        return f"2**{value.bit_length() - 1}"
+    return f"{value:g}"
+
+
 def accepted(meta: dict) -> str:
     """The accepted values of a declared field or option, in words (``an integer in [1, 1000000]``)."""
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a name"}[meta["kind"]]
@@ -22,7 +30,8 @@ def accepted(meta: dict) -> str:
     if low is not None or high is not None:
         left = "(" if meta.get("low_open") else "["
         right = ")" if meta.get("high_open") else "]"
-        interval = f"{left}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{right}"
+        ends = "-inf" if low is None else _bound(low), "inf" if high is None else _bound(high)
+        interval = f"{left}{ends[0]}, {ends[1]}{right}"
         kind = f"{'an integer ' if meta['kind'] is int else ''}in {interval}"   # a number is implied
     return kind + (" or None" if meta.get("optional") else "")
 

@@ -202,3 +202,53 @@ def test_a_run_that_diverges_falls_back_one_rate_of_the_grid(tmp_path, monkeypat
     assert lrs == {0: 0.1, 1: 0.05} and not runs.failed
     row = arena.leaderboard(runs)[0]
     assert row["seeds"] == 2 and row["lr"] == 0.1 and row["lrs"] == [0.1, 0.05]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--seed", "-1"], "seed must be an integer in [0, 2**32), got -1"),
+    (["--seed", str(2 ** 32 - 1), "--scale", "book"], "the last of the arena's 3 seeds"),
+    (["--processes", "0"], "processes must be an integer of at least 1"),
+])
+def test_cli_arena_refuses_bad_arguments_before_any_run(args, needle, tmp_path, monkeypatch,
+                                                         capsys):
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    out = str(tmp_path / "o")
+    assert main(["arena", "--methods", "fedavg", "--out", out, "--quiet", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+    assert not (tmp_path / "o").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("import sys\nsys.exit(0)\n", "called sys.exit(0) while loading"),
+    ("raise SystemExit('bye')\n", "called sys.exit('bye') while loading"),
+    ("raise ValueError('two\\nlines')\n", "failed to load: ValueError: two lines"),
+    (None, "is a directory"),
+])
+def test_cli_arena_reports_a_plugin_that_exits_or_is_a_directory(content, needle, tmp_path,
+                                                                 monkeypatch, capsys):
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    plugin = tmp_path / "plugin.py"
+    if content is None:
+        plugin.mkdir()
+    else:
+        plugin.write_text(content)
+    out = str(tmp_path / "o")
+    assert main(["arena", "--plugin", str(plugin), "--methods", "fedavg", "--out", out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and not (tmp_path / "o").exists()
+
+
+def test_a_plugin_methods_divergence_names_its_file_as_well_as_lr(tiny_config):
+    from hetfl_core.engine import run
+    from hetfl_core.errors import DivergenceError
+
+    register(Fragile)
+    with pytest.raises(DivergenceError) as err:
+        run(tiny_config.replace(method="toy-fragile", seed=1, lr=0.1))
+    message = str(err.value)
+    assert "lr (now 0.1)" in message and "plug-in method toy-fragile" in message
+    assert "test_arena.py" in message
+    with pytest.raises(DivergenceError) as builtin:             # a package method: lr alone
+        run(tiny_config.replace(lr=1e9, rounds=1))
+    assert "plug-in" not in str(builtin.value)

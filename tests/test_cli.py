@@ -103,29 +103,50 @@ def test_list_of_an_empty_name_is_an_error(capsys):
     assert "unknown method ''" in capsys.readouterr().err
 
 
-def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
+def _interrupt_a_long_run(tmp_path, flags: list[str], started) -> tuple[int, str]:
+    """Start a 100000-round run with ``flags``, wait until ``started(stderr so far)`` says it
+    trains, send SIGINT (as Ctrl-C does), and return its exit code and whole stderr."""
+    import selectors
     import signal
     import time
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     # SIGINT at its default in the child: a test runner that ignores it would pass SIG_IGN on
     proc = subprocess.Popen([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
-                             "--rounds", "100000", "--quiet"], stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                             "--rounds", "100000", *flags], stderr=subprocess.PIPE, env=env, cwd=ROOT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = b""
     try:
-        deadline = time.monotonic() + 300      # past the imports, into training: the run holds its lock file
-        while not list((tmp_path / "runs").glob("*.lock")) and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.5)
+        waiting = selectors.DefaultSelector()
+        waiting.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + 300      # past the imports, into training
+        while not started(seen.decode(errors="replace")) and time.monotonic() < deadline:
+            assert proc.poll() is None, seen + proc.stderr.read()
+            if waiting.select(timeout=0.5):
+                seen += os.read(proc.stderr.fileno(), 4096)
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        rest = proc.communicate(timeout=60)[1]
     finally:
         if proc.poll() is None:           # never leave the 100000-round run behind
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
-                                                                   "(finished runs are cached)"], err
+    return proc.returncode, (seen + rest).decode(errors="replace")
+
+
+def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
+    code, err = _interrupt_a_long_run(tmp_path, ["--quiet"],       # a run holds its lock file
+                                      lambda _: list((tmp_path / "runs").glob("*.lock")))
+    assert code == 130 and err.strip().splitlines() == ["python -m hetfl_core: interrupted "
+                                                        "(finished runs are cached)"], err
+
+
+def test_ctrl_c_under_no_cache_promises_no_cached_runs(tmp_path):
+    code, err = _interrupt_a_long_run(tmp_path, ["--no-cache"],    # no lock: the progress bar shows
+                                      lambda text: "fedavg:" in text)
+    lines = [part.strip() for part in err.replace("\r", "\n").splitlines() if part.strip()]
+    assert code == 130 and lines[-1] == "python -m hetfl_core: interrupted", err
+    assert "Traceback" not in err and not any("cached" in line for line in lines), err
 
 
 def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cache, monkeypatch, capsys):
@@ -138,14 +159,14 @@ def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cac
     from hetfl_core.experiments import cache_path, load_cached
 
     out = tmp_path / "run.json"
-    real_write = pathlib.Path.write_text
+    real_replace = os.replace
 
-    def full_disk(self, *args, **kwargs):
-        if self == out:
+    def full_disk(source, target, *args, **kwargs):     # the last step of writing --out
+        if pathlib.Path(target) == out:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(self, *args, **kwargs)
+        return real_replace(source, target, *args, **kwargs)
 
-    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    monkeypatch.setattr(os, "replace", full_disk)
     argv = ["run", "fedavg", "--dataset", "digits", "--clients", "3", "--rounds", "1", "--local-steps", "1",
             "--quiet", "--out", str(out)]
     assert main(argv) == 1
@@ -153,3 +174,76 @@ def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cac
     config = RunConfig(method="fedavg", dataset="digits", clients=3, rounds=1, local_steps=1).validate()
     assert "No space left on device" in line and str(cache_path(config)) in line
     assert load_cached(config) is not None and not out.exists()
+    assert list(tmp_path.glob(".run.json.*")) == []           # no temporary file left behind
+
+
+FAST = ["--dataset", "digits", "--clients", "3", "--rounds", "1", "--local-steps", "1", "--quiet"]
+
+
+def test_a_missing_dataset_exits_2_in_one_line_naming_what_to_use(tmp_path, monkeypatch, capsys):
+    from hetfl_core.cli import main
+
+    monkeypatch.setenv("HETFL_DATA", str(tmp_path / "empty"))
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
+    assert main(["run", "fedavg", *FAST, "--dataset", "mnist", "--no-cache"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "mnist-5k" in lines[0]
+
+
+def test_out_refuses_a_symbolic_link_and_never_touches_its_target(tmp_path, monkeypatch, capsys):
+    from hetfl_core.cli import main
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep")
+    (tmp_path / "link.json").symlink_to(precious)
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "created.json")
+    for link in ("link.json", "dangling.json"):
+        assert main(["run", "fedavg", *FAST, "--out", str(tmp_path / link)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "symbolic link" in lines[0]
+    assert precious.read_text() == "keep" and not (tmp_path / "created.json").exists()
+    assert not (tmp_path / "runs").exists()       # refused before training
+
+
+def test_a_link_made_during_the_run_is_replaced_not_followed(tmp_path, monkeypatch):
+    from hetfl_core import cli
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep")
+    out = cli._check_out(str(tmp_path / "run.json"))
+    out.symlink_to(precious)                       # put there after the check, before the write
+    cli._write_out(out, b'{"history": []}')
+    assert precious.read_text() == "keep" and not out.is_symlink()
+    assert out.read_text() == '{"history": []}'
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()     # as open() makes it, not 0600
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("out", ["newfile_trailing/", "newdir/.", ".."])
+def test_out_naming_a_directory_is_refused_in_one_line(out, tmp_path, monkeypatch, capsys):
+    from hetfl_core.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
+    assert main(["run", "fedavg", *FAST, "--out", out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "directory" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--seed", "-1"], "seed must be an integer in [0, 2**32), got -1"),
+    (["--partition", "natural"],
+     "choose one of: iid, dirichlet, shards, quantity, writers, dominant, missing"),
+])
+def test_messages_read_as_written(args, needle, capsys):
+    from hetfl_core.cli import main
+
+    assert main(["run", "fedavg", "--dataset", "digits", *args]) == 2
+    assert needle in capsys.readouterr().err

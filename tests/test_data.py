@@ -125,3 +125,112 @@ def test_unavailable_dataset_says_what_to_use(tmp_path, monkeypatch):
         hd.load_dataset("mnist")
     message = str(err.value)
     assert "\n" not in message and "mnist-5k" in message
+
+
+# -- registering a dataset -------------------------------------------------------------------
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def registry():
+    """The dataset registry as it was before the test (a test's datasets leave with it)."""
+    saved = dict(hd.DATASETS), dict(hd.DATASET_INFO), dict(hd.datasets._CACHE)
+    yield
+    for live, before in zip((hd.DATASETS, hd.DATASET_INFO, hd.datasets._CACHE), saved):
+        live.clear()
+        live.update(before)
+
+
+def tiny_images(n_train=40, n_test=10, classes=3, side=6):
+    def load(root=None):
+        g = torch.Generator().manual_seed(1)
+        y = torch.arange(n_train + n_test) % classes
+        x = torch.randn(n_train + n_test, 1, side, side, generator=g) + y.view(-1, 1, 1, 1)
+        return hd.ArrayDataset("tiny", x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes)
+
+    return load
+
+
+def test_package_datasets_are_registrations_with_their_metadata():
+    assert list(hd.DATASETS) == list(hd.DATASET_INFO)
+    assert hd.DATASET_INFO["digits"] == ("image", 8, 10, 1438)
+    assert hd.DATASET_INFO["shakespeare"] == hd.DatasetInfo("chars", None, None, None)
+    assert hd.DATASET_INFO["bible-pairs"].classes == 2
+    assert hd.DATASET_INFO["svhn"].train_samples == 73257
+    loader, description = hd.DATASETS["mnist-5k-14"]
+    assert callable(loader) and "14x14" in description
+
+
+def test_a_registered_dataset_validates_loads_and_runs(registry):
+    from hetfl_core import RunConfig, run
+
+    hd.register_dataset("tiny", tiny_images(), kind="image", side=6, classes=3, train_samples=40,
+                        description="three classes of 6x6 noise")
+    assert hd.DATASETS["tiny"][1] == "three classes of 6x6 noise"
+    config = RunConfig(dataset="TINY", model="cnn", partition="iid", clients=4, rounds=1).validate()
+    assert config.dataset == "tiny" and hd.load_dataset("tiny").input_shape == (1, 6, 6)
+    assert len(run(config)["history"]) == 1
+    with pytest.raises(ConfigError, match="clients must be at most the 40 training samples"):
+        RunConfig(dataset="tiny", model="cnn", clients=41).validate()
+    with pytest.raises(ConfigError, match="classes_per_client must be in 1..3"):
+        RunConfig(dataset="tiny", model="cnn", partition="shards", classes_per_client=4).validate()
+    with pytest.raises(ConfigError, match="lenet5.*6x6"):
+        RunConfig(dataset="tiny", model="lenet5").validate()
+
+
+@pytest.mark.parametrize("name,changes,needle", [
+    ("digits", {}, "one of the package's datasets"), ("fmnist", {}, "package's datasets"),
+    ("My Set", {}, "lower-case name"), ("", {}, "lower-case name"),
+    ("t", {"loader": 3}, "callable"), ("t", {"kind": "audio"}, "kind must be one of: image, chars"),
+    ("t", {"side": None}, "needs side"), ("t", {"side": 0}, "side must be an integer"),
+    ("t", {"classes": 1}, "classes must be an integer"),
+    ("t", {"train_samples": 2.5}, "train_samples"), ("t", {"description": "a\nb"}, "one line"),
+])
+def test_register_dataset_refuses_bad_metadata_in_one_line(registry, name, changes, needle):
+    args = {"loader": tiny_images(), "kind": "image", "side": 6, "classes": 3, "train_samples": 40,
+            "description": "tiny", **changes}
+    loader = args.pop("loader")
+    before = dict(hd.DATASET_INFO)
+    with pytest.raises(ConfigError, match=needle) as err:
+        hd.register_dataset(name, loader, **args)
+    assert "\n" not in str(err.value) and hd.DATASET_INFO == before
+
+
+def test_text_needs_no_side_and_unknown_sizes_are_none(registry):
+    hd.register_dataset("words", tiny_images(), kind="tokens", classes=None, train_samples=None,
+                        description="tokens")
+    assert hd.DATASET_INFO["words"] == ("tokens", None, None, None)
+
+
+def test_loaded_data_must_match_what_was_registered(registry):
+    hd.register_dataset("tiny", tiny_images(n_train=40), kind="image", side=6, classes=3,
+                        train_samples=50,
+                        description="tiny")
+    with pytest.raises(ConfigError, match="registered with train_samples=50, its loader gave 40"):
+        hd.load_dataset("tiny")
+    hd.register_dataset("tiny", tiny_images(side=6), kind="image", side=7, classes=3,
+                        train_samples=40,
+                        description="tiny, registered again")
+    with pytest.raises(ConfigError, match="side=7, its loader gave 6"):
+        hd.load_dataset("tiny")
+
+
+def test_a_dataset_added_to_DATASETS_by_hand_is_one_config_error(registry):
+    from hetfl_core import RunConfig
+
+    hd.DATASETS["byhand"] = (tiny_images(), "added without metadata")
+    with pytest.raises(ConfigError, match="has no metadata.*register_dataset") as err:
+        RunConfig(dataset="byhand", model="cnn").validate()
+    assert "\n" not in str(err.value)
+
+
+def test_the_readme_dataset_example_runs_as_written(registry, capsys):
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Your own dataset", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "register_dataset(" in code and len(code.strip().splitlines()) <= 14
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    accuracy = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 <= accuracy <= 1 and "blobs" in hd.DATASETS

@@ -63,3 +63,98 @@ def test_spare_colours_are_no_methods_and_one_legend_goes_under_the_figure():
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["FedAvg", "FedLPS"]
     assert all(ax.get_legend() is None for ax in axes)
     plt.close("all")
+
+
+# -- the 'plot' command with bad input: exit 2, one line, nothing drawn or written --------------
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from hetfl_core.cli import main  # noqa: E402
+
+GOOD = {"config": {"method": "fedavg"},
+        "history": [{"round": t, "time_s": 1.5 * t, "uplink_bits": 8e6 * t, "acc_personal": 0.2 * t}
+                    for t in (1, 2, 3)]}
+
+
+def _row(**changes):
+    return {**GOOD, "history": [{**GOOD["history"][0], **changes}]}
+
+
+BAD_RUNS = [
+    ('{"config": {}, "history": [1]}', "config.method"),
+    ('{"config": {"method": "fedavg"}, "history": [null]}', "history row 1 is not a dict"),
+    ('{"config": {"method": "fedavg"}, "history": [1]}', "history row 1 is not a dict"),
+    (json.dumps({**GOOD, "config": {"method": 1}}), "config.method"),
+    (json.dumps({**GOOD, "config": {"seed": 0}}), "config.method"),
+    (json.dumps(_row(acc_personal="a")), "acc_personal must be a finite number"),
+    (json.dumps(_row(time_s="a")), "time_s must be a finite number"),
+    (json.dumps(_row(round=None)), "round must be a finite number"),
+    (json.dumps(_row(uplink_bits=True)), "uplink_bits must be a finite number"),
+    (json.dumps(_row(acc_personal=None)), "no round has acc_personal"),
+    ("[" * 100_000, "RecursionError"),
+    ("[{}]", "no config and history"),
+]
+
+
+@pytest.mark.parametrize("text,needle", BAD_RUNS, ids=[n for _, n in BAD_RUNS])
+def test_plot_refuses_a_bad_run_file_in_one_line(text, needle, tmp_path, capsys):
+    run_file, fig = tmp_path / "run.json", tmp_path / "fig.png"
+    run_file.write_text(text)
+    assert main(["plot", str(run_file), "-o", str(fig)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and not fig.exists()
+
+
+def _good_run(tmp_path) -> Path:
+    path = tmp_path / "fedavg.json"
+    path.write_text(json.dumps(GOOD))
+    return path
+
+
+@pytest.mark.parametrize("out,needle", [
+    ("fig.xyz", "format 'xyz' names no image format"), ("adir", "is a directory"),
+    ("", "needs a file name"), ("/dev/full", "not a regular file"),
+    ("newdir/", "names a directory"),
+    ("link.png", "symbolic link"),
+])
+def test_plot_refuses_a_bad_output_before_drawing(out, needle, tmp_path, monkeypatch, capsys):
+    import matplotlib.figure
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "precious.txt").write_text("keep")
+    (tmp_path / "link.png").symlink_to(tmp_path / "precious.txt")
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda *a, **k: drawn.append(a))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["plot", str(_good_run(tmp_path)), "-o", out]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and not drawn
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({*before, "fedavg.json"})
+    assert (tmp_path / "precious.txt").read_text() == "keep" and not Path("/dev/full.png").exists()
+
+
+@pytest.mark.parametrize("out,written", [("fnoext", "fnoext.png"), ("fig.svg", "fig.svg"),
+                                         ("f.PDF", "f.PDF")])
+def test_plot_reports_the_path_it_wrote(out, written, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", str(_good_run(tmp_path)), "-o", out]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [f"wrote {written}"]
+    assert (tmp_path / written).stat().st_size > 1000
+    assert out == written or not (tmp_path / out).exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []    # no temp file
+
+
+def test_plot_of_a_pipe_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    argv = [sys.executable, "-m", "hetfl_core", "plot", str(fifo), "-o", str(tmp_path / "f.png")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"python -m hetfl_core: error: {fifo}: not a regular file"]

