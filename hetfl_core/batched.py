@@ -247,11 +247,8 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, x, y, ind
                 if weight_decay:
                     g = g.add(p, alpha=weight_decay)
                 if momentum:
-                    buf = buffers.get(n)
-                    buf = g.clone() if buf is None else buf * momentum + g
-                    # an idle client's buffer stays as it was
-                    buffers[n] = buf if n not in buffers else _where(active, buf, buffers[n])
-                    g = buf
+                    buf = buffers.get(n)    # an idle client never resumes, so its buffer may run on
+                    buffers[n] = g = g.clone() if buf is None else buf * momentum + g
                 new = p.add(g, alpha=-lr)
                 if n in masks:
                     new = new * masks[n]
