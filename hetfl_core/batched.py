@@ -38,9 +38,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from .training import LocalResult, minibatch_indices
+from .training import LocalResult, local_sgd, minibatch_indices
 
-__all__ = ["Phase", "ClientJob", "run_job", "batchable_model", "train_jobs", "train_group", "job_signature",
+__all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs", "train_group", "job_signature",
            "batched_updates", "uses_batched_clients"]
 
 
@@ -61,9 +61,18 @@ class Phase:
     prox_center: dict | None = None
     prox_mu: float = 0.0
     sub_masks: list = field(default_factory=list)
+    #: a method's own loss: ``loss(model, xb, yb)`` for ``local_sgd``, and the same loss for
+    #: the batched trainer, ``batched_loss(model, xb, yb, wb) -> (loss, tally)`` with
+    #: per-sample weights ``wb`` (1/b, 0 for padding) and a number that is summed over the
+    #: steps and handed to ``tally(total, samples)`` (e.g. correct predictions)
+    loss: Callable | None = None
+    batched_loss: Callable | None = None
+    tally: Callable | None = None
 
     def loss_fn(self):
         """The ``loss_fn`` that ``local_sgd`` takes for this phase (``None``: cross-entropy)."""
+        if self.loss is not None:
+            return self.loss
         if not self.sub_masks:
             return None
         from .lottery import joint_loss
@@ -81,12 +90,24 @@ class ClientJob:
     generator: torch.Generator
     phases: list[Phase]
     finish: Callable[[list[LocalResult]], object]
+    group: tuple = ()   # what else must agree for jobs to train together (e.g. a ratio the model holds)
 
 
 def run_job(method, job: ClientJob):
     """The job run sequentially through ``method.local_train``: the engine's own path."""
     results = [method.local_train(job.model, job.client, phase.steps, job.generator, params=phase.params,
                                   masks=phase.masks, loss_fn=phase.loss_fn()) for phase in job.phases]
+    return job.finish(results)
+
+
+def run_job_sgd(job: ClientJob, config):
+    """The job run sequentially by :func:`~hetfl_core.training.local_sgd` with the run's
+    optimiser settings and the phases' own proximal centres (a method that trains a model
+    of its own, not through ``local_train``)."""
+    results = [local_sgd(job.model, job.client.x_train, job.client.y_train, phase.steps, config.batch_size,
+                         config.lr, job.generator, momentum=config.momentum, weight_decay=config.weight_decay,
+                         prox_center=phase.prox_center, prox_mu=phase.prox_mu, masks=phase.masks,
+                         params=phase.params, loss_fn=phase.loss_fn()) for phase in job.phases]
     return job.finish(results)
 
 
@@ -117,8 +138,9 @@ def job_signature(job: ClientJob) -> tuple:
     shapes = tuple((n, tuple(p.shape)) for n, p in job.model.named_parameters())
     phases = tuple((None if ph.params is None else tuple(ph.params), tuple(sorted(ph.masks or {})),
                     ph.prox_center is not None and bool(ph.prox_mu), float(ph.prox_mu), len(ph.sub_masks),
-                    tuple(tuple(sorted(m)) for m in ph.sub_masks)) for ph in job.phases)
-    return type(job.model), shapes, phases
+                    tuple(tuple(sorted(m)) for m in ph.sub_masks), ph.batched_loss is not None)
+                   for ph in job.phases)
+    return type(job.model), shapes, phases, job.group
 
 
 def train_jobs(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
@@ -181,6 +203,7 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
     for job in jobs:
         offsets.append(total)
         total += len(job.client.y_train)
+    dtype = next(template.parameters()).dtype
     results = [[] for _ in jobs]
     for p_idx, phase in enumerate(jobs[0].phases):
         own_steps = [job.phases[p_idx].steps for job in jobs]
@@ -193,14 +216,17 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
         mu = float(phase.prox_mu) if phase.prox_center is not None else 0.0
         centers = {n: _stack([job.phases[p_idx].prox_center[n].to(device) for job in jobs])
                    for n in trained if mu and n in phase.prox_center}
-        losses = _train_phase(template, stacked, trained, masks, subs, centers, mu, x, y,
-                              index.to(device), weight.to(device=device, dtype=x.dtype if x.is_floating_point()
-                                                          else torch.float32), lr, momentum, weight_decay)
+        losses, tallies = _train_phase(template, stacked, trained, masks, subs, centers, mu, phase.batched_loss,
+                                       x, y, index.to(device), weight.to(device=device, dtype=dtype), lr,
+                                       momentum, weight_decay)
         sums = (losses.double().cpu() * sizes.double()).sum(0)
         counts = sizes.sum(0)
-        for j in range(len(jobs)):
+        tallies = tallies.double().sum(0).cpu()
+        for j, job in enumerate(jobs):
             samples = int(counts[j])
             results[j].append(LocalResult(float(sums[j]) / max(samples, 1), samples, own_steps[j]))
+            if job.phases[p_idx].tally is not None:
+                job.phases[p_idx].tally(float(tallies[j]), samples)
     with torch.no_grad():
         for j, m in enumerate(models):
             for n in names:
@@ -208,15 +234,34 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
     return results
 
 
-def _train_phase(template, stacked, trained, masks, subs, centers, mu, x, y, index, weight, lr, momentum,
-                 weight_decay) -> torch.Tensor:
+class _Objective(nn.Module):
+    """A method's batched loss as a module's forward, so that ``functional_call`` swaps the
+    model's parameters for the whole loss (its forward and any other term it reads)."""
+
+    def __init__(self, model: nn.Module, loss: Callable):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, xb, yb, wb):
+        return self.loss(self.model, xb, yb, wb)
+
+
+def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss, x, y, index, weight, lr,
+                 momentum, weight_decay) -> tuple[torch.Tensor, torch.Tensor]:
     """The SGD steps of one phase on the stacked parameters (updated in place in ``stacked``);
-    returns each step's per-client data loss, [steps, K]."""
+    returns each step's per-client data loss and the method's tally, both [steps, K]."""
     frozen_names = [n for n in stacked if n not in set(trained)]
+    objective = _Objective(template, own_loss) if own_loss is not None else None
 
     def client_loss(train, frozen, xb, yb, wb, client_masks, client_subs, center):
         params = {**frozen, **train}
-        data_loss = (F.cross_entropy(functional_call(template, params, (xb,)), yb, reduction="none") * wb).sum()
+        tally = torch.zeros((), device=xb.device)
+        if objective is not None:
+            data_loss, tally = functional_call(objective, {f"model.{n}": p for n, p in params.items()},
+                                               (xb, yb, wb))
+        else:
+            out = functional_call(template, params, (xb,))
+            data_loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
         if client_subs:
             terms = [data_loss]
             for m in client_subs:
@@ -227,18 +272,19 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, x, y, ind
         total = data_loss
         if mu:
             total = data_loss + 0.5 * mu * sum(((train[n] - center[n]) ** 2).sum() for n in center)
-        return total, data_loss
+        return total, (data_loss, tally)
 
     grads_of = vmap(grad(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, 0))
     buffers: dict[str, torch.Tensor] = {}
-    step_losses = []
+    step_losses, tallies = [], []
     for s in range(index.shape[0]):
         idx = index[s]
         active = weight[s].sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
-        grads, data_loss = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs, centers)
+        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs, centers)
         step_losses.append(data_loss.detach())
+        tallies.append(tally.detach())
         with torch.no_grad():
             for n in trained:
                 p, g = stacked[n], grads[n]
@@ -256,7 +302,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, x, y, ind
             for n in frozen_names:       # local_sgd masks every masked weight after a step
                 if n in masks:
                     stacked[n] = _where(active, stacked[n] * masks[n], stacked[n])
-    return torch.stack(step_losses)
+    return torch.stack(step_losses), torch.stack(tallies)
 
 
 def _where(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

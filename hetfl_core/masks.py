@@ -143,9 +143,8 @@ def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.
         k = max(1, math.floor(ratio * n + 1e-9))
         # stable descending sort: equal scores keep index order
         order = torch.sort(q.detach(), descending=True, stable=True).indices[:k]
-        keep = torch.zeros(n, dtype=torch.bool, device=q.device)
-        keep[order] = True
-        out[name] = keep
+        # unit i is kept if it is among the top k (a comparison, not an indexed write: vmap-able)
+        out[name] = (torch.arange(n, device=q.device).unsqueeze(1) == order.unsqueeze(0)).any(1)
     return out
 
 
