@@ -40,8 +40,8 @@ from torch.func import functional_call, grad, vmap
 
 from .training import LocalResult, local_sgd, minibatch_indices
 
-__all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs", "train_group", "job_signature",
-           "batched_updates", "uses_batched_clients"]
+__all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
+           "train_group", "job_signature", "batched_updates", "uses_batched_clients"]
 
 
 @dataclass
@@ -90,13 +90,15 @@ class ClientJob:
     generator: torch.Generator
     phases: list[Phase]
     finish: Callable[[list[LocalResult]], object]
-    group: tuple = ()   # what else must agree for jobs to train together (e.g. a ratio the model holds)
+    #: what else must agree for jobs to train together (e.g. a ratio their models hold)
+    group: tuple = ()
 
 
 def run_job(method, job: ClientJob):
     """The job run sequentially through ``method.local_train``: the engine's own path."""
-    results = [method.local_train(job.model, job.client, phase.steps, job.generator, params=phase.params,
-                                  masks=phase.masks, loss_fn=phase.loss_fn()) for phase in job.phases]
+    results = [method.local_train(job.model, job.client, phase.steps, job.generator,
+                                  params=phase.params, masks=phase.masks, loss_fn=phase.loss_fn())
+               for phase in job.phases]
     return job.finish(results)
 
 
@@ -104,10 +106,12 @@ def run_job_sgd(job: ClientJob, config):
     """The job run sequentially by :func:`~hetfl_core.training.local_sgd` with the run's
     optimiser settings and the phases' own proximal centres (a method that trains a model
     of its own, not through ``local_train``)."""
-    results = [local_sgd(job.model, job.client.x_train, job.client.y_train, phase.steps, config.batch_size,
-                         config.lr, job.generator, momentum=config.momentum, weight_decay=config.weight_decay,
-                         prox_center=phase.prox_center, prox_mu=phase.prox_mu, masks=phase.masks,
-                         params=phase.params, loss_fn=phase.loss_fn()) for phase in job.phases]
+    results = [local_sgd(job.model, job.client.x_train, job.client.y_train, phase.steps,
+                         config.batch_size, config.lr, job.generator, momentum=config.momentum,
+                         weight_decay=config.weight_decay, prox_center=phase.prox_center,
+                         prox_mu=phase.prox_mu, masks=phase.masks, params=phase.params,
+                         loss_fn=phase.loss_fn())
+               for phase in job.phases]
     return job.finish(results)
 
 
@@ -122,7 +126,8 @@ def uses_batched_clients(config) -> bool:
 
 
 #: module types whose training differs with a padded batch or draws from the global RNG
-_UNBATCHABLE = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.RNNBase, nn.EmbeddingBag)
+_UNBATCHABLE = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.RNNBase,
+                nn.EmbeddingBag)
 
 
 def batchable_model(model: nn.Module) -> bool:
@@ -137,7 +142,7 @@ def job_signature(job: ClientJob) -> tuple:
     per phase the same trained names, masked names, proximal use and sub-network count."""
     shapes = tuple((n, tuple(p.shape)) for n, p in job.model.named_parameters())
     phases = tuple((None if ph.params is None else tuple(ph.params), tuple(sorted(ph.masks or {})),
-                    ph.prox_center is not None and bool(ph.prox_mu), float(ph.prox_mu), len(ph.sub_masks),
+                    ph.prox_center is not None and bool(ph.prox_mu), float(ph.prox_mu),
                     tuple(tuple(sorted(m)) for m in ph.sub_masks), ph.batched_loss is not None)
                    for ph in job.phases)
     return type(job.model), shapes, phases, job.group
@@ -206,27 +211,29 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
     dtype = next(template.parameters()).dtype
     results = [[] for _ in jobs]
     for p_idx, phase in enumerate(jobs[0].phases):
-        own_steps = [job.phases[p_idx].steps for job in jobs]
+        own = [job.phases[p_idx] for job in jobs]
+        own_steps = [ph.steps for ph in own]
         steps = max(own_steps)
         index, weight, sizes = _schedule(jobs, p_idx, steps, batch_size, offsets)
         trained = [n for n in names if phase.params is None or n in set(phase.params)]
-        masks = {n: _stack([job.phases[p_idx].masks[n].to(device) for job in jobs]) for n in (phase.masks or {})}
-        subs = [{n: _stack([job.phases[p_idx].sub_masks[j][n].to(device) for job in jobs]) for n in sub}
+        masks = {n: _stack([ph.masks[n].to(device) for ph in own]) for n in (phase.masks or {})}
+        subs = [{n: _stack([ph.sub_masks[j][n].to(device) for ph in own]) for n in sub}
                 for j, sub in enumerate(phase.sub_masks)]
         mu = float(phase.prox_mu) if phase.prox_center is not None else 0.0
-        centers = {n: _stack([job.phases[p_idx].prox_center[n].to(device) for job in jobs])
+        centers = {n: _stack([ph.prox_center[n].to(device) for ph in own])
                    for n in trained if mu and n in phase.prox_center}
-        losses, tallies = _train_phase(template, stacked, trained, masks, subs, centers, mu, phase.batched_loss,
-                                       x, y, index.to(device), weight.to(device=device, dtype=dtype), lr,
-                                       momentum, weight_decay)
+        losses, tallies = _train_phase(template, stacked, trained, masks, subs, centers, mu,
+                                       phase.batched_loss, x, y, index.to(device),
+                                       weight.to(device=device, dtype=dtype), lr, momentum,
+                                       weight_decay)
         sums = (losses.double().cpu() * sizes.double()).sum(0)
         counts = sizes.sum(0)
         tallies = tallies.double().sum(0).cpu()
-        for j, job in enumerate(jobs):
+        for j, ph in enumerate(own):
             samples = int(counts[j])
             results[j].append(LocalResult(float(sums[j]) / max(samples, 1), samples, own_steps[j]))
-            if job.phases[p_idx].tally is not None:
-                job.phases[p_idx].tally(float(tallies[j]), samples)
+            if ph.tally is not None:
+                ph.tally(float(tallies[j]), samples)
     with torch.no_grad():
         for j, m in enumerate(models):
             for n in names:
@@ -246,8 +253,8 @@ class _Objective(nn.Module):
         return self.loss(self.model, xb, yb, wb)
 
 
-def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss, x, y, index, weight, lr,
-                 momentum, weight_decay) -> tuple[torch.Tensor, torch.Tensor]:
+def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss, x, y, index,
+                 weight, lr, momentum, weight_decay) -> tuple[torch.Tensor, torch.Tensor]:
     """The SGD steps of one phase on the stacked parameters (updated in place in ``stacked``);
     returns each step's per-client data loss and the method's tally, both [steps, K]."""
     frozen_names = [n for n in stacked if n not in set(trained)]
@@ -257,8 +264,8 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         params = {**frozen, **train}
         tally = torch.zeros((), device=xb.device)
         if objective is not None:
-            data_loss, tally = functional_call(objective, {f"model.{n}": p for n, p in params.items()},
-                                               (xb, yb, wb))
+            renamed = {f"model.{n}": p for n, p in params.items()}
+            data_loss, tally = functional_call(objective, renamed, (xb, yb, wb))
         else:
             out = functional_call(template, params, (xb,))
             data_loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
@@ -282,7 +289,8 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         active = weight[s].sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
-        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs, centers)
+        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs,
+                                             centers)
         step_losses.append(data_loss.detach())
         tallies.append(tally.detach())
         with torch.no_grad():

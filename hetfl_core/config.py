@@ -130,9 +130,9 @@ class RunConfig:
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
                        high_open=True)
     device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
-    batched_clients: bool | None = _field(None, "train a round's clients together as one vectorised batch where "
-                                          "the method allows it (None: on for CUDA, off on CPU)", bool,
-                                          optional=True)
+    batched_clients: bool | None = _field(
+        None, "train a round's clients together as one vectorised batch where the method allows "
+        "it (None: on for CUDA, off on CPU)", bool, optional=True)
     options: dict = field(default_factory=dict, metadata={"help": "the method's own options (see 'list METHOD')"})
 
     def validate(self) -> "RunConfig":

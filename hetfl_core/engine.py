@@ -220,8 +220,9 @@ def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, Client
     """Each planned client's report, in order: ``client_update`` in this process, or, where
     the run batches clients and the method opts in, the round's clients as one batch."""
     if sim.method.batchable and uses_batched_clients(sim.config):
-        yield from batched_updates(sim.method, sim.config, [(sim.data.clients[k], plan, seeded_generator(
-            sim.config.seed, round_idx, k)) for k, plan in plans])
+        jobs = [(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
+                for k, plan in plans]
+        yield from batched_updates(sim.method, sim.config, jobs)
         return
     for k, plan in plans:
         yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))

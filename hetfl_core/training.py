@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LocalResult", "steps_for_epochs", "minibatch_indices", "local_sgd", "evaluate", "clone_model"]
+__all__ = ["LocalResult", "steps_for_epochs", "minibatch_indices", "local_sgd", "evaluate",
+           "clone_model"]
 
 
 @dataclass

@@ -15,8 +15,9 @@ from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.errors import ConfigError
 from hetfl_core.methods.base import get_method
 
-BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2, train_samples=300,
-            local_steps=4, batch_size=16, lr=0.1, momentum=0.9, weight_decay=1e-3, seed=1)
+BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2,
+            train_samples=300, local_steps=4, batch_size=16, lr=0.1, momentum=0.9,
+            weight_decay=1e-3, seed=1)
 OFA = {"warmup": 1, "every": 1, "ratios": [1.0, 0.6, 0.3]}
 CASES = {
     "fedavg": {},
@@ -32,8 +33,10 @@ CASES = {
     "ordered-mask": {"options": {"ratio": 0.5}},
     "random-mask": {"options": {"ratio": 0.6}},
     "fedlps": {"heterogeneity": "medium"},
-    "fedlps-magnitude": {"method": "fedlps", "heterogeneity": "medium", "options": {"pattern": "magnitude"}},
-    "fedlps-random": {"method": "fedlps", "heterogeneity": "high", "options": {"pattern": "random", "q_grad": "kept"}},
+    "fedlps-magnitude": {"method": "fedlps", "heterogeneity": "medium",
+                         "options": {"pattern": "magnitude"}},
+    "fedlps-random": {"method": "fedlps", "heterogeneity": "high",
+                      "options": {"pattern": "random", "q_grad": "kept"}},
 }
 SCORES = ("loss", "acc_global", "loss_global", "acc_personal", "loss_personal")
 
@@ -76,7 +79,8 @@ def assert_same_run(seq, bat, tol=1e-5):
             assert close(row_s[key], row_b[key], tol), (key, row_s["round"], row_s[key], row_b[key])
         for a, b in zip(row_s["acc_clients"], row_b["acc_clients"], strict=True):
             assert close(a, b, tol)
-        for c_s, c_b in zip(row_s["clients"], row_b["clients"], strict=True):   # costs, ratios, patterns, ...
+        # each participant's record: costs, ratios, FedLPS's patterns and training accuracy
+        for c_s, c_b in zip(row_s["clients"], row_b["clients"], strict=True):
             assert c_s.keys() == c_b.keys()
             for key, value in c_s.items():
                 if isinstance(value, float):
@@ -84,9 +88,11 @@ def assert_same_run(seq, bat, tol=1e-5):
                 elif not isinstance(value, list):
                     assert value == c_b[key], key
     models = [(sim_s.method.model, sim_b.method.model)]
-    models += [(sim_s.method.personal_model(k), sim_b.method.personal_model(k)) for k in range(sim_s.config.clients)]
+    models += [(sim_s.method.personal_model(k), sim_b.method.personal_model(k))
+               for k in range(sim_s.config.clients)]
     for model_s, model_b in models:
-        for (name, p), (_, q) in zip(model_s.state_dict().items(), model_b.state_dict().items(), strict=True):
+        pairs = zip(model_s.state_dict().items(), model_b.state_dict().items(), strict=True)
+        for (name, p), (_, q) in pairs:
             assert torch.allclose(p, q, rtol=tol, atol=tol), (name, float((p - q).abs().max()))
 
 
@@ -98,7 +104,7 @@ def test_batched_round_matches_sequential(case, monkeypatch):
     bat = run_sim(config.replace(batched_clients=True))
     trained = sum(len(row["clients"]) for row in bat[1])
     assert sum(sizes) == trained > 0        # every participant went through the batched trainer
-    assert max(sizes) > 1       # together (in groups: OFA-FL's per ratio, FedLPS's per sparse ratio)
+    assert max(sizes) > 1    # together (in groups: OFA-FL's per ratio, FedLPS's per sparse ratio)
     assert_same_run(seq, bat)
 
 
@@ -107,7 +113,8 @@ def test_uneven_clients_pad_a_last_batch():
     client a different number of epoch-based steps."""
     sim = build_simulation(config_of("fedavg"))
     sizes = [c.n_train for c in sim.data.clients]
-    assert any(n % BASE["batch_size"] for n in sizes) and min(sizes) < BASE["local_steps"] * BASE["batch_size"]
+    assert any(n % BASE["batch_size"] for n in sizes)
+    assert min(sizes) < BASE["local_steps"] * BASE["batch_size"]
     by_epochs = build_simulation(config_of("fedavg-epochs"))
     assert len({by_epochs.method.local_steps(c) for c in by_epochs.data.clients}) > 1
 
@@ -124,7 +131,7 @@ def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
 def test_opt_in_is_per_class():
     """A subclass that changes the local step is not batched through its parent's job."""
     assert get_method("fedavg").batchable and get_method("fedper").batchable
-    for name in ("ditto", "fedbabu", "lg-fedavg", "heterofl", "fedrolex", "fjord", "topk", "heroes"):
+    for name in ("ditto", "fedbabu", "lg-fedavg", "heterofl", "fedrolex", "fjord", "topk"):
         assert not get_method(name).batchable, name
 
 
@@ -138,14 +145,15 @@ def test_methods_without_the_hook_train_sequentially(monkeypatch):
 
 def test_a_model_with_batch_norm_trains_sequentially(monkeypatch):
     sizes = spy_groups(monkeypatch)
-    config = config_of("fedavg", model="resnet", rounds=1, local_steps=1, clients=3, batched_clients=True)
+    config = config_of("fedavg", model="resnet", rounds=1, local_steps=1, clients=3,
+                       batched_clients=True)
     seq = run_sim(config.replace(batched_clients=False))
     bat = run_sim(config)
     assert sizes == [] and seq[1][0]["loss"] == bat[1][0]["loss"]
 
 
 def test_bad_value_is_a_config_error():
-    with pytest.raises(ConfigError, match="batched_clients must be true or false or None, got 'yes'"):
+    with pytest.raises(ConfigError, match="batched_clients must be true or false or None, got 'ye"):
         RunConfig(batched_clients="yes").validate()
 
 

@@ -94,8 +94,10 @@ def kernel_share(fn) -> float | None:
         fn()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
+    kernels = [e for e in prof.key_averages()
+               if str(getattr(e, "device_type", "")).endswith("CUDA")]
     busy_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
-                  for e in prof.key_averages() if str(getattr(e, "device_type", "")).endswith("CUDA"))
+                  for e in kernels)
     return busy_us / 1e6 / wall
 
 
@@ -112,22 +114,24 @@ def one_round(config: RunConfig):
 def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool) -> None:
     """Sequential against batched clients, samples/s: the LeNet-5 workload's rounds, and one
     round of ``paper_clients`` clients; on CUDA the kernel share of a round's wall time."""
-    paper = lenet.replace(clients=paper_clients, train_samples=max(paper_clients * 8, 2000) if tiny else 60_000,
-                          rounds=1)
+    pool = max(paper_clients * 8, 2000) if tiny else 60_000
+    paper = lenet.replace(clients=paper_clients, train_samples=pool, rounds=1)
     print(f"\nclients as one batch ({lenet.device}): samples/s, sequential -> batched")
     for what, config in ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
                          (f"LeNet-5, {paper.clients} clients, one round", paper)):
         rates, shares = {}, {}
         for batched in (False, True):
             run_config = config.replace(batched_clients=batched)
-            one_round(run_config.replace(rounds=1, train_samples=config.clients * 8))   # warm-up (kernels)
+            warm_up = run_config.replace(rounds=1, train_samples=config.clients * 8)
+            one_round(warm_up)   # the first kernels' start-up is not the round's
             seconds, samples = 0.0, 0
             for _ in range(config.rounds):
                 s, n = one_round(run_config)
                 seconds, samples = seconds + s, samples + n
             rates[batched] = samples / seconds
             shares[batched] = kernel_share(lambda: one_round(run_config))
-        line = f"  {what:40s} {rates[False]:10,.0f} -> {rates[True]:10,.0f}  ({rates[True] / rates[False]:.2f}x)"
+        line = (f"  {what:40s} {rates[False]:10,.0f} -> {rates[True]:10,.0f}"
+                f"  ({rates[True] / rates[False]:.2f}x)")
         if shares[True] is not None:
             line += f"; GPU busy in kernels {shares[False]:.0%} -> {shares[True]:.0%}"
         print(line)
@@ -140,15 +144,18 @@ def main():
     parser.add_argument("--skip", default="", help="comma-separated: ray, flower")
     parser.add_argument("--batched", choices=("no", "also", "only"), default="also",
                         help="compare sequential and batched clients (only: nothing else)")
-    parser.add_argument("--paper-clients", type=int, default=100, help="clients of the paper-scale round")
+    parser.add_argument("--paper-clients", type=int, default=100,
+                        help="clients of the paper-scale round")
     parser.add_argument("--device", default="cpu", help="device of the batched comparison")
-    parser.add_argument("--tiny", action="store_true", help="a few samples per client: a smoke test")
+    parser.add_argument("--tiny", action="store_true",
+                        help="a few samples per client: a smoke test")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(1)
     config = RunConfig(method="fedavg", dataset="fashion-mnist", model="lenet5", partition="iid", clients=20,
-                       train_samples=400 if args.tiny else 7500, test_fraction=0.2, rounds=args.rounds,
-                       batch_size=32, lr=0.05, eval_every=args.rounds, eval_global=False)
+                       train_samples=400 if args.tiny else 7500, test_fraction=0.2,
+                       rounds=args.rounds, batch_size=32, lr=0.05, eval_every=args.rounds,
+                       eval_global=False)
     if args.batched != "no":
         batched_comparison(config.replace(device=args.device), args.paper_clients, args.tiny)
         if args.batched == "only":

@@ -60,10 +60,11 @@ class FedAvg(Method):
 
         def finish(results):
             n_params = sum(p.numel() for p in model.parameters())
-            return ClientReport(client.client_id, client.n_train, model.state_dict(), results[0].loss,
-                                flops=training_flops(self.costs, results[0].samples),
-                                uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
-                                local_steps=plan.local_steps)
+            flops = training_flops(self.costs, results[0].samples)
+            return ClientReport(client.client_id, client.n_train, model.state_dict(),
+                                results[0].loss, flops=flops,
+                                uplink_bits=dense_bits(n_params),
+                                downlink_bits=dense_bits(n_params), local_steps=plan.local_steps)
         return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def aggregate(self, round_idx, reports):

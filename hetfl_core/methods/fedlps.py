@@ -222,21 +222,24 @@ class FedLPS(FedAvg):
             loss = F.cross_entropy(out, yb)
             return loss + o["lam"] * model.importance_loss() if mode == "learned" else loss
 
-        def batched_loss(model, xb, yb, wb):   # the same, weighted per sample; padding counts nothing
+        def batched_loss(model, xb, yb, wb):   # the same, weighted per sample; padding counts not
             out = model(xb)
             loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
-            correct = ((out.argmax(1) == yb) & (wb > 0)).sum()
-            return (loss + o["lam"] * model.importance_loss() if mode == "learned" else loss), correct
+            if mode == "learned":
+                loss = loss + o["lam"] * model.importance_loss()
+            return loss, ((out.argmax(1) == yb) & (wb > 0)).sum()
 
         def tally(correct, total):
             seen.update(correct=int(round(correct)), total=total)
 
         center = {f"net.{n}": p.detach().clone() for n, p in self.model.named_parameters()}
         names = [n for n, p in scored.named_parameters() if p.requires_grad]
-        phase = Phase(plan.local_steps, params=names, prox_center=center, prox_mu=o["mu"], loss=loss_fn,
-                      batched_loss=batched_loss, tally=tally)
-        return ClientJob(client, scored, generator, [phase],
-                         lambda results: self.finish_update(client, plan, scored, results[0], seen, mode),
+        phase = Phase(plan.local_steps, params=names, prox_center=center, prox_mu=o["mu"],
+                      loss=loss_fn, batched_loss=batched_loss, tally=tally)
+
+        def finish(results):
+            return self.finish_update(client, plan, scored, results[0], seen, mode)
+        return ClientJob(client, scored, generator, [phase], finish,
                          group=(plan.ratio, mode, o["q_grad"]))
 
     def finish_update(self, client, plan, scored, result, seen, mode) -> ClientReport:

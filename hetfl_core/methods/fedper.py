@@ -61,17 +61,20 @@ class FedPer(FedAvg):
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Train body and head locally; keep the private part, upload the shared part."""
-        return run_job(self, self.job_on(self.working_model(client.client_id), client, plan, generator))
+        model = self.working_model(client.client_id)
+        return run_job(self, self.job_on(model, client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
-        """:meth:`client_update` as a job, on a model of the client's own (not the shared working copy)."""
+        """:meth:`client_update` as a job, on a model of the client's own (not the shared
+        working copy)."""
         return self.job_on(self.client_model(client.client_id), client, plan, generator)
 
     def job_on(self, model, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
         """The local update of ``model`` (global body, the client's head) as a job."""
         def finish(results):
             self.private.save(client.client_id, model, self.private_names)
-            return self.report(client, model, plan, results[0].loss, training_flops(self.costs, results[0].samples))
+            flops = training_flops(self.costs, results[0].samples)
+            return self.report(client, model, plan, results[0].loss, flops)
         return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def report(self, client, model, plan, loss, flops) -> ClientReport:

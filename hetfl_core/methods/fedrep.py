@@ -34,8 +34,10 @@ class FedRep(FedPer):
         def finish(results):
             head, body = results
             self.private.save(client.client_id, model, self.private_names)
-            flops = (training_flops(self.costs, head.samples, trainable={layer_of(n) for n in self.private_names})
-                     + training_flops(self.costs, body.samples, trainable={layer_of(n) for n in self.shared_names}))
+            head_layers = {layer_of(n) for n in self.private_names}
+            body_layers = {layer_of(n) for n in self.shared_names}
+            flops = (training_flops(self.costs, head.samples, trainable=head_layers)
+                     + training_flops(self.costs, body.samples, trainable=body_layers))
             return self.report(client, model, plan, body.loss, flops)
         phases = [self.phase(head_steps, params=self.private_names),
                   self.phase(plan.local_steps, params=self.shared_names)]

@@ -34,8 +34,8 @@ class LocalOnly(FedAvg):
         def finish(results):
             self.private.save(client.client_id, model, self.names)
             return ClientReport(client.client_id, client.n_train, None, results[0].loss,
-                                flops=training_flops(self.costs, results[0].samples), uplink_bits=0.0,
-                                downlink_bits=0.0, local_steps=plan.local_steps)
+                                flops=training_flops(self.costs, results[0].samples),
+                                uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
         return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def aggregate(self, round_idx, reports):

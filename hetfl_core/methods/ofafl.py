@@ -164,15 +164,17 @@ class OFAFL(FedAvg):
         def finish(results):
             result = results[0]
             update, n_held = masked_upload(model, own)
-            flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
+            flops = training_cost(self.costs, [own, *smaller], result.samples,
+                                  self.options["flops_model"])
             news = [r for r in self.mask_news if r <= plan.ratio]
             mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
             return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
-                                uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
+                                uplink_bits=dense_bits(n_held),
+                                downlink_bits=dense_bits(n_held) + mask_bits,
                                 local_steps=plan.local_steps, ratio=plan.ratio,
                                 extra={"losses_per_step": 1 + len(smaller)})
-        return ClientJob(client, model, generator, [self.phase(plan.local_steps, masks=own, sub_masks=smaller)],
-                         finish)
+        phase = self.phase(plan.local_steps, masks=own, sub_masks=smaller)
+        return ClientJob(client, model, generator, [phase], finish)
 
     def aggregate(self, round_idx, reports):
         """Sec. 3.6: theta_g[p] <- sum_{i holds p} n_i theta_i[p] / sum_{i holds p} n_i."""

@@ -174,11 +174,12 @@ class SRPpFed(FedAvg):
             seconds = client_time(self.devices[client.client_id], flops, up, down)
             window = self.options["window"]
             late = window is not None and seconds > float(window)
-            return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss, flops=flops,
-                                uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps,
-                                ratio=nnz / self.d,
-                                extra={"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
-                                       "late": late, "probs": self.probs.tolist()},
+            return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+                                flops=flops, uplink_bits=up, downlink_bits=down,
+                                local_steps=plan.local_steps, ratio=nnz / self.d,
+                                extra={"rate": rate, "cluster": sorted(rates).index(rate),
+                                       "val_loss": loss, "late": late,
+                                       "probs": self.probs.tolist()},
                                 time_s=None if window is None else min(seconds, float(window)))
         return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 

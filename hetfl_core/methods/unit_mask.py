@@ -57,7 +57,8 @@ class OrderedMask(FedAvg):
                                                      keep=kept_fractions_of_units(units)),
                                 uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
                                 local_steps=plan.local_steps, ratio=plan.ratio)
-        return ClientJob(client, model, generator, [self.phase(plan.local_steps, masks=masks)], finish)
+        phase = self.phase(plan.local_steps, masks=masks)
+        return ClientJob(client, model, generator, [phase], finish)
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose mask holds it."""
