@@ -320,16 +320,18 @@ def _where(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.
 
 def batched_updates(method, config, jobs_in: list[tuple]):
     """The reports of ``[(client, plan, generator), ...]``, in order: the clients whose
-    :meth:`client_job` gives a job on a batchable model train as one batch, the others
-    through ``client_update``."""
+    :meth:`client_job` gives a job train as one batch, the others (and every client of a
+    model that :func:`batchable_model` refuses) through ``client_update``."""
+    if not batchable_model(method.model):
+        for client, plan, generator in jobs_in:
+            yield method.client_update(client, plan, generator)
+        return
     jobs = [method.client_job(client, plan, generator) for client, plan, generator in jobs_in]
-    batch = [i for i, job in enumerate(jobs) if job is not None and batchable_model(job.model)]
+    batch = [i for i, job in enumerate(jobs) if job is not None]
     results = dict(zip(batch, train_jobs([jobs[i] for i in batch], config.batch_size, config.lr,
                                          config.momentum, config.weight_decay))) if batch else {}
     for i, (client, plan, generator) in enumerate(jobs_in):
         if i in results:
             yield jobs[i].finish(results[i])
-        elif jobs[i] is not None:
-            yield run_job(method, jobs[i])
         else:
             yield method.client_update(client, plan, generator)

@@ -143,8 +143,9 @@ def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.
         k = max(1, math.floor(ratio * n + 1e-9))
         # stable descending sort: equal scores keep index order
         order = torch.sort(q.detach(), descending=True, stable=True).indices[:k]
-        # unit i is kept if it is among the top k (a comparison, not an indexed write: vmap-able)
-        out[name] = (torch.arange(n, device=q.device).unsqueeze(1) == order.unsqueeze(0)).any(1)
+        keep = torch.zeros(n, dtype=torch.bool, device=q.device)
+        keep[order] = True
+        out[name] = keep
     return out
 
 
@@ -187,6 +188,13 @@ class ScoredNetwork(nn.Module):
         self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
                                                               requires_grad=mode == "learned")
                                         for n, q in scores.items()})
+        # k_l = max(1, floor(s J_l)) per layer, held as a constant tensor so that networks of
+        # different ratios can run side by side (hetfl_core.batched stacks them)
+        _check_density(ratio)
+        self.kept = nn.ParameterDict()
+        for n, q in scores.items():
+            k = max(1, math.floor(ratio * q.numel() + 1e-9))
+            self.kept[_key(n)] = nn.Parameter(torch.tensor(float(k), device=q.device), requires_grad=False)
         self.current: dict[str, torch.Tensor] = {}
         modules = dict(net.named_modules())
         for layer, consumer in consumers.items():
@@ -204,8 +212,13 @@ class ScoredNetwork(nn.Module):
         return {n: self.scores[_key(n)] for n in self.layers}
 
     def pattern(self) -> dict[str, torch.Tensor]:
-        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score."""
-        return top_units(self.score_values(), self.ratio)
+        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score, ties to the
+        lower index (as :func:`top_units`: a unit is kept if its rank is below k_l)."""
+        out = {}
+        for name, q in self.score_values().items():
+            order = torch.sort(q.detach(), descending=True, stable=True).indices
+            out[name] = torch.argsort(order) < self.kept[_key(name)]
+        return out
 
     def forward(self, x):
         keep = self.pattern()

@@ -104,7 +104,8 @@ def test_batched_round_matches_sequential(case, monkeypatch):
     bat = run_sim(config.replace(batched_clients=True))
     trained = sum(len(row["clients"]) for row in bat[1])
     assert sum(sizes) == trained > 0        # every participant went through the batched trainer
-    assert max(sizes) > 1    # together (in groups: OFA-FL's per ratio, FedLPS's per sparse ratio)
+    # together: one group a round (OFA-FL's family: one per density ratio in use)
+    assert len(sizes) <= config.rounds * (len(OFA["ratios"]) if "ratios" in config.options else 1)
     assert_same_run(seq, bat)
 
 
@@ -160,10 +161,13 @@ def test_bad_value_is_a_config_error():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "random-mask"])
 def test_batched_matches_sequential_on_cuda(case, monkeypatch):
-    """On the GPU the batched kernels sum in another order: agreement to 1e-3."""
+    """On the GPU the batched kernels (grouped convolutions) sum in another order than one
+    client's: agreement to 1e-4 in float32 (TensorFloat-32 off, which rounds to 10 bits)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     config = config_of(case, device="cuda")
     seq = run_sim(config.replace(batched_clients=False))
     sizes = spy_groups(monkeypatch)
     bat = run_sim(config.replace(batched_clients=None))   # None: on for CUDA
-    assert sum(sizes) > 0
-    assert_same_run(seq, bat, tol=1e-3)
+    assert sum(sizes) == sum(len(row["clients"]) for row in bat[1])
+    assert_same_run(seq, bat, tol=1e-4)

@@ -170,8 +170,8 @@ class Method:
     def client_job(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
         """Client, for the batched trainer: the local update as a
         :class:`~hetfl_core.batched.ClientJob` (model, SGD phases, masks, and the ``finish``
-        that reports), or ``None`` to train this client through :meth:`client_update`.
-        Consulted only for a class with ``batchable = True``."""
+        that reports), or ``None`` (before drawing from ``generator``) to train this client
+        through :meth:`client_update`. Consulted only for a class with ``batchable = True``."""
         return None
 
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:

@@ -239,8 +239,7 @@ class FedLPS(FedAvg):
 
         def finish(results):
             return self.finish_update(client, plan, scored, results[0], seen, mode)
-        return ClientJob(client, scored, generator, [phase], finish,
-                         group=(plan.ratio, mode, o["q_grad"]))
+        return ClientJob(client, scored, generator, [phase], finish, group=(mode, o["q_grad"]))
 
     def finish_update(self, client, plan, scored, result, seen, mode) -> ClientReport:
         """Alg. 1 lines 22-27 after the local SGD: keep Q and the sparse model, the residual
