@@ -51,11 +51,18 @@ class FedAvg(Method):
         return Phase(steps, params, masks, center, mu, list(sub_masks))
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""
-        return run_job(self, self.client_job(client, plan, generator))
+        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0).
+
+        FedAvg's own update in any subclass that does not override it (a subclass may call
+        it for a plain FedAvg round); a subclass with a job of its own runs that one."""
+        return run_job(self, self.fedavg_job(client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
-        """:meth:`client_update` as a job: one phase on a copy of the broadcast model."""
+        """:meth:`client_update` as a job (see :meth:`fedavg_job`)."""
+        return self.fedavg_job(client, plan, generator)
+
+    def fedavg_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+        """FedAvg's local update as a job: one phase on a copy of the broadcast model."""
         model = clone_model(self.model)
 
         def finish(results):

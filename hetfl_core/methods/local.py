@@ -5,7 +5,7 @@ traffic. Every client starts from the same initial model.
 """
 from __future__ import annotations
 
-from ..batched import ClientJob
+from ..batched import ClientJob, run_job
 from ..personalization import PrivateStore
 from ..system import training_flops
 from ..training import clone_model
@@ -26,6 +26,10 @@ class LocalOnly(FedAvg):
         super().__init__(config, data, devices)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
+
+    def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan, generator):
         """The client's own model trained and kept; nothing sent."""

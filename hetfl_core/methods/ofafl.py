@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from ..batched import ClientJob
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..errors import ConfigError
 from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, joint_loss, keep_fraction,
@@ -154,6 +154,10 @@ class OFAFL(FedAvg):
     def smaller_masks(self, ratio: float) -> list[dict]:
         """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
         return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
+
+    def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
         """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""

@@ -11,7 +11,7 @@ under its own mask.
 from __future__ import annotations
 
 
-from ..batched import ClientJob
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
 from ..system import capability, dense_bits, training_flops
@@ -43,6 +43,10 @@ class OrderedMask(FedAvg):
 
     def configure_round(self, round_idx, client_ids):
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
+
+    def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan, generator):
         """Train the global model under the client's unit mask; send the kept entries."""
