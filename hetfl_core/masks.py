@@ -185,7 +185,8 @@ class ScoredNetwork(nn.Module):
         super().__init__()
         self.net, self.ratio, self.mode, self.q_grad = net, ratio, mode, q_grad
         self.layers = list(scores)
-        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
+        device = next(net.parameters()).device     # scores drawn on the CPU act on the net's device
+        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float().to(device),
                                                               requires_grad=mode == "learned")
                                         for n, q in scores.items()})
         # k_l = max(1, floor(s J_l)) per layer, held as a constant tensor so that networks of
@@ -194,7 +195,7 @@ class ScoredNetwork(nn.Module):
         self.kept = nn.ParameterDict()
         for n, q in scores.items():
             k = max(1, math.floor(ratio * q.numel() + 1e-9))
-            self.kept[_key(n)] = nn.Parameter(torch.tensor(float(k), device=q.device), requires_grad=False)
+            self.kept[_key(n)] = nn.Parameter(torch.tensor(float(k), device=device), requires_grad=False)
         self.current: dict[str, torch.Tensor] = {}
         modules = dict(net.named_modules())
         for layer, consumer in consumers.items():

@@ -159,7 +159,7 @@ def test_bad_value_is_a_config_error():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "random-mask"])
+@pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "random-mask", "fedlps"])
 def test_batched_matches_sequential_on_cuda(case, monkeypatch):
     """On the GPU the batched kernels (grouped convolutions) sum in another order than one
     client's: agreement to 1e-4 in float32 (TensorFloat-32 off, which rounds to 10 bits)."""

@@ -116,7 +116,8 @@ class FedLPS(FedAvg):
             target = unit_magnitudes(self.model)
             for k in range(len(devices)):
                 g = seeded_generator(config.seed, 41, k)
-                self.scores[k] = {n: torch.sigmoid(t) + 1e-3 * torch.randn(t.shape, generator=g)
+                self.scores[k] = {n: torch.sigmoid(t)
+                                  + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
         horizon = o["ucb_xi"] or pucbv_horizon(config)
         self.agents, self.proposed = {}, {}
