@@ -79,7 +79,9 @@ class RunConfig:
     evaluation) where only personalised accuracy is read.
 
     ``device`` is where models and data live (``cpu``, ``cuda``, ``cuda:N``, ``mps``,
-    ``auto``; see :mod:`hetfl_core.devices`).
+    ``auto``; see :mod:`hetfl_core.devices`). ``batched_clients`` trains a round's clients
+    as one vectorised batch where the method allows it (:mod:`hetfl_core.batched`; ``None``:
+    on for CUDA, off on the CPU); the numbers agree with the sequential path to float rounding.
 
     ``partition="given"`` deals the training pool by ``given_indices``, one list of sample
     indices per client (one partition, made elsewhere, fed to two implementations).
@@ -131,6 +133,9 @@ class RunConfig:
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
                        high_open=True)
     device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
+    batched_clients: bool | None = _field(
+        None, "train a round's clients together as one vectorised batch where the method allows "
+        "it (None: on for CUDA, off on CPU)", bool, optional=True)
     options: dict = field(default_factory=dict, metadata={"help": "the method's own options (see 'list METHOD')"})
     given_indices: list | None = field(default=None, metadata={
         "help": "partition 'given': one list of training-pool indices per client (Python API)"})

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .batched import batched_updates, uses_batched_clients
 from .config import RunConfig
 from .data import FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
@@ -216,7 +217,13 @@ def evaluate_method(sim: Simulation) -> dict:
 
 
 def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, ClientPlan]]):
-    """Each planned client's report, in order: ``client_update`` in this process."""
+    """Each planned client's report, in order: ``client_update`` in this process, or, where
+    the run batches clients and the method opts in, the round's clients as one batch."""
+    if sim.method.batchable and uses_batched_clients(sim.config):
+        jobs = [(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
+                for k, plan in plans]
+        yield from batched_updates(sim.method, sim.config, jobs)
+        return
     for k, plan in plans:
         yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
 

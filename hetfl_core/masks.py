@@ -185,9 +185,17 @@ class ScoredNetwork(nn.Module):
         super().__init__()
         self.net, self.ratio, self.mode, self.q_grad = net, ratio, mode, q_grad
         self.layers = list(scores)
-        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float(),
+        device = next(net.parameters()).device     # scores drawn on the CPU act on the net's device
+        self.scores = nn.ParameterDict({_key(n): nn.Parameter(q.detach().clone().float().to(device),
                                                               requires_grad=mode == "learned")
                                         for n, q in scores.items()})
+        # k_l = max(1, floor(s J_l)) per layer, held as a constant tensor so that networks of
+        # different ratios can run side by side (hetfl_core.batched stacks them)
+        _check_density(ratio)
+        self.kept = nn.ParameterDict()
+        for n, q in scores.items():
+            k = max(1, math.floor(ratio * q.numel() + 1e-9))
+            self.kept[_key(n)] = nn.Parameter(torch.tensor(float(k), device=device), requires_grad=False)
         self.current: dict[str, torch.Tensor] = {}
         modules = dict(net.named_modules())
         for layer, consumer in consumers.items():
@@ -205,8 +213,13 @@ class ScoredNetwork(nn.Module):
         return {n: self.scores[_key(n)] for n in self.layers}
 
     def pattern(self) -> dict[str, torch.Tensor]:
-        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score."""
-        return top_units(self.score_values(), self.ratio)
+        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score, ties to the
+        lower index (as :func:`top_units`: a unit is kept if its rank is below k_l)."""
+        out = {}
+        for name, q in self.score_values().items():
+            order = torch.sort(q.detach(), descending=True, stable=True).indices
+            out[name] = torch.argsort(order) < self.kept[_key(name)]
+        return out
 
     def forward(self, x):
         keep = self.pattern()

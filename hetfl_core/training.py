@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LocalResult", "steps_for_epochs", "local_sgd", "evaluate", "clone_model"]
+__all__ = ["LocalResult", "steps_for_epochs", "minibatch_indices", "local_sgd", "evaluate",
+           "clone_model"]
 
 
 @dataclass
@@ -32,6 +33,20 @@ def clone_model(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
+def minibatch_indices(n: int, steps: int, batch_size: int, generator: torch.Generator):
+    """The sample indices of ``steps`` minibatches over ``n`` samples: a fresh permutation from
+    ``generator`` each epoch, consecutive slices of ``batch_size`` (the last one of an epoch
+    shorter). :func:`local_sgd` and the batched trainer (:mod:`hetfl_core.batched`) both
+    draw their batches here, so a client sees the same batches on either path."""
+    order = torch.randperm(n, generator=generator)
+    pos = 0
+    for _ in range(steps):
+        if pos >= n:
+            order, pos = torch.randperm(n, generator=generator), 0
+        yield order[pos:pos + batch_size]
+        pos += batch_size
+
+
 def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch_size: int,
               lr: float, generator: torch.Generator, *, momentum: float = 0.0,
               weight_decay: float = 0.0, prox_center: dict | None = None, prox_mu: float = 0.0,
@@ -52,14 +67,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     train_names = list(named) if params is None else list(params)
     optimizer = torch.optim.SGD([named[n] for n in train_names], lr=lr, momentum=momentum,
                                 weight_decay=weight_decay)
-    n = len(y)
-    order = torch.randperm(n, generator=generator)
-    pos, total_loss, samples = 0, 0.0, 0
-    for _ in range(steps):
-        if pos >= n:
-            order, pos = torch.randperm(n, generator=generator), 0
-        idx = order[pos:pos + batch_size]
-        pos += batch_size
+    total_loss, samples = 0.0, 0
+    for idx in minibatch_indices(len(y), steps, batch_size, generator):
         xb, yb = x[idx], y[idx]
         loss = loss_fn(model, xb, yb) if loss_fn else F.cross_entropy(model(xb), yb)
         total = loss

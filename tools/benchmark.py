@@ -11,6 +11,13 @@ and on a local Ray (``--runs`` seeds each), and the Flower bridge. It prints tra
 samples per second and each one's ratio to the hand-written loop; then a HeteroFL round at
 width 0.5 against one at width 1, beside the model's own compute at those widths.
 
+``--batched`` adds (``only``: runs only) the comparison of a round's clients trained one
+after another against all of them as one vectorised batch (``RunConfig.batched_clients``,
+:mod:`hetfl_core.batched`): the LeNet-5 workload above and one paper-scale round of 100
+clients (``--paper-clients``), in samples per second, on ``--device``; on CUDA also the
+share of each round's wall time the GPU spends in kernels (``torch.profiler``). ``--tiny``
+shrinks both workloads to a smoke test of the script.
+
 Speed is measured here, never asserted in a test. Ray and Flower timings include their
 start-up (a local Ray, and Flower's own for its simulation).
 """
@@ -75,17 +82,84 @@ def timed(fn):
     return time.perf_counter() - start, result
 
 
+def kernel_share(fn) -> float | None:
+    """The share of ``fn``'s wall time the GPU spends in kernels (``None`` without CUDA)."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.key_averages()
+               if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    busy_us = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+                  for e in kernels)
+    return busy_us / 1e6 / wall
+
+
+def one_round(config: RunConfig):
+    """(seconds, training samples) of round 1 of ``config`` (built beforehand, not scored)."""
+    sim = build_simulation(config)
+    seconds, row = timed(lambda: sim.round(1, evaluate=False))
+    if config.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return seconds, sum(c.n_train * config.local_epochs for c in sim.data.clients if c.client_id in
+                        {r["id"] for r in row["clients"]})
+
+
+def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool) -> None:
+    """Sequential against batched clients, samples/s: the LeNet-5 workload's rounds, and one
+    round of ``paper_clients`` clients; on CUDA the kernel share of a round's wall time."""
+    pool = max(paper_clients * 8, 2000) if tiny else 60_000
+    paper = lenet.replace(clients=paper_clients, train_samples=pool, rounds=1)
+    print(f"\nclients as one batch ({lenet.device}): samples/s, sequential -> batched")
+    for what, config in ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
+                         (f"LeNet-5, {paper.clients} clients, one round", paper)):
+        rates, shares = {}, {}
+        for batched in (False, True):
+            run_config = config.replace(batched_clients=batched)
+            warm_up = run_config.replace(rounds=1, train_samples=config.clients * 8)
+            one_round(warm_up)   # the first kernels' start-up is not the round's
+            seconds, samples = 0.0, 0
+            for _ in range(config.rounds):
+                s, n = one_round(run_config)
+                seconds, samples = seconds + s, samples + n
+            rates[batched] = samples / seconds
+            shares[batched] = kernel_share(lambda: one_round(run_config))
+        line = (f"  {what:40s} {rates[False]:10,.0f} -> {rates[True]:10,.0f}"
+                f"  ({rates[True] / rates[False]:.2f}x)")
+        if shares[True] is not None:
+            line += f"; GPU busy in kernels {shares[False]:.0%} -> {shares[True]:.0%}"
+        print(line)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=4, help="seeds per sweep")
     parser.add_argument("--skip", default="", help="comma-separated: ray, flower")
+    parser.add_argument("--batched", choices=("no", "also", "only"), default="also",
+                        help="compare sequential and batched clients (only: nothing else)")
+    parser.add_argument("--paper-clients", type=int, default=100,
+                        help="clients of the paper-scale round")
+    parser.add_argument("--device", default="cpu", help="device of the batched comparison")
+    parser.add_argument("--tiny", action="store_true",
+                        help="a few samples per client: a smoke test")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(1)
     config = RunConfig(method="fedavg", dataset="fashion-mnist", model="lenet5", partition="iid", clients=20,
-                       train_samples=7500, test_fraction=0.2, rounds=args.rounds, batch_size=32, lr=0.05,
-                       eval_every=args.rounds, eval_global=False)
+                       train_samples=400 if args.tiny else 7500, test_fraction=0.2,
+                       rounds=args.rounds, batch_size=32, lr=0.05, eval_every=args.rounds,
+                       eval_global=False)
+    if args.batched != "no":
+        batched_comparison(config.replace(device=args.device), args.paper_clients, args.tiny)
+        if args.batched == "only":
+            return
     sim = build_simulation(config)
     clients = sim.data.clients
     assert all(c.n_train == 300 for c in clients), [c.n_train for c in clients]

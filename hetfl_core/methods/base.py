@@ -100,10 +100,17 @@ class Method:
     defaults: dict = {}
     #: the cost model the method runs under unless the config names one
     default_system = "compute"
+    #: whether :meth:`client_job` describes this class's local update, so that a round's
+    #: clients may train as one batch (:mod:`hetfl_core.batched`); set in the class's own
+    #: body, never inherited: a subclass that changes the local step must opt in again
+    batchable = False
 
     def __init_subclass__(cls, **kwargs):
-        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``."""
+        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
+        reset ``batchable`` unless the class sets it itself."""
         super().__init_subclass__(**kwargs)
+        if "batchable" not in cls.__dict__:
+            cls.batchable = False
         if "option_specs" in cls.__dict__:
             cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
         elif "defaults" in cls.__dict__:
@@ -159,6 +166,13 @@ class Method:
     def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Client: train locally and report the update and its costs."""
         raise NotImplementedError
+
+    def client_job(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
+        """Client, for the batched trainer: the local update as a
+        :class:`~hetfl_core.batched.ClientJob` (model, SGD phases, masks, and the ``finish``
+        that reports), or ``None`` (before drawing from ``generator``) to train this client
+        through :meth:`client_update`. Consulted only for a class with ``batchable = True``."""
+        return None
 
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
         """Server: fold the reports into the global state."""

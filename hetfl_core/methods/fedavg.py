@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..batched import ClientJob, Phase, run_job
 from ..options import Option
 from ..system import dense_bits, training_flops
 from ..training import LocalResult, clone_model, local_sgd
@@ -24,6 +25,7 @@ class FedAvg(Method):
     """FedAvg: local SGD from the global model, sample-size-weighted averaging."""
 
     name = "fedavg"
+    batchable = True
     summary = "FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
@@ -42,15 +44,36 @@ class FedAvg(Method):
                          weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params,
                          masks=masks, loss_fn=loss_fn, clip_norm=self.options.get("clip_norm"))
 
+    def phase(self, steps: int, params=None, masks: dict | None = None, sub_masks=()) -> Phase:
+        """One :meth:`local_train` call as a batched trainer's :class:`Phase`: the same
+        trained names and masks, and the proximal centre ``local_train`` would take."""
+        mu = self.options.get("mu", 0.0)
+        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
+        return Phase(steps, params, masks, center, mu, list(sub_masks))
+
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0)."""
+        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0).
+
+        FedAvg's own update in any subclass that does not override it (a subclass may call
+        it for a plain FedAvg round); a subclass with a job of its own runs that one."""
+        return run_job(self, self.fedavg_job(client, plan, generator))
+
+    def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+        """:meth:`client_update` as a job (see :meth:`fedavg_job`)."""
+        return self.fedavg_job(client, plan, generator)
+
+    def fedavg_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+        """FedAvg's local update as a job: one phase on a copy of the broadcast model."""
         model = clone_model(self.model)
-        n_params = sum(p.numel() for p in model.parameters())
-        result = self.local_train(model, client, plan.local_steps, generator)
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=training_flops(self.costs, result.samples),
-                            uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
-                            local_steps=plan.local_steps)
+
+        def finish(results):
+            n_params = sum(p.numel() for p in model.parameters())
+            flops = training_flops(self.costs, results[0].samples)
+            return ClientReport(client.client_id, client.n_train, model.state_dict(),
+                                results[0].loss, flops=flops,
+                                uplink_bits=dense_bits(n_params),
+                                downlink_bits=dense_bits(n_params), local_steps=plan.local_steps)
+        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = sum_k n_k / n * w^k_{t+1}, for every tensor the clients sent."""
@@ -63,6 +86,7 @@ class FedProx(FedAvg):
     """FedProx: FedAvg with the proximal term (mu/2)||w - w_t||^2 (default mu = 0.01)."""
 
     name = "fedprox"
+    batchable = True
     summary = "FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",
                                  0, 1e4)}

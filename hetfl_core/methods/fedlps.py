@@ -43,13 +43,14 @@ import torch
 import torch.nn.functional as F
 
 from ..bandits import PUCBV, pucbv_reward
+from ..batched import ClientJob, Phase, run_job_sgd
 from ..options import Option
 from ..errors import ConfigError
 from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
                      unit_masks_to_parameters)
 from ..models import structured_units
 from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
-from ..training import clone_model, evaluate, local_sgd
+from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
@@ -69,6 +70,7 @@ class FedLPS(FedAvg):
     """Learnable unit patterns (Eqs. 4-11), sparse residuals (12)-(13), P-UCBV ratios (Alg. 2)."""
 
     name = "fedlps"
+    batchable = True
     summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
@@ -114,7 +116,8 @@ class FedLPS(FedAvg):
             target = unit_magnitudes(self.model)
             for k in range(len(devices)):
                 g = seeded_generator(config.seed, 41, k)
-                self.scores[k] = {n: torch.sigmoid(t) + 1e-3 * torch.randn(t.shape, generator=g)
+                self.scores[k] = {n: torch.sigmoid(t)
+                                  + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
         horizon = o["ucb_xi"] or pucbv_horizon(config)
         self.agents, self.proposed = {}, {}
@@ -201,6 +204,12 @@ class FedLPS(FedAvg):
 
     def client_update(self, client, plan: ClientPlan, generator):
         """Alg. 1 lines 17-27: joint SGD on weights and scores (Eqs. 10-11), then Eqs. (12), (14)."""
+        return run_job_sgd(self.client_job(client, plan, generator), self.config)
+
+    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
+        """:meth:`client_update` as a job: one phase on the scored network, whose loss
+        (Eq. 9 without L_pr, which the trainer adds as the proximal term) also counts the
+        training predictions that were right (the accuracy of P-UCBV's reward)."""
         o, k = self.options, client.client_id
         mode = {"learned": "learned", "magnitude": "magnitude"}.get(o["pattern"], "fixed")
         scored = ScoredNetwork(clone_model(self.model), self.round_scores(k, generator), plan.ratio,
@@ -214,12 +223,29 @@ class FedLPS(FedAvg):
             loss = F.cross_entropy(out, yb)
             return loss + o["lam"] * model.importance_loss() if mode == "learned" else loss
 
+        def batched_loss(model, xb, yb, wb):   # the same, weighted per sample; padding counts not
+            out = model(xb)
+            loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
+            if mode == "learned":
+                loss = loss + o["lam"] * model.importance_loss()
+            return loss, ((out.argmax(1) == yb) & (wb > 0)).sum()
+
+        def tally(correct, total):
+            seen.update(correct=int(round(correct)), total=total)
+
         center = {f"net.{n}": p.detach().clone() for n, p in self.model.named_parameters()}
         names = [n for n, p in scored.named_parameters() if p.requires_grad]
-        result = local_sgd(scored, client.x_train, client.y_train, plan.local_steps, self.config.batch_size,
-                           self.config.lr, generator, momentum=self.config.momentum,
-                           weight_decay=self.config.weight_decay, prox_center=center, prox_mu=o["mu"],
-                           params=names, loss_fn=loss_fn)
+        phase = Phase(plan.local_steps, params=names, prox_center=center, prox_mu=o["mu"],
+                      loss=loss_fn, batched_loss=batched_loss, tally=tally)
+
+        def finish(results):
+            return self.finish_update(client, plan, scored, results[0], seen, mode)
+        return ClientJob(client, scored, generator, [phase], finish, group=(mode, o["q_grad"]))
+
+    def finish_update(self, client, plan, scored, result, seen, mode) -> ClientReport:
+        """Alg. 1 lines 22-27 after the local SGD: keep Q and the sparse model, the residual
+        of Eq. (12) over the trained support, and the local cost of Eq. (14)."""
+        o, k = self.options, client.client_id
         keep = scored.pattern()
         if mode == "learned":
             self.scores[k] = {n: q.detach().clone() for n, q in scored.score_values().items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..personalization import PrivateStore, body_parameter_names
 from ..system import dense_bits, training_flops
@@ -22,6 +23,7 @@ class FedPer(FedAvg):
     """Shared body averaged by FedAvg; the last ``head_layers`` layers stay on the client."""
 
     name = "fedper"
+    batchable = True
     summary = "FedPer: shared body, private head (Arivazhagan et al. 2019)"
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
@@ -60,9 +62,20 @@ class FedPer(FedAvg):
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Train body and head locally; keep the private part, upload the shared part."""
         model = self.working_model(client.client_id)
-        result = self.local_train(model, client, plan.local_steps, generator)
-        self.private.save(client.client_id, model, self.private_names)
-        return self.report(client, model, plan, result.loss, training_flops(self.costs, result.samples))
+        return run_job(self, self.job_on(model, client, plan, generator))
+
+    def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+        """:meth:`client_update` as a job, on a model of the client's own (not the shared
+        working copy)."""
+        return self.job_on(self.client_model(client.client_id), client, plan, generator)
+
+    def job_on(self, model, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+        """The local update of ``model`` (global body, the client's head) as a job."""
+        def finish(results):
+            self.private.save(client.client_id, model, self.private_names)
+            flops = training_flops(self.costs, results[0].samples)
+            return self.report(client, model, plan, results[0].loss, flops)
+        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def report(self, client, model, plan, loss, flops) -> ClientReport:
         """A report that uploads (and was sent) only the shared parameters."""

@@ -8,6 +8,7 @@ epoch, and a run at the paper's setting passes ``head_epochs=10``.
 """
 from __future__ import annotations
 
+from ..batched import ClientJob
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import steps_for_epochs
@@ -21,17 +22,24 @@ class FedRep(FedPer):
     """Head epochs with the body frozen, then body epochs with the head frozen."""
 
     name = "fedrep"
+    batchable = True
     summary = "FedRep: private head trained first, then the shared body (Collins et al. 2021)"
     option_specs = {**FedPer.option_specs,
                     "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
                                           low_open=True)}
 
-    def client_update(self, client, plan, generator):
-        model = self.working_model(client.client_id)
+    def job_on(self, model, client, plan, generator):
+        """Head steps with the body frozen, then the round's steps on the body (Alg. 1, l. 5-9)."""
         head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"])
-        head = self.local_train(model, client, head_steps, generator, params=self.private_names)
-        body = self.local_train(model, client, plan.local_steps, generator, params=self.shared_names)
-        self.private.save(client.client_id, model, self.private_names)
-        flops = (training_flops(self.costs, head.samples, trainable={layer_of(n) for n in self.private_names})
-                 + training_flops(self.costs, body.samples, trainable={layer_of(n) for n in self.shared_names}))
-        return self.report(client, model, plan, body.loss, flops)
+
+        def finish(results):
+            head, body = results
+            self.private.save(client.client_id, model, self.private_names)
+            head_layers = {layer_of(n) for n in self.private_names}
+            body_layers = {layer_of(n) for n in self.shared_names}
+            flops = (training_flops(self.costs, head.samples, trainable=head_layers)
+                     + training_flops(self.costs, body.samples, trainable=body_layers))
+            return self.report(client, model, plan, body.loss, flops)
+        phases = [self.phase(head_steps, params=self.private_names),
+                  self.phase(plan.local_steps, params=self.shared_names)]
+        return ClientJob(client, model, generator, phases, finish)

@@ -5,6 +5,7 @@ traffic. Every client starts from the same initial model.
 """
 from __future__ import annotations
 
+from ..batched import ClientJob, run_job
 from ..personalization import PrivateStore
 from ..system import training_flops
 from ..training import clone_model
@@ -17,6 +18,7 @@ class LocalOnly(FedAvg):
     """Each client trains alone; nothing is sent or aggregated."""
 
     name = "local"
+    batchable = True
     summary = "Local-only training: no communication, the personalisation floor"
     option_specs = {}
 
@@ -26,12 +28,19 @@ class LocalOnly(FedAvg):
         self.names = [n for n, _ in self.model.named_parameters()]
 
     def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan, generator):
+        """The client's own model trained and kept; nothing sent."""
         model = self.personal_model(client.client_id)
-        result = self.local_train(model, client, plan.local_steps, generator)
-        self.private.save(client.client_id, model, self.names)
-        return ClientReport(client.client_id, client.n_train, None, result.loss,
-                            flops=training_flops(self.costs, result.samples), uplink_bits=0.0,
-                            downlink_bits=0.0, local_steps=plan.local_steps)
+
+        def finish(results):
+            self.private.save(client.client_id, model, self.names)
+            return ClientReport(client.client_id, client.n_train, None, results[0].loss,
+                                flops=training_flops(self.costs, results[0].samples),
+                                uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
+        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def aggregate(self, round_idx, reports):
         """Nothing to aggregate."""

@@ -20,3 +20,4 @@ class LTP(OFAFL):
     name = "ltp"
     summary = "Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)"
     joint = False
+    batchable = True

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..errors import ConfigError
 from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, joint_loss, keep_fraction,
@@ -72,6 +73,7 @@ class OFAFL(FedAvg):
                               "by each layer's density ('sparse')", choices=FLOPS_MODELS),
     }
     joint = True   # Alg. 4's averaged loss; LTP sets False
+    batchable = True
 
     @classmethod
     def check_options(cls, options):
@@ -153,21 +155,30 @@ class OFAFL(FedAvg):
         """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
         return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
 
-    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+    def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
         """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""
         own = self.masks[plan.ratio]
         smaller = self.smaller_masks(plan.ratio)
         model = self.sub_network(plan.ratio)
-        loss_fn = (lambda m, xb, yb: joint_loss(m, smaller, xb, yb)) if smaller else None
-        result = self.local_train(model, client, plan.local_steps, generator, masks=own, loss_fn=loss_fn)
-        update, n_held = masked_upload(model, own)
-        flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
-        news = [r for r in self.mask_news if r <= plan.ratio]
-        mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
-        return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
-                            uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
-                            local_steps=plan.local_steps, ratio=plan.ratio,
-                            extra={"losses_per_step": 1 + len(smaller)})
+
+        def finish(results):
+            result = results[0]
+            update, n_held = masked_upload(model, own)
+            flops = training_cost(self.costs, [own, *smaller], result.samples,
+                                  self.options["flops_model"])
+            news = [r for r in self.mask_news if r <= plan.ratio]
+            mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
+            return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
+                                uplink_bits=dense_bits(n_held),
+                                downlink_bits=dense_bits(n_held) + mask_bits,
+                                local_steps=plan.local_steps, ratio=plan.ratio,
+                                extra={"losses_per_step": 1 + len(smaller)})
+        phase = self.phase(plan.local_steps, masks=own, sub_masks=smaller)
+        return ClientJob(client, model, generator, [phase], finish)
 
     def aggregate(self, round_idx, reports):
         """Sec. 3.6: theta_g[p] <- sum_{i holds p} n_i theta_i[p] / sum_{i holds p} n_i."""
@@ -208,6 +219,7 @@ class OFAOneShot(OFAFL):
     """The one-shot baseline: every ratio pruned at once by one magnitude ranking, then OFA training."""
 
     name = "ofa-oneshot"
+    batchable = True
     summary = "One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}

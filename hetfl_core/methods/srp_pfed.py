@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
@@ -51,6 +52,7 @@ class SRPpFed(FedAvg):
     """Magnitude-masked partial updates at rates from a reinforced-memory walk, with clustering."""
 
     name = "srp-pfed"
+    batchable = True
     summary = "SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"
     option_specs = {
         "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),
@@ -155,26 +157,35 @@ class SRPpFed(FedAvg):
         model.load_state_dict(best[0], strict=False)
         return model, best[1], best[2], best[3]
 
-    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+    def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
         """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
         rates = plan.extra["rates"]
         model, mask, rate, loss = self.client_cluster(client, rates)
-        result = self.local_train(model, client, plan.local_steps, generator)
-        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
-        self.local[client.client_id] = trained
-        shared = {n: trained[n] * mask[n] for n in trained}
-        nnz = mask_size(mask)
-        n_eval = len(self.cluster_data(client)[1]) * len(rates)
-        flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
-        up, down = sparse_bits(nnz, self.d), dense_bits(self.d + len(rates))
-        seconds = client_time(self.devices[client.client_id], flops, up, down)
-        window = self.options["window"]
-        late = window is not None and seconds > float(window)
-        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss, flops=flops,
-                            uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps, ratio=nnz / self.d,
-                            extra={"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
-                                   "late": late, "probs": self.probs.tolist()},
-                            time_s=None if window is None else min(seconds, float(window)))
+
+        def finish(results):
+            result = results[0]
+            trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+            self.local[client.client_id] = trained
+            shared = {n: trained[n] * mask[n] for n in trained}
+            nnz = mask_size(mask)
+            n_eval = len(self.cluster_data(client)[1]) * len(rates)
+            flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
+            up, down = sparse_bits(nnz, self.d), dense_bits(self.d + len(rates))
+            seconds = client_time(self.devices[client.client_id], flops, up, down)
+            window = self.options["window"]
+            late = window is not None and seconds > float(window)
+            return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+                                flops=flops, uplink_bits=up, downlink_bits=down,
+                                local_steps=plan.local_steps, ratio=nnz / self.d,
+                                extra={"rate": rate, "cluster": sorted(rates).index(rate),
+                                       "val_loss": loss, "late": late,
+                                       "probs": self.probs.tolist()},
+                                time_s=None if window is None else min(seconds, float(window)))
+        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     # -- evaluation ----------------------------------------------------------------
     def personal_model(self, client_id):

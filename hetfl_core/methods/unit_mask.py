@@ -11,6 +11,7 @@ under its own mask.
 from __future__ import annotations
 
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
 from ..system import capability, dense_bits, training_flops
@@ -24,6 +25,7 @@ class OrderedMask(FedAvg):
     """First-k units of every hidden layer at the client's ratio."""
 
     name = "ordered-mask"
+    batchable = True
     summary = "Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
@@ -43,16 +45,24 @@ class OrderedMask(FedAvg):
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
 
     def client_update(self, client, plan, generator):
+        """The update of :meth:`client_job`, run here."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan, generator):
         """Train the global model under the client's unit mask; send the kept entries."""
         units = self.units[client.client_id]
         masks = unit_masks_to_parameters(self.model, units)
         model = self.personal_model(client.client_id)
-        result = self.local_train(model, client, plan.local_steps, generator, masks=masks)
-        update, kept = masked_upload(model, masks)
-        return ClientReport(client.client_id, client.n_train, update, result.loss,
-                            flops=training_flops(self.costs, result.samples, keep=kept_fractions_of_units(units)),
-                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
-                            local_steps=plan.local_steps, ratio=plan.ratio)
+
+        def finish(results):
+            update, kept = masked_upload(model, masks)
+            return ClientReport(client.client_id, client.n_train, update, results[0].loss,
+                                flops=training_flops(self.costs, results[0].samples,
+                                                     keep=kept_fractions_of_units(units)),
+                                uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
+                                local_steps=plan.local_steps, ratio=plan.ratio)
+        phase = self.phase(plan.local_steps, masks=masks)
+        return ClientJob(client, model, generator, [phase], finish)
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose mask holds it."""
@@ -68,6 +78,7 @@ class RandomMask(OrderedMask):
     """A seeded random choice of units per client, fixed for the run."""
 
     name = "random-mask"
+    batchable = True
     summary = "Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"
 
     def pattern(self, client_id, ratio):

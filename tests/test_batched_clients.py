@@ -1,0 +1,173 @@
+"""A round's clients trained as one batch (hetfl_core.batched) give the sequential engine's
+numbers: the same history and final models within 1e-5, for every method that opts in.
+
+The runs are small and uneven on purpose: quantity-skewed clients of 8 to 100 samples, so
+short last batches are padded, clients run out of steps at different times (epoch-based
+steps, FedRep's head epochs), and momentum and weight decay carry optimiser state.
+"""
+import math
+
+import pytest
+import torch
+
+from hetfl_core import RunConfig, batched
+from hetfl_core.engine import build_simulation, run_rounds
+from hetfl_core.errors import ConfigError
+from hetfl_core.methods.base import get_method
+
+BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2,
+            train_samples=300, local_steps=4, batch_size=16, lr=0.1, momentum=0.9,
+            weight_decay=1e-3, seed=1)
+OFA = {"warmup": 1, "every": 1, "ratios": [1.0, 0.6, 0.3]}
+CASES = {
+    "fedavg": {},
+    "fedavg-epochs": {"method": "fedavg", "local_steps": None, "local_epochs": 1.5},
+    "fedprox": {"options": {"mu": 0.5}},
+    "fedper": {},
+    "fedrep": {"options": {"head_epochs": 0.5}},
+    "local": {},
+    "srp-pfed": {"val_fraction": 0.2},
+    "ofafl": {"options": OFA},
+    "ltp": {"options": OFA},
+    "ofa-oneshot": {"options": OFA},
+    "ordered-mask": {"options": {"ratio": 0.5}},
+    "random-mask": {"options": {"ratio": 0.6}},
+    "fedlps": {"heterogeneity": "medium"},
+    "fedlps-magnitude": {"method": "fedlps", "heterogeneity": "medium",
+                         "options": {"pattern": "magnitude"}},
+    "fedlps-random": {"method": "fedlps", "heterogeneity": "high",
+                      "options": {"pattern": "random", "q_grad": "kept"}},
+}
+SCORES = ("loss", "acc_global", "loss_global", "acc_personal", "loss_personal")
+
+
+def config_of(case: str, **changes) -> RunConfig:
+    """The case's run (``method`` defaults to the case's name), with ``changes``."""
+    settings = {"method": case, **BASE, **CASES.get(case, {}), **changes}
+    return RunConfig(**settings)
+
+
+def run_sim(config: RunConfig):
+    sim = build_simulation(config)
+    return sim, run_rounds(sim)["history"]
+
+
+def spy_groups(monkeypatch) -> list:
+    """Record the number of clients of every batched group trained (the real trainer runs)."""
+    sizes = []
+    real = batched.train_group
+
+    def counting(jobs, *args, **kwargs):
+        sizes.append(len(jobs))
+        return real(jobs, *args, **kwargs)
+
+    monkeypatch.setattr(batched, "train_group", counting)
+    return sizes
+
+
+def close(a, b, tol=1e-5) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+
+
+def assert_same_run(seq, bat, tol=1e-5):
+    """Histories and every model that is scored (global and each client's) agree within ``tol``."""
+    (sim_s, hist_s), (sim_b, hist_b) = seq, bat
+    for row_s, row_b in zip(hist_s, hist_b, strict=True):
+        for key in SCORES:
+            assert close(row_s[key], row_b[key], tol), (key, row_s["round"], row_s[key], row_b[key])
+        for a, b in zip(row_s["acc_clients"], row_b["acc_clients"], strict=True):
+            assert close(a, b, tol)
+        # each participant's record: costs, ratios, FedLPS's patterns and training accuracy
+        for c_s, c_b in zip(row_s["clients"], row_b["clients"], strict=True):
+            assert c_s.keys() == c_b.keys()
+            for key, value in c_s.items():
+                if isinstance(value, float):
+                    assert close(value, c_b[key], tol), (key, value, c_b[key])
+                elif not isinstance(value, list):
+                    assert value == c_b[key], key
+    models = [(sim_s.method.model, sim_b.method.model)]
+    models += [(sim_s.method.personal_model(k), sim_b.method.personal_model(k))
+               for k in range(sim_s.config.clients)]
+    for model_s, model_b in models:
+        pairs = zip(model_s.state_dict().items(), model_b.state_dict().items(), strict=True)
+        for (name, p), (_, q) in pairs:
+            assert torch.allclose(p, q, rtol=tol, atol=tol), (name, float((p - q).abs().max()))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_batched_round_matches_sequential(case, monkeypatch):
+    config = config_of(case)
+    seq = run_sim(config.replace(batched_clients=False))
+    sizes = spy_groups(monkeypatch)
+    bat = run_sim(config.replace(batched_clients=True))
+    trained = sum(len(row["clients"]) for row in bat[1])
+    assert sum(sizes) == trained > 0        # every participant went through the batched trainer
+    # together: one group a round (OFA-FL's family: one per density ratio in use)
+    assert len(sizes) <= config.rounds * (len(OFA["ratios"]) if "ratios" in config.options else 1)
+    assert_same_run(seq, bat)
+
+
+def test_uneven_clients_pad_a_last_batch():
+    """The equality above covers padding: some client has a short last batch and some
+    client a different number of epoch-based steps."""
+    sim = build_simulation(config_of("fedavg"))
+    sizes = [c.n_train for c in sim.data.clients]
+    assert any(n % BASE["batch_size"] for n in sizes)
+    assert min(sizes) < BASE["local_steps"] * BASE["batch_size"]
+    by_epochs = build_simulation(config_of("fedavg-epochs"))
+    assert len({by_epochs.method.local_steps(c) for c in by_epochs.data.clients}) > 1
+
+
+def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
+    sizes = spy_groups(monkeypatch)
+    run_sim(config_of("fedavg", rounds=1, batched_clients=False))
+    run_sim(config_of("fedavg", rounds=1))      # None: off on the CPU
+    assert sizes == []
+    assert batched.uses_batched_clients(config_of("fedavg", device="cpu")) is False
+    assert batched.uses_batched_clients(config_of("fedavg", batched_clients=True)) is True
+
+
+def test_opt_in_is_per_class():
+    """A subclass that changes the local step is not batched through its parent's job."""
+    assert get_method("fedavg").batchable and get_method("fedper").batchable
+    for name in ("ditto", "fedbabu", "lg-fedavg", "heterofl", "fedrolex", "fjord", "topk"):
+        assert not get_method(name).batchable, name
+
+
+def test_methods_without_the_hook_train_sequentially(monkeypatch):
+    sizes = spy_groups(monkeypatch)
+    seq = run_sim(config_of("ditto", rounds=1, batched_clients=False))
+    bat = run_sim(config_of("ditto", rounds=1, batched_clients=True))
+    assert sizes == []
+    assert seq[1][0]["loss"] == bat[1][0]["loss"]
+
+
+def test_a_model_with_batch_norm_trains_sequentially(monkeypatch):
+    sizes = spy_groups(monkeypatch)
+    config = config_of("fedavg", model="resnet", rounds=1, local_steps=1, clients=3,
+                       batched_clients=True)
+    seq = run_sim(config.replace(batched_clients=False))
+    bat = run_sim(config)
+    assert sizes == [] and seq[1][0]["loss"] == bat[1][0]["loss"]
+
+
+def test_bad_value_is_a_config_error():
+    with pytest.raises(ConfigError, match="batched_clients must be true or false or None, got 'ye"):
+        RunConfig(batched_clients="yes").validate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "random-mask", "fedlps"])
+def test_batched_matches_sequential_on_cuda(case, monkeypatch):
+    """On the GPU the batched kernels (grouped convolutions) sum in another order than one
+    client's: agreement to 1e-4 in float32 (TensorFloat-32 off, which rounds to 10 bits)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    config = config_of(case, device="cuda")
+    seq = run_sim(config.replace(batched_clients=False))
+    sizes = spy_groups(monkeypatch)
+    bat = run_sim(config.replace(batched_clients=None))   # None: on for CUDA
+    assert sum(sizes) == sum(len(row["clients"]) for row in bat[1])
+    assert_same_run(seq, bat, tol=1e-4)
