@@ -73,13 +73,15 @@ __all__ = ["FedLPSCode", "RELEASED", "released_scores", "released_units"]
 #: the released code this variant follows
 RELEASED = "sunnyxuejj/FedLPS-main @ b499bbbe (Models.py @ 27b236be)"
 
-_SHARED = ("lam", "ratio_rule", "ratio", "capability", "alpha", "arm_range", "intervals", "rho", "delta",
-           "explore", "ucb_xi")
+_SHARED = ("lam", "ratio_rule", "ratio", "capability", "alpha", "arm_range", "intervals", "rho",
+           "delta", "explore", "ucb_xi")
 
 
 def released_scores(units: dict[str, int], generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """A visit's fresh scores: per layer, N(0, 1) draws sorted in descending order (Models.py:49)."""
-    return {n: torch.sort(torch.randn(k, generator=generator), descending=True).values for n, k in units.items()}
+    """A visit's fresh scores: per layer, N(0, 1) draws sorted in descending order
+    (Models.py:49)."""
+    return {n: torch.sort(torch.randn(k, generator=generator), descending=True).values
+            for n, k in units.items()}
 
 
 def released_units(q: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -101,18 +103,19 @@ class FedLPSCode(FedLPS):
     unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule)."""
 
     name = "fedlps-code"
-    summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main @ b499bbbe)"
+    summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)"
     option_specs = {
         **{k: FedLPS.option_specs[k] for k in _SHARED},
         "lam": Option(1.0, "lambda of the released importance loss: mean over unit pairs (i, j) of "
                            "(Q_i - sigma(|w_j|))^2", 0, 1e4),
         "capability": dataclasses.replace(FedLPS.option_specs["capability"], default="dynamic"),
         "explore": dataclasses.replace(FedLPS.option_specs["explore"], default=True),
-        "pattern": Option("ordered", "fixed: fresh scores sorted in descending order keep the first units",
-                          choices=("ordered",)),
-        "epochs": Option(5.0, "local epochs per visit (the released scripts' 5); None: the run's local_epochs",
-                         0, 1e4, low_open=True, optional=True),
-        "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1, low_open=True),
+        "pattern": Option("ordered", "fixed: fresh scores sorted in descending order keep the "
+                                     "first units", choices=("ordered",)),
+        "epochs": Option(5.0, "local epochs per visit (the released scripts' 5); None: the "
+                              "run's local_epochs", 0, 1e4, low_open=True, optional=True),
+        "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1,
+                           low_open=True),
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
@@ -144,7 +147,8 @@ class FedLPSCode(FedLPS):
         scores = {n: q.requires_grad_() for n, q in released_scores(
             self.units, seeded_generator(self.config.seed, 53, plan.extra["round"], k)).items()}
         optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
-                                    momentum=self.config.momentum, weight_decay=self.config.weight_decay)
+                                    momentum=self.config.momentum,
+                                    weight_decay=self.config.weight_decay)
         x, y, n, batch = client.x_train, client.y_train, client.n_train, self.config.batch_size
         order, pos, aside = torch.randperm(n, generator=generator), 0, {}
         correct = samples = 0
@@ -164,8 +168,10 @@ class FedLPSCode(FedLPS):
                     w.mul_(rows[name])
             out = net(x[idx])
             task = F.cross_entropy(out, y[idx])
-            importance = sum(((scores[name][:, None] - torch.sigmoid(w.detach().abs().flatten(1).sum(1))) ** 2)
-                             .mean() for name, w in weights.items())
+            targets = {name: torch.sigmoid(w.detach().abs().flatten(1).sum(1))
+                       for name, w in weights.items()}
+            importance = sum(((scores[name][:, None] - targets[name]) ** 2).mean()
+                             for name in weights)
             optimizer.zero_grad(set_to_none=True)
             (task + o["lam"] * importance).backward()
             for name, w in weights.items():
@@ -176,22 +182,25 @@ class FedLPSCode(FedLPS):
             correct += int((out.argmax(1) == y[idx]).sum())
             total_loss += task.item() * len(idx)
             samples += len(idx)
-        with torch.no_grad():   # the upload: local - server, dropped rows zeroed (Hetero_Client.py:274-282)
+        with torch.no_grad():   # local - server, dropped rows zeroed (Hetero_Client.py:274-282)
             update = {}
             for name, p in self.model.named_parameters():
                 layer = name.rsplit(".", 1)[0]
                 mask = rows[layer] if name.endswith(".weight") and layer in rows else 1.0
                 update[name] = (params[name].detach() - p.detach()) * mask
-            if plan.ratio > o["keep_above"]:   # the kept model: the sparse state after the last step
+            if plan.ratio > o["keep_above"]:   # kept model: the sparse state after the last step
                 self.personal[k] = {name: p.detach().clone() for name, p in params.items()}
         flops = training_flops(self.costs, samples, keep=kept_fractions_of_units(keep))
-        up = dense_bits(int(sum(float((u != 0).sum()) if u.dim() > 1 else u.numel() for u in update.values())))
+        sent = sum(float((u != 0).sum()) if u.dim() > 1 else u.numel() for u in update.values())
+        up = dense_bits(int(sent))
         device = plan.device or self.devices[k]
         cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)
-        return ClientReport(k, client.n_train, update, total_loss / max(samples, 1), flops=flops, uplink_bits=up,
-                            downlink_bits=dense_bits(sum(p.numel() for p in self.model.parameters())),
-                            local_steps=plan.local_steps, ratio=plan.ratio,
-                            extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
+        down = dense_bits(sum(p.numel() for p in self.model.parameters()))
+        return ClientReport(k, client.n_train, update, total_loss / max(samples, 1), flops=flops,
+                            uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps,
+                            ratio=plan.ratio,
+                            extra={"proposed": plan.extra["proposed"],
+                                   "capability": plan.extra["capability"],
                                    "train_acc": correct / max(samples, 1), "cost_s": cost,
                                    "units": pattern_string(keep)})
 
@@ -203,7 +212,8 @@ class FedLPSCode(FedLPS):
             for name, p in self.model.named_parameters():
                 p.add_(sum(r.update[name] for r in reports) / len(reports))
                 if self.options["noise"]:
-                    p.add_(self.options["noise"] * torch.randn(p.shape, generator=noise).to(p.device))
+                    draw = torch.randn(p.shape, generator=noise).to(p.device)
+                    p.add_(self.options["noise"] * draw)
         for r in reports:
             k, acc = r.client_id, r.extra["train_acc"]
             if k in self.agents:
