@@ -48,6 +48,9 @@ these places; this variant computes each one as the released code does:
   Hetero_Client.py:133-137); its other quirks (a phantom zero reward per arm, the
   off-by-one crediting of FedLPS.py:222-227, an elimination test that never fires) are not
   reproduced: this variant credits arms as :class:`~hetfl_core.bandits.PUCBV` does.
+* **Data.** The released code has no IID path (``--iid``, options.py:13, is never read;
+  every run deals label-sorted shards, sampling.py:246-298); this variant runs on any of
+  the library's partitions, the IID one included.
 
 The engine needed no new hook: the per-round tier, the learning rate and the epochs are
 carried by the round's :class:`~hetfl_core.methods.base.ClientPlan`.
