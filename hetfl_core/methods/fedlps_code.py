@@ -37,7 +37,8 @@ these places; this variant computes each one as the released code does:
   :class:`FedLPS`, which runs and charges the client on the round's tier (Sec. III-B of
   the paper fixes a client's capability).
 * **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``;
-  Hetero_Client.py:199), whatever the run's ``local_epochs`` (the paper: E local steps).
+  Hetero_Client.py:199), whatever the run's ``local_epochs`` (the paper: E local steps);
+  a run that sets ``local_steps`` gets those.
 * **Scoring.** A visit replaces the client's kept model only if it ran at a ratio above
   ``keep_above`` = 0.25 (Hetero_Client.py:261-267, ``mask_rate_list[2]``); a client is
   scored with the kept model of its most recent such visit, and with the *dense* global
@@ -115,8 +116,9 @@ class FedLPSCode(FedLPS):
         "explore": dataclasses.replace(FedLPS.option_specs["explore"], default=True),
         "pattern": Option("ordered", "fixed: fresh scores sorted in descending order keep the "
                                      "first units", choices=("ordered",)),
-        "epochs": Option(5.0, "local epochs per visit (the released scripts' 5); None: the "
-                              "run's local_epochs", 0, 1e4, low_open=True, optional=True),
+        "epochs": Option(5.0, "local epochs per visit (the released scripts' 5), unless the run "
+                              "sets local_steps; None: the run's local_epochs", 0, 1e4,
+                         low_open=True, optional=True),
         "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1,
                            low_open=True),
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
@@ -128,8 +130,9 @@ class FedLPSCode(FedLPS):
         self.units = {n: k for n, _, k in structured_units(self.model)}
 
     def local_steps(self, client) -> int:
-        """``epochs`` passes over the client's data (the run's ``local_epochs`` if None)."""
-        if self.options["epochs"] is None:
+        """``epochs`` passes over the client's data (the run's ``local_steps`` where it sets
+        them, else its ``local_epochs`` if ``epochs`` is None)."""
+        if self.options["epochs"] is None or self.config.local_steps is not None:
             return super().local_steps(client)
         return steps_for_epochs(client.n_train, self.config.batch_size, self.options["epochs"])
 
@@ -147,7 +150,7 @@ class FedLPSCode(FedLPS):
         net = clone_model(self.model)
         params = dict(net.named_parameters())
         weights = {n: params[f"{n}.weight"] for n in self.units}
-        scores = {n: q.requires_grad_() for n, q in released_scores(
+        scores = {n: q.to(self.device).requires_grad_() for n, q in released_scores(
             self.units, seeded_generator(self.config.seed, 53, plan.extra["round"], k)).items()}
         optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
                                     momentum=self.config.momentum,
