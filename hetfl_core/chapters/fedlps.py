@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 from .. import masks, plots
 from ..config import RunConfig, by_scale
 from ..data import make_federated
-from ..engine import build_simulation, run_rounds, seeded_generator
+from ..engine import build_simulation, seeded_generator, single_thread
 from ..experiments import sweep
 from ..report import (Ledger, at_least, at_most, first_reach, fmt, fmt_mean_sd,
                       is_true, ratio, value_at)
@@ -26,7 +26,8 @@ __all__ = ["MAIN", "ABLATION", "EXPLORATION", "PROBE", "explore_table", "probe_a
            "bonus_schedule", "PATTERNS", "BASELINES", "Plan", "make_plan", "run_plan",
            "final_acc", "total", "fmt_sig", "main_runs", "table1", "within_flops", "time_targets",
            "time_to", "noniid_accuracy", "staleness", "DECOMPOSITION", "STEPS",
-           "mask_decomposition", "chain_summary",
+           "mask_decomposition", "chain_summary", "CODE", "RELEASED_RULE", "COLLAPSE",
+           "released_table", "released_noniid", "collapse_chains",
            "hetero_levels", "table2", "chosen_ratios",
            "pattern_accuracy", "jaccard", "last_patterns", "pattern_overlap",
            "score_probe", "learned_curve", "build_ledger", "PATTERN_STYLES",
@@ -47,6 +48,14 @@ EXPLORATION = {"P-UCBV, xi = 10 (the paper's R/(K eps))": {"ucb_xi": 10.0},
                "P-UCBV + epsilon-greedy (authors' code)": {"explore": True}}
 #: the methods of the longer-run probe of Table I (FedLPS and the best baseline)
 PROBE = ("FedLPS", "FedPer")
+#: FedLPS as the authors' released code computes it, beside the paper's method in Table I
+#: and at both ends of Fig. 6 (:mod:`hetfl_core.methods.fedlps_code`)
+CODE = ("fedlps-code", {})
+#: the IID-collapse decomposition's variants of the paper's method: label -> (options,
+#: local epochs; None: the chapter's)
+COLLAPSE = {"learned, E = chapter's": ({}, None),
+            "ordered, E = chapter's": ({"pattern": "ordered"}, None),
+            "learned, E = 5": ({}, 5.0), "ordered, E = 5": ({"pattern": "ordered"}, 5.0)}
 #: Fig. 9a's sparse patterns
 PATTERNS = ("learned", "random", "ordered", "magnitude")
 HEURISTICS = ("random", "ordered", "magnitude")
@@ -58,8 +67,9 @@ class Plan:
     """Every run of the chapter: ``configs`` maps a result key to its config; keys
     ``("main", label, seed)``, ``("ablation", label, seed)``, ``("pattern", p, s, seed)``,
     ``("noniid", label, classes)``, ``("hetero", label, level)``, ``("explore", label,
-    seed)`` (P-UCBV with exploration, the Fig. 9 seeds) and ``("long", label)`` (Table I's methods in
-    :data:`PROBE` at ``probe_rounds``, the first seed)."""
+    seed)`` (P-UCBV with exploration, the Fig. 9 seeds), ``("long", label)`` (Table I's methods in
+    :data:`PROBE` at ``probe_rounds``, the first seed) and ``("code", "main", seed)``,
+    ``("code", "noniid", classes)`` (:data:`CODE` in Table I's and Fig. 6's settings)."""
 
     base: RunConfig          # Table I, Figs. 3-5
     side: RunConfig          # Table II, Figs. 6-9 (a smaller subset at book scale)
@@ -122,6 +132,10 @@ def make_plan(scale: str, dataset: str, seed: int, heterogeneity: str,
     for c in plan.class_levels:
         for name in ("FedAvg", "FedPer", "FedLPS"):
             plan.add(("noniid", name, c), *MAIN[name], side, classes_per_client=c)
+    for s in seeds:
+        plan.add(("code", "main", s), *CODE, base, seed=s)
+    for c in (min(plan.class_levels), max(plan.class_levels)):
+        plan.add(("code", "noniid", c), *CODE, side, classes_per_client=c)
     for level in plan.levels:
         for name in ("FedAvg", "HeteroFL", "FedLPS"):
             plan.add(("hetero", name, level), *MAIN[name], side, heterogeneity=level)
@@ -211,35 +225,74 @@ DECOMPOSITION = ("dense global", "global under the client's pattern",
                  "after a visit now", "kept model (last visit)")
 
 
+#: :func:`mask_decomposition`'s fifth model: each client scored as the released code scores it
+RELEASED_RULE = "kept model of the last visit above s = 0.25, else dense global"
+
+
 def mask_decomposition(config: RunConfig) -> dict[str, np.ndarray]:
     """Where a FedLPS client's accuracy goes, per client (%), after a run of ``config``:
     the dense global model omega^R on its test split; omega^R under the client's current
     unit pattern (Eq. 5's mask, no training); the sparse model a visit now would keep
     (Alg. 1 lines 17-24 from omega^R); and the sparse model the client kept at its last
     visit (line 24), which is what the chapter scores. Each step down is one cause:
-    masking, local training, staleness."""
+    masking, local training, staleness. Under :data:`RELEASED_RULE`, the same run scored
+    as the authors' released code scores it (FedLPS.py:242-251, Hetero_Client.py:262)."""
     from ..training import evaluate
 
+    single_thread()
     sim = build_simulation(config.replace(method="fedlps"))
-    run_rounds(sim)
+    released = {}
+    for t in range(1, config.rounds + 1):
+        sim.round(t, evaluate=False)
+        for r in sim.reports:
+            if r.ratio > 0.25:
+                released[r.client_id] = sim.method.personal_model(r.client_id)
     lps, clients = sim.method, sim.data.clients
 
     def acc(model, c):
         return 100 * evaluate(model, c.x_test, c.y_test)[0] / max(len(c.y_test), 1)
 
-    out = {name: [] for name in DECOMPOSITION}
+    out = {name: [] for name in (*DECOMPOSITION, RELEASED_RULE)}
     for c in clients:
         pattern = lps.unit_pattern(c.client_id)
         masked = masks.masked_copy(lps.model, masks.unit_masks_to_parameters(lps.model, pattern))
         out[DECOMPOSITION[0]].append(acc(lps.model, c))
         out[DECOMPOSITION[1]].append(acc(masked, c))
         out[DECOMPOSITION[3]].append(acc(lps.personal_model(c.client_id), c))
+        out[RELEASED_RULE].append(acc(released.get(c.client_id, lps.model), c))
     rounds = config.rounds + 1
     for c in clients:   # after the others: a visit replaces the kept model
         plan = lps.configure_round(rounds, [c.client_id])[c.client_id]
         lps.client_update(c, plan, seeded_generator(config.seed, rounds, c.client_id))
         out[DECOMPOSITION[2]].append(acc(lps.personal_model(c.client_id), c))
     return {n: np.array(v) for n, v in out.items()}
+
+
+def collapse_chains(plan: Plan) -> dict[str, dict[str, np.ndarray]]:
+    """The decomposition of :func:`mask_decomposition` at the IID end of Fig. 6 for each
+    variant of :data:`COLLAPSE` (the learned and the ordered pattern, the chapter's and
+    the released scripts' local epochs)."""
+    iid = plan.side.replace(classes_per_client=max(plan.class_levels))
+    return {name: mask_decomposition(iid.replace(
+                options=options, local_epochs=epochs or iid.local_epochs))
+            for name, (options, epochs) in COLLAPSE.items()}
+
+
+def released_table(results: dict, plan: Plan) -> dict[str, dict[str, np.ndarray]]:
+    """Table I's FedLPS row per seed under the paper's method and the released code's."""
+    return {"FedLPS (paper)": _columns([results[("main", "FedLPS", s)] for s in plan.seeds]),
+            "fedlps-code (released code)": _columns([results[("code", "main", s)]
+                                                     for s in plan.seeds])}
+
+
+def released_noniid(results: dict, plan: Plan) -> dict[str, np.ndarray]:
+    """Fig. 6's two ends (2 classes per client and the IID end): FedAvg, FedPer, the
+    paper's FedLPS and the released code's, accuracy (%)."""
+    ends = (min(plan.class_levels), max(plan.class_levels))
+    out = {n: np.array([final_acc(results[("noniid", n, c)]) for c in ends])
+           for n in ("FedAvg", "FedPer", "FedLPS")}
+    out["fedlps-code"] = np.array([final_acc(results[("code", "noniid", c)]) for c in ends])
+    return out
 
 
 def hetero_levels(results: dict, plan: Plan) -> tuple[dict, dict]:
@@ -655,14 +708,56 @@ def _fig9_claims(ledger: Ledger, pat: dict, overlap: dict, probe: list, curve: t
                measured=text, why=text)
 
 
+def _released_claims(ledger: Ledger, code: dict, t1: dict, plan: Plan) -> None:
+    """The paper's Table I and Fig. 6 claims judged on the released code's FedLPS
+    (``fedlps-code``): ``code`` holds :func:`released_table` and :func:`released_noniid`."""
+    lps = code["t1"]["fedlps-code (released code)"]["acc"]
+    epochs = f"; fedlps-code trains {CODE[1].get('epochs', 5.0):g} local epochs per visit, " \
+             f"the others {plan.base.local_epochs:g}"
+    acc = {n: v["acc"] for n, v in t1.items()}
+    best = np.max([acc[n] for n in BASELINES], axis=0)
+    best_name = max(BASELINES, key=lambda n: acc[n].mean())
+    text = f"fedlps-code − best baseline {fmt_mean_sd(lps - best, 1, PTS)} (fedlps-code " \
+           f"{_pct(lps)}, {best_name} {_pct(acc[best_name])})"
+    _claim(ledger, "Table I", "FedLPS is the most accurate method (released code)",
+           paper="96.77% on MNIST, +1.28 to +59.34 points over 20 baselines",
+           values=lps - best, unit=PTS, section="fedlps-released",
+           criterion=at_least(-1, PTS, "fedlps-code − best baseline"),
+           measured=text + epochs, why=text + epochs)
+    gaps = {n: lps - acc[n] for n in ("FedAvg", "HeteroFL")}
+    text = f"fedlps-code − FedAvg {fmt_mean_sd(gaps['FedAvg'], 1, PTS, seeds=False)}, " \
+           f"− HeteroFL {fmt_mean_sd(gaps['HeteroFL'], 1, PTS)}"
+    _claim(ledger, "Table I", "FedLPS beats FedAvg and HeteroFL (released code)",
+           paper="+8.6 / +6.0 points (MNIST)", unit=PTS, section="fedlps-released",
+           values=np.minimum(gaps["FedAvg"], gaps["HeteroFL"]),
+           criterion=at_least(3, PTS, "fedlps-code − the better of the two"),
+           measured=text + epochs, why=text + epochs)
+    if len(plan.class_levels) < 2:
+        return
+    ends = code["ends"]
+    lead = ends["fedlps-code"] - np.maximum(ends["FedAvg"], ends["FedPer"])
+    x = (10 - min(plan.class_levels), 10 - max(plan.class_levels))
+    text = (f"fedlps-code − best of FedAvg, FedPer: {fmt(lead[0])} at x={x[0]}, "
+            f"{fmt(lead[1])} at x={x[1]} (fedlps-code "
+            f"{fmt(ends['fedlps-code'][1])}%, paper's FedLPS {fmt(ends['FedLPS'][1])}% there)")
+    _claim(ledger, "Fig. 6", "FedLPS is at least as accurate as FedAvg and FedPer at every "
+           "non-IID level, the IID end included (released code)",
+           paper="FedLPS always outperforms the baselines", values=[lead.min()], unit=PTS,
+           criterion=at_least(-1, PTS, "fedlps-code − best of FedAvg, FedPer, worse end"),
+           section="fedlps-released", measured=text + epochs, why=text + epochs)
+
+
 def build_ledger(scale: str, parameters: dict, plan: Plan, *, t1: dict, lps_ratios: dict,
                  within: dict, budget: float, tta: dict, targets: dict, noniid: dict,
                  acc_lv: dict, time_lv: dict, t2: dict, bandit_ratios: dict, pat: dict,
                  overlap: dict, probe: list, curve: tuple, stale: float, long: dict,
-                 chain: dict, explored: dict, bonus: list, xi: float) -> Ledger:
+                 chain: dict, explored: dict, bonus: list, xi: float,
+                 code: dict | None = None) -> Ledger:
     """Every claim of the paper the chapter's runs can test, from the per-seed values
     the chapter computed; claims that need two levels of a sweep are left out of a run
-    with one."""
+    with one. With ``code`` (:func:`released_table` as ``"t1"``, :func:`released_noniid`
+    as ``"ends"``), Table I's accuracy claims and Fig. 6's "always" claim are judged
+    again on the released code's FedLPS, as separate rows marked "(released code)"."""
     ledger = Ledger("fedlps", "FedLPS", scale=scale, parameters=parameters)
     _table1_claims(ledger, t1, lps_ratios, plan, long)
     _fig345_claims(ledger, within, budget, tta, targets)
@@ -672,6 +767,8 @@ def build_ledger(scale: str, parameters: dict, plan: Plan, *, t1: dict, lps_rati
         _fig78_claims(ledger, acc_lv, time_lv, plan)
     _table2_claims(ledger, t2, bandit_ratios, explored, bonus, xi)
     _fig9_claims(ledger, pat, overlap, probe, curve, plan)
+    if code is not None:
+        _released_claims(ledger, code, t1, plan)
     return ledger
 
 

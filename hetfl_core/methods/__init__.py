@@ -8,10 +8,10 @@ the import list below.
 """
 from __future__ import annotations
 
-from . import (aggregate, ditto, fedavg, fedbabu, fedlps, fedper, fedrep, fedrolex, fjord, flanc, heroes, heterofl, lgfedavg,
+from . import (aggregate, ditto, fedavg, fedbabu, fedlps, fedlps_code, fedper, fedrep, fedrolex, fjord, flanc, heroes, heterofl, lgfedavg,
                local, lotteryfl, ltp, ofafl, oneshot, prunefl, sparse_prune_pfl, srp_pfed, topk, unit_mask)
 from .base import METHODS, ClientPlan, ClientReport, Method, get_method, register
 
 __all__ = ["METHODS", "ClientPlan", "ClientReport", "Method", "get_method", "register", "aggregate", "ditto", "fedavg", "fedbabu",
-           "fedlps", "fedper", "fedrep", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lgfedavg", "local",
+           "fedlps", "fedlps_code", "fedper", "fedrep", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lgfedavg", "local",
            "lotteryfl", "ltp", "ofafl", "oneshot", "prunefl", "sparse_prune_pfl", "srp_pfed", "topk", "unit_mask"]

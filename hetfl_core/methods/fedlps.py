@@ -23,7 +23,8 @@ Choices where the paper is silent or wrong (this book's resolutions):
 * a unit is switched off by zeroing its output after the activation (a pruned unit's
   weights then get no gradient, and a unit may come back when its score rises);
 * Q starts at sigma(|omega^0|_J) plus N(0, 1e-6) noise and persists on the client;
-* mu uses the (mu/2)||.||^2 form with mu = 1e-3 (the authors' code); the output layer is
+* mu uses the (mu/2)||.||^2 form with mu = 1e-3 (the paper's is 1; the released code
+  has no L_pr, and 1e-3 is its FedProx baseline's coefficient); the output layer is
   never masked; ratios are unit fractions per layer, k_l = max(1, floor(s J_l)).
 
 Options beyond the paper, for its ablations: ``pattern`` (``learned`` or the heuristic

@@ -1,0 +1,236 @@
+"""FedLPS as the authors' released code computes it (``fedlps-code``).
+
+The released code is sunnyxuejj/FedLPS-main at commit b499bbbe (``Models.py`` from its
+parent 27b236be: the last commit deleted it). Paper: Xue et al., FedLPS. It differs from
+the paper's Algorithm 1, which :class:`~hetfl_core.methods.fedlps.FedLPS` follows, in
+these places; this variant computes each one as the released code does:
+
+* **The pattern is not learned.** Each visit starts from fresh scores, N(0, 1) sorted in
+  descending order (Models.py:49; a new ``WeightLayer`` per visit, Hetero_Client.py:183-190),
+  instead of the client's persistent Q (Alg. 1 line 18). The mask multiplies
+  ``param.data`` outside autograd and ``torch.heaviside`` has no derivative
+  (Models.py:54-66, Hetero_Client.py:205-212), so the task loss gives Q no gradient
+  (paper: Eqs. 10-11 train Q on L_tr). The only gradient on Q is lambda times an
+  ``MSELoss`` between Q of shape (n, 1) and sigma(sum |w| of each masked row) of shape
+  (n,), which broadcasts to the mean over all n x n pairs (Hetero_Client.py:162-172; the
+  paper's Eq. 8 is a per-unit distance), and only on the kept units
+  (Hetero_Client.py:243-244). The kept units are therefore the first ones in every visit
+  of every client, unless that contraction reorders the scores within a visit.
+* **One unit too few.** k = max(int(s n), 1) scores pass ``topk``, then a strict
+  ``nn.Threshold`` at the smallest of them keeps k - 1 (Models.py:55-60; the paper's Eq. 4
+  keeps the top s J_l units): a layer with int(s n) = 1 keeps none.
+* **Only weight rows are masked** (Models.py:16-31, 62-66; FedLPS.py:139-144): the rows
+  of dropped units are zeroed for the forward pass, get no gradient and are restored from
+  omega^r after every step (``weight_recover``, Hetero_Client.py:248); biases and the next
+  layer's input columns train as usual, so a dropped unit outputs act(b). The paper's
+  Eq. (5) zeroes every weight of a dropped unit. The upload is the local minus the server
+  weights, with dropped rows zeroed (Hetero_Client.py:274-282; Eq. 12).
+* **Aggregation** is the unweighted mean over the participants of omega^r + Delta_k, plus
+  N(0, ``noise``^2) on every parameter (agg/avg.py:9-24, options.py:35); Eq. (13) weights
+  by p_k and adds no noise. The noise comes from the run's seeded generator.
+* **No proximal term**: the FedLPS scripts never set ``--fedprox`` (options.py:60; the
+  paper's L_pr of Eqs. 6-9, mu = 1).
+* **Learning rate** lr x ``lr_decay``^(r - 1) in round r (Hetero_Client.py:153-157,
+  options.py:29; the paper: a constant lr).
+* **Tiers redrawn every round** (``model_split_mode='dynamic'``, the default,
+  options.py:95; FedLPS.py:34-45, 178): the ``capability="dynamic"`` path of
+  :class:`FedLPS`, which runs and charges the client on the round's tier (Sec. III-B of
+  the paper fixes a client's capability).
+* **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``;
+  Hetero_Client.py:199), whatever the run's ``local_epochs`` (the paper: E local steps);
+  a run that sets ``local_steps`` gets those.
+* **Scoring.** A visit replaces the client's kept model only if it ran at a ratio above
+  ``keep_above`` = 0.25 (Hetero_Client.py:261-267, ``mask_rate_list[2]``); a client is
+  scored with the kept model of its most recent such visit, and with the *dense* global
+  model if it never had one (FedLPS.py:242-251). The paper's Alg. 1 line 24 keeps the
+  sparse model of every visit. (The released code reports the unweighted mean of the
+  clients' accuracies, FedLPS.py:273-275; ``acc_clients`` holds them.)
+* **P-UCBV** keeps the released code's epsilon-greedy step on (``explore``,
+  Hetero_Client.py:133-137); its other quirks (a phantom zero reward per arm, the
+  off-by-one crediting of FedLPS.py:222-227, an elimination test that never fires) are not
+  reproduced: this variant credits arms as :class:`~hetfl_core.bandits.PUCBV` does.
+* **Data.** The released code has no IID path (``--iid``, options.py:13, is never read;
+  every run deals label-sorted shards, sampling.py:246-298); this variant runs on any of
+  the library's partitions, the IID one included.
+
+The engine needed no new hook: the per-round tier, the learning rate and the epochs are
+carried by the round's :class:`~hetfl_core.methods.base.ClientPlan`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from ..bandits import pucbv_reward
+from ..masks import kept_fractions_of_units, pattern_string
+from ..models import structured_units
+from ..options import Option
+from ..system import compute_time, dense_bits, training_flops, transfer_time
+from ..training import clone_model, steps_for_epochs
+from .base import ClientPlan, ClientReport, register, seeded_generator
+from .fedlps import FedLPS
+
+__all__ = ["FedLPSCode", "RELEASED", "released_scores", "released_units"]
+
+#: the released code this variant follows
+RELEASED = "sunnyxuejj/FedLPS-main @ b499bbbe (Models.py @ 27b236be)"
+
+_SHARED = ("lam", "ratio_rule", "ratio", "capability", "alpha", "arm_range", "intervals", "rho",
+           "delta", "explore", "ucb_xi")
+
+
+def released_scores(units: dict[str, int], generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A visit's fresh scores: per layer, N(0, 1) draws sorted in descending order
+    (Models.py:49)."""
+    return {n: torch.sort(torch.randn(k, generator=generator), descending=True).values
+            for n, k in units.items()}
+
+
+def released_units(q: torch.Tensor, ratio: float) -> torch.Tensor:
+    """The units a score vector keeps: sigma(q) strictly above the smallest of the top
+    max(int(ratio n), 1), i.e. k - 1 units (Models.py:55-60)."""
+    s = torch.sigmoid(q.detach())
+    k = max(int(ratio * q.numel()), 1)
+    return s > torch.topk(s, k).values.min()
+
+
+def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A per-unit 0/1 vector shaped to multiply a weight's rows."""
+    return keep.to(weight.dtype).view(-1, *([1] * (weight.dim() - 1)))
+
+
+@register
+class FedLPSCode(FedLPS):
+    """FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
+    unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule)."""
+
+    name = "fedlps-code"
+    summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)"
+    option_specs = {
+        **{k: FedLPS.option_specs[k] for k in _SHARED},
+        "lam": Option(1.0, "lambda of the released importance loss: mean over unit pairs (i, j) of "
+                           "(Q_i - sigma(|w_j|))^2", 0, 1e4),
+        "capability": dataclasses.replace(FedLPS.option_specs["capability"], default="dynamic"),
+        "explore": dataclasses.replace(FedLPS.option_specs["explore"], default=True),
+        "pattern": Option("ordered", "fixed: fresh scores sorted in descending order keep the "
+                                     "first units", choices=("ordered",)),
+        "epochs": Option(5.0, "local epochs per visit (the released scripts' 5), unless the run "
+                              "sets local_steps; None: the run's local_epochs", 0, 1e4,
+                         low_open=True, optional=True),
+        "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1,
+                           low_open=True),
+        "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
+        "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
+    }
+
+    def __init__(self, config, data, devices):
+        super().__init__(config, data, devices)
+        self.units = {n: k for n, _, k in structured_units(self.model)}
+
+    def local_steps(self, client) -> int:
+        """``epochs`` passes over the client's data (the run's ``local_steps`` where it sets
+        them, else its ``local_epochs`` if ``epochs`` is None)."""
+        if self.options["epochs"] is None or self.config.local_steps is not None:
+            return super().local_steps(client)
+        return steps_for_epochs(client.n_train, self.config.batch_size, self.options["epochs"])
+
+    def configure_round(self, round_idx, client_ids):
+        """FedLPS's plans (tier, ratio = min(P-UCBV, tier)), with the round's decayed lr."""
+        plans = super().configure_round(round_idx, client_ids)
+        lr = self.config.lr * self.options["lr_decay"] ** (round_idx - 1)
+        for plan in plans.values():
+            plan.extra.update(lr=lr, round=round_idx)
+        return plans
+
+    def client_update(self, client, plan: ClientPlan, generator):
+        """One visit as Hetero_Client.update_weights_leanable runs it (see the module docstring)."""
+        o, k = self.options, client.client_id
+        net = clone_model(self.model)
+        params = dict(net.named_parameters())
+        weights = {n: params[f"{n}.weight"] for n in self.units}
+        scores = {n: q.to(self.device).requires_grad_() for n, q in released_scores(
+            self.units, seeded_generator(self.config.seed, 53, plan.extra["round"], k)).items()}
+        optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
+                                    momentum=self.config.momentum,
+                                    weight_decay=self.config.weight_decay)
+        x, y, n, batch = client.x_train, client.y_train, client.n_train, self.config.batch_size
+        order, pos, aside = torch.randperm(n, generator=generator), 0, {}
+        correct = samples = 0
+        total_loss = 0.0
+        for _ in range(plan.local_steps):
+            if pos >= n:
+                order, pos = torch.randperm(n, generator=generator), 0
+            idx = order[pos:pos + batch]
+            pos += batch
+            with torch.no_grad():
+                for name, w in weights.items():          # weight_recover, then this step's mask
+                    w.add_(aside.get(name, 0.0))
+                keep = {name: released_units(q, plan.ratio) for name, q in scores.items()}
+                rows = {name: _rows(keep[name], w) for name, w in weights.items()}
+                aside = {name: w * (1 - rows[name]) for name, w in weights.items()}
+                for name, w in weights.items():
+                    w.mul_(rows[name])
+            out = net(x[idx])
+            task = F.cross_entropy(out, y[idx])
+            targets = {name: torch.sigmoid(w.detach().abs().flatten(1).sum(1))
+                       for name, w in weights.items()}
+            importance = sum(((scores[name][:, None] - targets[name]) ** 2).mean()
+                             for name in weights)
+            optimizer.zero_grad(set_to_none=True)
+            (task + o["lam"] * importance).backward()
+            for name, w in weights.items():
+                w.grad.mul_(rows[name])
+                if scores[name].grad is not None:
+                    scores[name].grad.mul_(keep[name].to(scores[name].dtype))
+            optimizer.step()
+            correct += int((out.argmax(1) == y[idx]).sum())
+            total_loss += task.item() * len(idx)
+            samples += len(idx)
+        with torch.no_grad():   # local - server, dropped rows zeroed (Hetero_Client.py:274-282)
+            update = {}
+            for name, p in self.model.named_parameters():
+                layer = name.rsplit(".", 1)[0]
+                mask = rows[layer] if name.endswith(".weight") and layer in rows else 1.0
+                update[name] = (params[name].detach() - p.detach()) * mask
+            if plan.ratio > o["keep_above"]:   # kept model: the sparse state after the last step
+                self.personal[k] = {name: p.detach().clone() for name, p in params.items()}
+        flops = training_flops(self.costs, samples, keep=kept_fractions_of_units(keep))
+        sent = sum(float((u != 0).sum()) if u.dim() > 1 else u.numel() for u in update.values())
+        up = dense_bits(int(sent))
+        device = plan.device or self.devices[k]
+        cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)
+        down = dense_bits(sum(p.numel() for p in self.model.parameters()))
+        return ClientReport(k, client.n_train, update, total_loss / max(samples, 1), flops=flops,
+                            uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps,
+                            ratio=plan.ratio,
+                            extra={"proposed": plan.extra["proposed"],
+                                   "capability": plan.extra["capability"],
+                                   "train_acc": correct / max(samples, 1), "cost_s": cost,
+                                   "units": pattern_string(keep)})
+
+    def aggregate(self, round_idx, reports):
+        """omega^{r+1} = omega^r + mean_k Delta_k + N(0, noise^2) (agg/avg.py:9-24), then
+        each participant's P-UCBV agent proposes its next ratio (Alg. 1 lines 9-15)."""
+        noise = seeded_generator(self.config.seed, 59, round_idx)
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.add_(sum(r.update[name] for r in reports) / len(reports))
+                if self.options["noise"]:
+                    draw = torch.randn(p.shape, generator=noise).to(p.device)
+                    p.add_(self.options["noise"] * draw)
+        for r in reports:
+            k, acc = r.client_id, r.extra["train_acc"]
+            if k in self.agents:
+                reward = pucbv_reward(acc, self.previous_accuracy[k], r.extra["cost_s"])
+                self.proposed[k] = self.agents[k].update(r.extra["proposed"], reward,
+                                                         acc - self.previous_accuracy[k])
+            self.previous_accuracy[k] = acc
+
+    def personal_model(self, client_id):
+        """The kept sparse model of the client's last visit above ``keep_above``, else the
+        dense global model (FedLPS.py:242-251)."""
+        if client_id not in self.personal:
+            return self.model
+        return super().personal_model(client_id)
