@@ -45,7 +45,7 @@ def _bad_numbers(meta: dict) -> list[str]:
 def _field_cases():
     for f in dataclasses.fields(RunConfig):
         meta = f.metadata
-        if f.name in ("method", "options"):
+        if f.name in ("method", "options") or "kind" not in meta:   # not a command-line field
             continue
         flag = "--" + f.name.replace("_", "-")
         if meta["kind"] is bool:
