@@ -84,8 +84,8 @@ def plain_value(name: str, value):
     plain = _plain_number(name, value)
     if type(plain) in (bool, int, float):
         return plain
-    raise ConfigError(f"{name} must be a number, a name, true/false, None, or a list or dict of them; "
-                      f"got {type(value).__name__} {value!r:.60}")
+    raise ConfigError(f"{name} must be a number, a name, true/false, None, or a list or dict of "
+                      f"them; got {type(value).__name__} {value!r:.60}")
 
 
 def _json_default(value):
@@ -198,7 +198,7 @@ class RunConfig:
                 if f.metadata["kind"] is str and isinstance(value, str):
                     value = str(value)
                 elif f.metadata["kind"] in (int, float, bool):
-                    value = _plain_number(f.name, value)     # numpy scalars and fractions become plain
+                    value = _plain_number(f.name, value)     # numpy scalars, fractions: plain
                 if f.metadata["kind"] is float and type(value) is int and float(value) == value:
                     value = float(value)          # lr=1 and lr=1.0 are one config, with one key
                 check_value(f.name, value, f.metadata)

@@ -34,8 +34,9 @@ from pathlib import Path
 from .config import RunConfig, plain_value
 from .errors import ConfigError, HetflError
 
-__all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash", "method_source_hash",
-           "key_salt", "cache_path", "is_result_of", "load_cached", "log_run", "run_cached", "sweep"]
+__all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash",
+           "method_source_hash", "key_salt", "cache_path", "is_result_of", "load_cached", "log_run",
+           "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
 #: (path, size, mtime) -> SHA-256 of the file: a method's source read once per process and version
@@ -44,6 +45,8 @@ _FILE_HASHES: dict[tuple[str, int, int], str] = {}
 CACHE_WHAT = "the cache directory ($HETFL_CACHE)"
 #: the bytes :func:`check_writable` reserves by default: a full disk is found before training
 PROBE_BYTES = 64 * 1024
+#: open flags that refuse a symbolic link as the last path component, and leak no descriptor
+_NO_LINKS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def cache_dir() -> Path:
@@ -54,7 +57,8 @@ def cache_dir() -> Path:
     if value is None:
         return Path.home() / ".cache" / "hetfl" / "runs"
     if not value.strip():
-        raise ConfigError("$HETFL_CACHE is set but empty: unset it for ~/.cache/hetfl/runs or name a directory")
+        raise ConfigError("$HETFL_CACHE is set but empty: unset it for ~/.cache/hetfl/runs "
+                          "or name a directory")
     return Path(value).expanduser()
 
 
@@ -99,7 +103,8 @@ def _code_digest(code, h) -> None:
         if hasattr(const, "co_code"):
             _code_digest(const, h)
         else:
-            h.update(repr(sorted(map(repr, const)) if isinstance(const, frozenset) else const).encode())
+            plain = sorted(map(repr, const)) if isinstance(const, frozenset) else const
+            h.update(repr(plain).encode())
 
 
 def _class_code_hash(cls) -> str:
@@ -132,17 +137,19 @@ def method_source_hash(method: str) -> str:
         except TypeError:                                   # defined in a module without a file
             path = None
         h.update(klass.__qualname__.encode())
-        h.update((_file_hash(path) if path and os.path.isfile(path) else _class_code_hash(klass)).encode())
+        found = path and os.path.isfile(path)
+        h.update((_file_hash(path) if found else _class_code_hash(klass)).encode())
     return h.hexdigest()[:12]
 
 
 def key_salt(config: RunConfig) -> str:
     """Everything besides the config that a run's numbers depend on, as the cache key reads
     it: the package's source (:func:`source_hash`), the method's classes
-    (:func:`method_source_hash`), the data (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`),
-    the torch and numpy versions, and the device ``config.device`` resolves to here
-    (``auto`` keys as ``cpu`` or ``cuda``). Not the CPU's vector kernels: results from two
-    CPUs agree to the golden tolerance (``tests/test_golden.py`` checks two kernel paths)."""
+    (:func:`method_source_hash`), the data
+    (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch and numpy versions,
+    and the device ``config.device`` resolves to here (``auto`` keys as ``cpu`` or ``cuda``).
+    Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance
+    (``tests/test_golden.py`` checks two kernel paths)."""
     import numpy
     import torch
 
@@ -158,7 +165,7 @@ def key_salt(config: RunConfig) -> str:
 def _create_exclusive(directory: Path, prefix: str, suffix: str) -> tuple[int, Path]:
     """A new file in ``directory``, opened for writing without following links, with the
     permissions the umask leaves of 0666 (a shared cache stays readable by its group)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINKS
     while True:
         path = directory / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}{suffix}"
         try:
@@ -174,12 +181,14 @@ def _reserve(fd: int, size: int) -> None:
         os.posix_fallocate(fd, 0, size)
         return
     except (AttributeError, OSError) as exc:
-        if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+        unsupported = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+        if isinstance(exc, OSError) and exc.errno not in unsupported:
             raise
     os.write(fd, bytes(size))
 
 
-def check_writable(directory: Path, what: str, name: str | None = None, size: int = PROBE_BYTES) -> None:
+def check_writable(directory: Path, what: str, name: str | None = None,
+                   size: int = PROBE_BYTES) -> None:
     """Raise :class:`ConfigError` unless a file (called ``name``, if given) of ``size`` bytes
     can be written in ``directory`` or in the directories that would be made for it: checked
     with a probe file that claims the bytes, before any training, so a run is never computed
@@ -200,7 +209,8 @@ def check_writable(directory: Path, what: str, name: str | None = None, size: in
     try:
         _reserve(fd, size)
     except OSError as exc:
-        raise ConfigError(f"{what}: cannot write {size // 1024} KiB in {existing} ({exc.strerror})") from None
+        raise ConfigError(f"{what}: cannot write {size // 1024} KiB in {existing} "
+                          f"({exc.strerror})") from None
     finally:
         os.close(fd)
         os.unlink(probe)
@@ -217,7 +227,8 @@ def _file_name(method: str) -> str:
 def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
     """The cache file of ``config``: ``METHOD-KEY.json``, the key a hash of the whole config
     and of :func:`key_salt`."""
-    return Path(directory or cache_dir()) / f"{_file_name(config.method)}-{config.key(key_salt(config))}.json"
+    name = f"{_file_name(config.method)}-{config.key(key_salt(config))}.json"
+    return Path(directory or cache_dir()) / name
 
 
 def _is_number(value) -> bool:
@@ -225,7 +236,8 @@ def _is_number(value) -> bool:
 
 
 #: the numbers every history row holds, and the scores (``None`` in a round not evaluated)
-ROW_NUMBERS = ("time_s", "round_time_s", "idle_s", "loss", "uplink_bits", "downlink_bits", "flops", "energy_j")
+ROW_NUMBERS = ("time_s", "round_time_s", "idle_s", "loss", "uplink_bits", "downlink_bits", "flops",
+               "energy_j")
 ROW_SCORES = ("acc_global", "loss_global", "acc_personal", "loss_personal")
 
 
@@ -251,7 +263,8 @@ def is_result_of(result, config: RunConfig) -> bool:
         if not (per_client is None or isinstance(per_client, list)
                 and all(v is None or _is_number(v) for v in per_client)):
             return False
-        if not (isinstance(row.get("clients"), list) and all(isinstance(c, dict) for c in row["clients"])):
+        clients = row.get("clients")
+        if not (isinstance(clients, list) and all(isinstance(c, dict) for c in clients)):
             return False
     return True
 
@@ -269,8 +282,10 @@ def _read_cache_file(path: Path) -> bytes | None:
     try:
         mode = os.stat(path).st_mode if fd is None else os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a file"
-            raise ConfigError(f"the cache file {path} is {kind}, so the run could not be stored: remove it")
+            kind = "a directory" if stat.S_ISDIR(mode) else \
+                "a FIFO" if stat.S_ISFIFO(mode) else "not a file"
+            raise ConfigError(f"the cache file {path} is {kind}, so the run could not be stored: "
+                              f"remove it")
         if fd is None:
             return None
         chunks = []
@@ -308,7 +323,7 @@ def run_lock(config: RunConfig, directory: Path | None = None):
     line) and removed by its holder when done; a process that waited on a removed file
     finds it gone once it holds the lock and locks the new one instead."""
     path = cache_path(config, directory).with_suffix(".lock")
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDWR | os.O_CREAT | _NO_LINKS
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -357,7 +372,8 @@ def _write_atomic(path: Path, result: dict) -> None:
     try:
         text = json.dumps(result, default=_plain_result)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise HetflError(f"the result cannot be stored in {CACHE_WHAT} {path.parent}: {exc}") from None
+        raise HetflError(f"the result cannot be stored in {CACHE_WHAT} {path.parent}: "
+                         f"{exc}") from None
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -415,7 +431,8 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
         return result
     cached = load_cached(config, directory)
     if cached is None:
-        check_writable(Path(directory or cache_dir()), CACHE_WHAT, size=expected_size(config))  # before training
+        check_writable(Path(directory or cache_dir()), CACHE_WHAT,     # before training
+                       size=expected_size(config))
         with run_lock(config, directory):
             cached = load_cached(config, directory)      # another process may have run it meanwhile
             if cached is None:

@@ -18,7 +18,7 @@ import pytest
 
 import hetfl_core.engine as engine
 import hetfl_core.experiments as experiments
-from hetfl_core import RunConfig, run, run_cached, sweep
+from hetfl_core import run, run_cached, sweep
 from hetfl_core.data import datasets as data_module
 from hetfl_core.data.storage import ArrayDataset
 from hetfl_core.errors import ConfigError, HetflError
@@ -27,6 +27,7 @@ from hetfl_core.methods import METHODS, register
 from hetfl_core.methods.fedavg import FedAvg
 
 ROOT = Path(__file__).resolve().parent.parent
+RUN_ARGS = ["run", "fedavg", "--dataset", "digits", "--clients", "4", "--rounds", "2", "--quiet"]
 
 
 def _refuse_training(monkeypatch):
@@ -45,8 +46,8 @@ def _leftovers(directory: Path) -> list[str]:
 
 
 def test_a_numpy_typed_config_is_cached_under_the_plain_configs_key(tiny_config, cache):
-    typed = tiny_config.replace(seed=np.int64(1), rounds=np.int32(2), clients=np.uint32(4), lr=np.float32(0.5),
-                                local_epochs=Fraction(1, 2))
+    typed = tiny_config.replace(seed=np.int64(1), rounds=np.int32(2), clients=np.uint32(4),
+                                lr=np.float32(0.5), local_epochs=Fraction(1, 2))
     plain = tiny_config.replace(seed=1, rounds=2, clients=4, lr=0.5, local_epochs=0.5)
     assert cache_path(typed) == cache_path(plain)
     result = run_cached(typed)
@@ -55,9 +56,11 @@ def test_a_numpy_typed_config_is_cached_under_the_plain_configs_key(tiny_config,
 
 
 def test_a_numpy_seeded_sweep_stores_every_run(tiny_config, cache):
-    results = sweep([tiny_config.replace(seed=s) for s in np.arange(2)], processes=1, progress=False)
+    configs = [tiny_config.replace(seed=s) for s in np.arange(2)]
+    results = sweep(configs, processes=1, progress=False)
     assert [r["config"]["seed"] for r in results] == [0, 1]
-    assert all(cache_path(tiny_config.replace(seed=s)).exists() for s in (0, 1)) and _leftovers(cache) == []
+    assert all(cache_path(tiny_config.replace(seed=s)).exists() for s in (0, 1))
+    assert _leftovers(cache) == []
 
 
 def test_a_result_json_cannot_hold_is_one_line_and_leaves_no_temp_file(tiny_config, cache):
@@ -99,7 +102,7 @@ def test_the_key_covers_a_plugins_file_and_an_edit_to_it(tiny_config, tmp_path):
     config = tiny_config.replace(method="mine-test")
     first = cache_path(config)
     plugin.write_text(PLUGIN.format(version=2) + "# edited\n")
-    _import_plugin(plugin, "hetfl_plugin_mine")          # the same definition again: it replaces itself
+    _import_plugin(plugin, "hetfl_plugin_mine")     # the same definition again: it replaces itself
     assert cache_path(config) != first
 
 
@@ -189,7 +192,8 @@ def test_a_plugin_that_takes_a_builtin_name_is_refused_by_the_cli(tmp_path, caps
     from hetfl_core.cli import main
 
     plugin = tmp_path / "p_override.py"
-    plugin.write_text("from hetfl_core.methods import register\nfrom hetfl_core.methods.fedavg import FedAvg\n"
+    plugin.write_text("from hetfl_core.methods import register\n"
+                      "from hetfl_core.methods.fedavg import FedAvg\n"
                       "@register\nclass Fake(FedAvg):\n    name = 'fedavg'\n")
     assert main(["arena", "--scale", "smoke", "--plugin", str(plugin), "--methods", "fedavg",
                  "--out", str(tmp_path / "out")]) == 2
@@ -208,8 +212,8 @@ def test_another_configs_result_under_this_key_is_a_miss(tiny_config, cache):
 
 # -- the stored file's shape (F9) --------------------------------------------------------
 
-ROWS = {"ints": [1], "empty-dict": [{}], "null": [None], "round-x": "x", "round-bool": True, "no-loss": None,
-        "too-few": "short"}
+ROWS = {"ints": [1], "empty-dict": [{}], "null": [None], "round-x": "x", "round-bool": True,
+        "no-loss": None, "too-few": "short"}
 
 
 @pytest.mark.parametrize("case", sorted(ROWS))
@@ -239,7 +243,8 @@ def test_a_cache_file_nested_too_deep_is_a_miss(tiny_config, cache):
 
 
 @pytest.mark.parametrize("kind", ["directory", "fifo"])
-def test_a_directory_or_fifo_at_the_cache_path_is_refused_before_training(kind, tiny_config, cache, monkeypatch):
+def test_a_directory_or_fifo_at_the_cache_path_is_refused_before_training(kind, tiny_config, cache,
+                                                                          monkeypatch):
     path = cache_path(tiny_config)
     path.parent.mkdir(parents=True)
     path.mkdir() if kind == "directory" else os.mkfifo(path)
@@ -253,7 +258,8 @@ def test_a_directory_or_fifo_at_the_cache_path_is_refused_before_training(kind, 
     before = signal.signal(signal.SIGALRM, hung)             # a hang fails the test instead
     signal.alarm(30)
     try:
-        for attempt in (lambda: run_cached(tiny_config), lambda: sweep([tiny_config], processes=1, progress=False)):
+        for attempt in (lambda: run_cached(tiny_config),
+                        lambda: sweep([tiny_config], processes=1, progress=False)):
             with pytest.raises(ConfigError, match="remove it") as err:
                 attempt()
             assert str(path) in str(err.value) and "\n" not in str(err.value)
@@ -270,7 +276,8 @@ def small_tmpfs(tmp_path):
     """A 256 KiB tmpfs (needs root to mount; skipped otherwise), unmounted afterwards."""
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
@@ -296,12 +303,13 @@ def test_a_full_disk_is_refused_before_training(tiny_config, small_tmpfs, monkey
     assert _leftovers(small_tmpfs) == [] and _leftovers(small_tmpfs / "runs") == []
     from hetfl_core.cli import main
 
-    assert main(["run", "fedavg", "--dataset", "digits", "--clients", "4", "--rounds", "2", "--quiet"]) == 2
+    assert main(RUN_ARGS) == 2
     line = capsys.readouterr().err.strip()
     assert "No space left" in line and "\n" not in line
 
 
-def test_a_disk_that_fills_during_the_write_leaves_no_temp_file(tiny_config, small_tmpfs, monkeypatch):
+def test_a_disk_that_fills_during_the_write_leaves_no_temp_file(tiny_config, small_tmpfs,
+                                                                 monkeypatch):
     monkeypatch.setenv("HETFL_CACHE", str(small_tmpfs))
     result = run(tiny_config)
     big = {**result, "history": result["history"] * 200}     # larger than what is left
@@ -371,7 +379,7 @@ def test_an_empty_hetfl_cache_is_refused_in_one_line(tiny_config, monkeypatch, c
         run_cached(tiny_config)
     from hetfl_core.cli import main
 
-    assert main(["run", "fedavg", "--dataset", "digits", "--clients", "4", "--rounds", "2", "--quiet"]) == 2
+    assert main(RUN_ARGS) == 2
     assert "HETFL_CACHE" in capsys.readouterr().err
 
 
@@ -387,7 +395,8 @@ def test_two_processes_waiting_on_one_lock_compute_the_run_once(tiny_config, cac
         from hetfl_core import RunConfig, run_cached
         run_cached(RunConfig.from_dict({tiny_config.to_dict()!r}))
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HETFL_CACHE": str(cache), "HETFL_RUN_LOG": str(log)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HETFL_CACHE": str(cache),
+           "HETFL_RUN_LOG": str(log)}
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         waiters = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(2)]

@@ -52,8 +52,9 @@ CONFIGS = {
 #: the relative tolerance of a float that kernels round (about 7x the largest difference measured)
 REL_TOL = 1e-6
 #: float keys that count things: compared exactly on every CPU
-EXACT = {"uplink_bits", "downlink_bits", "flops", "sent_values", "units", "magnitude_units", "local_steps",
-         "width", "ratio", "acc_global", "acc_personal", "acc_clients", "acc_val", "train_acc"}
+EXACT = {"uplink_bits", "downlink_bits", "flops", "sent_values", "units", "magnitude_units",
+         "local_steps", "width", "ratio", "acc_global", "acc_personal", "acc_clients", "acc_val",
+         "train_acc"}
 #: the two kernel paths every test checks (None: the machine's own default)
 CAPABILITIES = {"avx2": "avx2", "default": None}
 
@@ -70,12 +71,13 @@ def mismatches(value, golden, key: str = "", where: str = "") -> list[str]:
     if isinstance(golden, dict):
         if not isinstance(value, dict):
             return [f"{where}: {value!r:.40} is not a dict"]
-        return [m for k in golden for m in (mismatches(value[k], golden[k], k, f"{where}.{k}") if k in value
-                                            else [f"{where}.{k} is missing"])]
+        return [m for k in golden for m in (mismatches(value[k], golden[k], k, f"{where}.{k}")
+                                            if k in value else [f"{where}.{k} is missing"])]
     if isinstance(golden, list):
         if not isinstance(value, list) or len(value) != len(golden):
             return [f"{where}: {value!r:.60} is not a list of {len(golden)}"]
-        return [m for i, (v, g) in enumerate(zip(value, golden)) for m in mismatches(v, g, key, f"{where}[{i}]")]
+        return [m for i, (v, g) in enumerate(zip(value, golden))
+                for m in mismatches(v, g, key, f"{where}[{i}]")]
     if type(golden) is float and type(value) is float and key not in EXACT:
         same = math.isclose(value, golden, rel_tol=REL_TOL, abs_tol=1e-12)
     else:
@@ -115,7 +117,8 @@ def test_history_matches_golden(name, capability, computed):
     golden = json.loads(GOLDEN.read_text())
     assert name in golden, f"no golden history for {name}: run python tests/test_golden.py --write"
     problems = mismatches(computed(capability)[name], golden[name], where=name)
-    assert not problems, f"{len(problems)} differences under {capability}: " + "; ".join(problems[:6])
+    assert not problems, f"{len(problems)} differences under {capability}: " + \
+        "; ".join(problems[:6])
 
 
 def test_the_tolerance_catches_a_small_change_of_the_learning_rate():

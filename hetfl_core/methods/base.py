@@ -46,12 +46,14 @@ def register(cls=None, *, replace: bool = False):
         return lambda klass: register(klass, replace=replace)
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{cls.__qualname__} needs a non-empty string 'name' to be registered, got {name!r}")
+        raise ConfigError(f"{cls.__qualname__} needs a non-empty string 'name' to be registered, "
+                          f"got {name!r}")
     old = METHODS.get(name)
-    redefined = old is not None and (old.__module__, old.__qualname__) == (cls.__module__, cls.__qualname__)
+    where = (cls.__module__, cls.__qualname__)
+    redefined = old is not None and (old.__module__, old.__qualname__) == where
     if old is not None and old is not cls and not redefined and not replace:
         raise ConfigError(f"method name {name!r} is taken by {old.__module__}.{old.__qualname__}; "
-                          f"give {cls.__module__}.{cls.__qualname__} another name (or register(replace=True))")
+                          f"give {'.'.join(where)} another name (or register(replace=True))")
     METHODS[name] = cls
     return cls
 
