@@ -277,6 +277,12 @@ class RunConfig:
 
     def key(self, salt: str = "") -> str:
         """A stable hash of the whole config (and ``salt``), for caching: numbers hash by value,
-        whatever their type (``numpy.int64(3)`` as ``3``)."""
-        text = json.dumps(self.to_dict(), sort_keys=True, default=_json_default) + salt
+        whatever their type (``numpy.int64(3)`` as ``3``; ``alpha=100`` as ``100.0``, as
+        :meth:`validate` stores it), so a config has one key before and after validation."""
+        values = self.to_dict()
+        for f in dataclasses.fields(self):
+            value = values[f.name]
+            if f.metadata.get("kind") is float and type(value) is int and float(value) == value:
+                values[f.name] = float(value)
+        text = json.dumps(values, sort_keys=True, default=_json_default) + salt
         return hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -86,7 +86,10 @@ PLAIN = [("seed", np.int64(3), 3), ("rounds", np.int32(2), 2), ("clients", np.ui
 
 @pytest.mark.parametrize("name, value, plain", PLAIN, ids=[f"{n}={v!r}" for n, v, _ in PLAIN])
 def test_a_number_of_another_type_becomes_plain_python(name, value, plain):
-    config = RunConfig(dataset="digits", **{name: value}).validate()
+    config = RunConfig(dataset="digits", **{name: value})
+    key = config.key()
+    config.validate()
+    assert config.key() == key == RunConfig(dataset="digits", **{name: plain}).key()
     assert getattr(config, name) == plain and type(getattr(config, name)) is type(plain)
     assert json.loads(json.dumps(config.to_dict()))[name] == plain
 
