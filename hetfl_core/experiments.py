@@ -149,7 +149,7 @@ def key_salt(config: RunConfig) -> str:
     (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch and numpy versions,
     and the device ``config.device`` resolves to here (``auto`` keys as ``cpu`` or ``cuda``).
     Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance
-    (``tests/test_golden.py`` checks two kernel paths)."""
+    (``tests/test_golden.py`` checks three kernel paths)."""
     import numpy
     import torch
 
