@@ -8,13 +8,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .errors import ConfigError
 from .options import Option, accepted, check_value
 
 __all__ = ["RunConfig", "SCALES", "check_scale", "by_scale", "check_value", "accepted", "MODEL_INPUTS",
-           "Option"]
+           "Option", "plain_value"]
 
 SCALES = ("smoke", "book", "paper")
 
@@ -42,6 +46,55 @@ MODEL_INPUTS = {"mlp": "image", "lenet5": "image", "cnn": "image", "wcnn": "imag
 MIN_IMAGE_SIDE = {"lenet5": 28}
 #: the upper bound of a seed (numpy's SeedSequence and torch take 32-bit seeds)
 SEED_LIMIT = 2 ** 32
+
+
+def _plain_number(name: str, value):
+    """``value`` as a plain ``int`` or ``float`` when it is a number of another type (numpy's
+    scalars, :class:`fractions.Fraction`); :class:`ConfigError` where a float would round it."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        plain = float(value)
+        if plain != value and not math.isnan(plain):
+            raise ConfigError(f"{name} must be a plain number; {value!r} is not exactly a float "
+                              f"(the nearest is {plain!r}): give that")
+        return plain
+    return value
+
+
+def plain_value(name: str, value):
+    """``value`` in plain Python types, as JSON stores it and the cache key reads it: numpy's
+    scalars and arrays and fractions become ``int``, ``float``, ``bool`` and lists, recursively
+    into lists, tuples and dicts. A value JSON cannot hold (or a fraction a float would round)
+    is a :class:`ConfigError` naming ``name``."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain_value(f"each item of {name}", v) for v in value)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {str(k): plain_value(f"{name}[{k!r}]", v) for k, v in value.items()}
+    plain = _plain_number(name, value)
+    if type(plain) in (bool, int, float):
+        return plain
+    raise ConfigError(f"{name} must be a number, a name, true/false, None, or a list or dict of "
+                      f"them; got {type(value).__name__} {value!r:.60}")
+
+
+def _json_default(value):
+    """What :meth:`RunConfig.key` writes for a value JSON has no type for (before
+    :meth:`RunConfig.validate` made it plain): its plain form where there is one."""
+    try:
+        return plain_value("value", value)
+    except ConfigError:
+        return str(value)
 
 
 def _field(default, help: str, kind, low=None, high=None, *, low_open=False, high_open=False,
@@ -151,9 +204,18 @@ class RunConfig:
 
         for f in dataclasses.fields(self):
             if "kind" in f.metadata:
-                check_value(f.name, getattr(self, f.name), f.metadata)
+                value = getattr(self, f.name)
+                if f.metadata["kind"] is str and isinstance(value, str):
+                    value = str(value)
+                elif f.metadata["kind"] in (int, float, bool):
+                    value = _plain_number(f.name, value)     # numpy scalars, fractions: plain
+                if f.metadata["kind"] is float and type(value) is int and float(value) == value:
+                    value = float(value)          # lr=1 and lr=1.0 are one config, with one key
+                check_value(f.name, value, f.metadata)
+                setattr(self, f.name, value)
         if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
             raise ConfigError(f"options must be a dict of option name: value, got {self.options!r}")
+        self.options = {key: plain_value(key, value) for key, value in self.options.items()}
         method_cls = get_method(self.method)
         check_device(self.device)
         self.dataset = canonical_dataset_name(self.dataset)
@@ -253,6 +315,13 @@ class RunConfig:
         return cls(**values)
 
     def key(self, salt: str = "") -> str:
-        """A stable hash of the whole config (and ``salt``), for caching."""
-        text = json.dumps(self.to_dict(), sort_keys=True, default=str) + salt
+        """A stable hash of the whole config (and ``salt``), for caching: numbers hash by value,
+        whatever their type (``numpy.int64(3)`` as ``3``; ``alpha=100`` as ``100.0``, as
+        :meth:`validate` stores it), so a config has one key before and after validation."""
+        values = self.to_dict()
+        for f in dataclasses.fields(self):
+            value = values[f.name]
+            if f.metadata.get("kind") is float and type(value) is int and float(value) == value:
+                values[f.name] = float(value)
+        text = json.dumps(values, sort_keys=True, default=_json_default) + salt
         return hashlib.sha256(text.encode()).hexdigest()[:20]

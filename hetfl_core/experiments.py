@@ -7,17 +7,23 @@
 * :func:`sweep` runs the missing configs in separate processes, one torch thread each
   (as every run has: :func:`hetfl_core.engine.single_thread`), with a progress bar.
 
-The cache key covers the config and a hash of the package's source, so a changed
-algorithm never serves stale numbers. The cache lives in ``$HETFL_CACHE`` or
-``~/.cache/hetfl/runs``.
+The cache key covers the config, the package's source, the source of the method's classes
+(a plug-in's file included), the data, the torch and numpy versions and the resolved
+device (:func:`key_salt`), so a changed algorithm or dataset never serves stale numbers;
+a stored file is served only if it is a whole run of that very config (:func:`is_result_of`).
+The cache lives in ``$HETFL_CACHE`` or ``~/.cache/hetfl/runs``.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
+import inspect
 import json
 import os
-import tempfile
+import re
+import secrets
+import stat
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -25,21 +31,40 @@ from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 
-from .config import RunConfig
+from .config import RunConfig, plain_value
 from .errors import ConfigError, HetflError
 
-__all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash", "cache_path",
-           "load_cached", "log_run", "run_cached", "sweep"]
+__all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash",
+           "method_source_hash", "key_salt", "cache_path", "is_result_of", "load_cached", "log_run",
+           "run_cached", "sweep"]
 
 _SOURCE_HASH: str | None = None
+#: (path, size, mtime) -> SHA-256 of the file: a method's source read once per process and version
+_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+#: what a cache error names
+CACHE_WHAT = "the cache directory ($HETFL_CACHE)"
+#: the bytes :func:`check_writable` reserves by default: a full disk is found before training
+PROBE_BYTES = 64 * 1024
+#: open flags that refuse a symbolic link as the last path component, and leak no descriptor
+_NO_LINKS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def cache_dir() -> Path:
-    """Where finished runs are stored."""
-    return Path(os.environ.get("HETFL_CACHE", Path.home() / ".cache" / "hetfl" / "runs")).expanduser()
+    """Where finished runs are stored: ``$HETFL_CACHE``, or ``~/.cache/hetfl/runs`` where it is
+    unset. Set but empty is a one-line :class:`ConfigError` (it would cache into whatever the
+    current directory is)."""
+    value = os.environ.get("HETFL_CACHE")
+    if value is None:
+        return Path.home() / ".cache" / "hetfl" / "runs"
+    if not value.strip():
+        raise ConfigError("$HETFL_CACHE is set but empty: unset it for ~/.cache/hetfl/runs "
+                          "or name a directory")
+    return Path(value).expanduser()
 
 
-#: package files that cannot change a run's numbers: what reads and shows results
+#: package files that cannot change a run's numbers: what reads and shows results. A
+#: chapter's machinery only builds configs (which the key holds); a method a chapter defines
+#: (FedAvgM in ``chapters/arena.py``) is keyed by its own file (:func:`method_source_hash`).
 NOT_IN_RUNS = ("chapters", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
 
 
@@ -60,10 +85,114 @@ def source_hash() -> str:
     return _SOURCE_HASH
 
 
-def check_writable(directory: Path, what: str, name: str | None = None) -> None:
-    """Raise :class:`ConfigError` unless a file (called ``name``, if given) can be created in
-    ``directory`` or in the directories that would be made for it: checked with a probe file,
-    before any training, so a run is never computed and then lost."""
+def _file_hash(path: str) -> str:
+    """The SHA-256 of the file at ``path``, read again only when its size or mtime changes."""
+    stat = os.stat(path)
+    key = (path, stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_HASHES:
+        _FILE_HASHES[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return _FILE_HASHES[key]
+
+
+def _code_digest(code, h) -> None:
+    """Feed a function's bytecode, names and constants (nested functions too) to ``h``;
+    not its file name or line numbers, which change from one notebook session to the next."""
+    h.update(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _code_digest(const, h)
+        else:
+            plain = sorted(map(repr, const)) if isinstance(const, frozenset) else const
+            h.update(repr(plain).encode())
+
+
+def _class_code_hash(cls) -> str:
+    """A hash of a class defined where no source file is (a notebook cell): its functions'
+    code and its other attributes' values."""
+    h = hashlib.sha256()
+    for name, value in sorted(vars(cls).items()):
+        functions = [value.fget, value.fset, value.fdel] if isinstance(value, property) else \
+            [getattr(value, "__func__", value)]
+        codes = [f.__code__ for f in functions if hasattr(f, "__code__")]
+        h.update(name.encode())
+        for code in codes:
+            _code_digest(code, h)
+        if not codes and not name.startswith("__"):
+            h.update(repr(value).encode())
+    return h.hexdigest()
+
+
+def method_source_hash(method: str) -> str:
+    """A hash of the code of ``method``'s class and of every class it derives from: the file
+    each is defined in (``inspect.getsourcefile``), or, for a class without one (a notebook
+    cell), its functions' code. A plug-in file, a chapter's method (FedAvgM) and an edited
+    method file each change it; where the file lies does not (only its text and the class names)."""
+    from .methods.base import get_method
+
+    h = hashlib.sha256()
+    for klass in get_method(method).__mro__[:-1]:          # all but object
+        try:
+            path = inspect.getsourcefile(klass)
+        except TypeError:                                   # defined in a module without a file
+            path = None
+        h.update(klass.__qualname__.encode())
+        found = path and os.path.isfile(path)
+        h.update((_file_hash(path) if found else _class_code_hash(klass)).encode())
+    return h.hexdigest()[:12]
+
+
+def key_salt(config: RunConfig) -> str:
+    """Everything besides the config that a run's numbers depend on, as the cache key reads
+    it: the package's source (:func:`source_hash`), the method's classes
+    (:func:`method_source_hash`), the data
+    (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch and numpy versions,
+    and the device ``config.device`` resolves to here (``auto`` keys as ``cpu`` or ``cuda``).
+    Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance
+    (``tests/test_golden.py`` checks three kernel paths)."""
+    import numpy
+    import torch
+
+    from .data.fingerprint import dataset_fingerprint
+    from .devices import resolve_device
+
+    return json.dumps({"source": source_hash(), "method": method_source_hash(config.method),
+                       "data": dataset_fingerprint(config.dataset), "torch": torch.__version__,
+                       "numpy": numpy.__version__, "device": str(resolve_device(config.device))},
+                      sort_keys=True)
+
+
+def _create_exclusive(directory: Path, prefix: str, suffix: str) -> tuple[int, Path]:
+    """A new file in ``directory``, opened for writing without following links, with the
+    permissions the umask leaves of 0666 (a shared cache stays readable by its group)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINKS
+    while True:
+        path = directory / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Claim ``size`` bytes for the open file ``fd``: ``posix_fallocate`` where the file system
+    has it, else by writing zeros (either raises ``OSError`` on a full disk or over quota)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except (AttributeError, OSError) as exc:
+        unsupported = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+        if isinstance(exc, OSError) and exc.errno not in unsupported:
+            raise
+    os.write(fd, bytes(size))
+
+
+def check_writable(directory: Path, what: str, name: str | None = None,
+                   size: int = PROBE_BYTES) -> None:
+    """Raise :class:`ConfigError` unless a file (called ``name``, if given) of ``size`` bytes
+    can be written in ``directory`` or in the directories that would be made for it: checked
+    with a probe file that claims the bytes, before any training, so a run is never computed
+    and then lost to a read-only or full disk."""
     directory = Path(directory)
     existing = directory
     while not existing.exists() and existing != existing.parent:
@@ -74,52 +203,194 @@ def check_writable(directory: Path, what: str, name: str | None = None) -> None:
         raise ConfigError(f"{what}: the file name is {len(name.encode())} bytes, longer than this file "
                           f"system's {os.pathconf(existing, 'PC_NAME_MAX')}")
     try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".probe-")
+        fd, probe = _create_exclusive(existing, ".probe-", "")
     except OSError as exc:
         raise ConfigError(f"{what}: cannot write in {existing} ({exc.strerror})") from None
-    os.close(fd)
-    os.unlink(probe)
+    try:
+        _reserve(fd, size)
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write {size // 1024} KiB in {existing} "
+                          f"({exc.strerror})") from None
+    finally:
+        os.close(fd)
+        os.unlink(probe)
+
+
+def _file_name(method: str) -> str:
+    """``method`` as a plain file name: characters other than letters, digits and ``._+-``
+    become ``_``, leading dots go, at most 100 bytes; so a method named ``a/../../b`` stays
+    inside the cache directory."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", method).lstrip(".")[:100]
+    return safe or "method"
 
 
 def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
-    """The cache file of ``config``."""
-    return Path(directory or cache_dir()) / f"{config.method}-{config.key(source_hash())}.json"
+    """The cache file of ``config``: ``METHOD-KEY.json``, the key a hash of the whole config
+    and of :func:`key_salt`."""
+    name = f"{_file_name(config.method)}-{config.key(key_salt(config))}.json"
+    return Path(directory or cache_dir()) / name
+
+
+def _is_number(value) -> bool:
+    return type(value) in (int, float)
+
+
+#: the numbers every history row holds, and the scores (``None`` in a round not evaluated)
+ROW_NUMBERS = ("time_s", "round_time_s", "idle_s", "loss", "uplink_bits", "downlink_bits", "flops",
+               "energy_j")
+ROW_SCORES = ("acc_global", "loss_global", "acc_personal", "loss_personal")
+
+
+def is_result_of(result, config: RunConfig) -> bool:
+    """Whether ``result`` is a whole run of ``config`` as :func:`hetfl_core.engine.run` returns
+    it: its ``config`` equals ``config`` (as JSON stores it), and its history has one row per
+    round, each a dict with its ``round`` (1, 2, ...), the numbers :data:`ROW_NUMBERS`, the
+    scores :data:`ROW_SCORES` (numbers or ``None``), ``acc_clients`` and a list of ``clients``."""
+    if not (isinstance(result, dict) and isinstance(result.get("history"), list)):
+        return False
+    if result.get("config") != json.loads(json.dumps(config.to_dict())):
+        return False
+    history = result["history"]
+    if len(history) != config.rounds:
+        return False
+    for i, row in enumerate(history, 1):
+        if not (isinstance(row, dict) and type(row.get("round")) is int and row["round"] == i):
+            return False
+        if not all(_is_number(row.get(k)) for k in ROW_NUMBERS) or \
+                not all(k in row and (row[k] is None or _is_number(row[k])) for k in ROW_SCORES):
+            return False
+        per_client = row.get("acc_clients", ())
+        if not (per_client is None or isinstance(per_client, list)
+                and all(v is None or _is_number(v) for v in per_client)):
+            return False
+        clients = row.get("clients")
+        if not (isinstance(clients, list) and all(isinstance(c, dict) for c in clients)):
+            return False
+    return True
+
+
+def _read_cache_file(path: Path) -> bytes | None:
+    """The bytes of the cache file at ``path``; ``None`` if there is none or it cannot be read.
+    Anything but a regular file there (a directory, a FIFO, a device) is a one-line
+    :class:`ConfigError`: opened without blocking and checked before it is read, never waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        fd = None
+    except OSError:
+        return None
+    try:
+        mode = os.stat(path).st_mode if fd is None else os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else \
+                "a FIFO" if stat.S_ISFIFO(mode) else "not a file"
+            raise ConfigError(f"the cache file {path} is {kind}, so the run could not be stored: "
+                              f"remove it")
+        if fd is None:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def load_cached(config: RunConfig, directory: Path | None = None) -> dict | None:
     """The stored result of ``config``, or ``None``: a file that cannot be read, is not JSON
-    or lacks the config and a history is a miss, and the next run rewrites it."""
-    path = cache_path(config, directory)
+    (or nests too deep to parse) or is not a whole run of ``config`` (:func:`is_result_of`:
+    another config's result, a row without its round) is a miss, and the next run rewrites it.
+    A directory or a FIFO at the file's place is a one-line :class:`ConfigError`."""
+    data = _read_cache_file(cache_path(config, directory))
+    if data is None:
+        return None
     try:
-        result = json.loads(path.read_bytes().decode())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        result = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not (isinstance(result, dict) and isinstance(result.get("config"), dict)
-            and isinstance(result.get("history"), list) and result["history"]):
-        return None
-    return result
+    return result if is_result_of(result, config) else None
 
 
 @contextmanager
 def run_lock(config: RunConfig, directory: Path | None = None):
     """Hold ``config``'s lock file while it is computed, so concurrent sweeps into one cache
-    compute it once. ``flock`` locks die with their holder: a killed run blocks nobody."""
+    compute it once. ``flock`` locks die with their holder: a killed run blocks nobody.
+
+    The lock file is opened without following a symbolic link (one there is refused in one
+    line) and removed by its holder when done; a process that waited on a removed file
+    finds it gone once it holds the lock and locks the new one instead."""
     path = cache_path(config, directory).with_suffix(".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    flags = os.O_RDWR | os.O_CREAT | _NO_LINKS
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HetflError(f"{CACHE_WHAT}: cannot make {path.parent} ({exc.strerror})") from None
+    while True:
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fd = os.open(path, flags, 0o666)
+        except OSError as exc:
+            why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+            raise HetflError(f"{CACHE_WHAT}: cannot open the lock file {path} ({why})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                    break
+            except FileNotFoundError:                 # its holder removed it while this one waited
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)                          # still held: no one else locks this file now
+        except OSError:
+            pass
+        os.close(fd)                                 # releases the lock
+
+
+def _plain_result(value):
+    """A numpy scalar or array in a result (a method's own metric) as plain JSON types."""
+    try:
+        return plain_value("a value of the result", value)
+    except ConfigError:
+        raise TypeError(f"{type(value).__name__} {value!r:.60} cannot be stored as JSON") from None
 
 
 def _write_atomic(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f)
-    os.replace(tmp, path)
+    """Store ``result`` at ``path`` whole or not at all: written to a temp file beside it,
+    then renamed over it. A failure removes the temp file and is one :class:`HetflError`
+    line naming the cache directory (a full disk, a read-only one, a value JSON cannot hold)."""
+    try:
+        text = json.dumps(result, default=_plain_result)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise HetflError(f"the result cannot be stored in {CACHE_WHAT} {path.parent}: "
+                         f"{exc}") from None
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _create_exclusive(path.parent, ".tmp-", ".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise HetflError(f"cannot store the run in {CACHE_WHAT} {path.parent}: "
+                         f"{exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
@@ -135,9 +406,21 @@ def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
         f.write(line + "\n")
 
 
+def expected_size(config: RunConfig) -> int:
+    """A generous guess of the bytes ``config``'s stored result takes (a row per round and a
+    record per client in it), at least :data:`PROBE_BYTES` and at most 16 MiB: what
+    :func:`run_cached` claims on disk before training."""
+    return min(max(PROBE_BYTES, 4096 + config.rounds * (2048 + 400 * config.clients)), 16 << 20)
+
+
 def run_cached(config: RunConfig, directory: Path | None = None, progress: bool = False,
                use_cache: bool = True) -> dict:
-    """Run ``config`` unless its result is cached; store what is run."""
+    """Run ``config`` unless its result is cached; store what is run.
+
+    Before training: the config is checked, the cache file's place must hold a file or
+    nothing, and the cache directory must take :func:`expected_size` bytes. Should the write
+    still fail (the disk filled meanwhile), the :class:`HetflError` names the cache directory
+    and carries the finished run as its ``result``."""
     from .engine import run
 
     config.validate()
@@ -148,12 +431,17 @@ def run_cached(config: RunConfig, directory: Path | None = None, progress: bool 
         return result
     cached = load_cached(config, directory)
     if cached is None:
-        check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)")   # before training
+        check_writable(Path(directory or cache_dir()), CACHE_WHAT,     # before training
+                       size=expected_size(config))
         with run_lock(config, directory):
             cached = load_cached(config, directory)      # another process may have run it meanwhile
             if cached is None:
                 result = run(config, progress=progress)
-                _write_atomic(cache_path(config, directory), result)
+                try:
+                    _write_atomic(cache_path(config, directory), result)
+                except HetflError as exc:
+                    exc.result = result
+                    raise
                 log_run(config, False, time.perf_counter() - start)
                 return result
     log_run(config, True, time.perf_counter() - start)

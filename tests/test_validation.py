@@ -1,7 +1,10 @@
 """RunConfig.validate(): every bad field, option and misfit is one ConfigError line naming
 the field, raised before any data is loaded."""
+import json
 import math
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from hetfl_core import RunConfig
@@ -73,3 +76,41 @@ def test_from_dict_refuses_a_non_dict():
 def test_divergence_names_weight_decay_when_it_is_set(tiny_config):
     with pytest.raises(DivergenceError, match="weight_decay"):
         run(tiny_config.replace(weight_decay=100.0, rounds=2, local_steps=20).validate())
+
+
+PLAIN = [("seed", np.int64(3), 3), ("rounds", np.int32(2), 2), ("clients", np.uint32(4), 4),
+         ("local_steps", np.int64(2), 2), ("lr", np.float32(0.5), 0.5),
+         ("lr", Fraction(1, 4), 0.25), ("lr", 1, 1.0), ("alpha", np.float64(0.3), 0.3),
+         ("eval_global", np.True_, True)]
+
+
+@pytest.mark.parametrize("name, value, plain", PLAIN, ids=[f"{n}={v!r}" for n, v, _ in PLAIN])
+def test_a_number_of_another_type_becomes_plain_python(name, value, plain):
+    config = RunConfig(dataset="digits", **{name: value})
+    key = config.key()
+    config.validate()
+    assert config.key() == key == RunConfig(dataset="digits", **{name: plain}).key()
+    assert getattr(config, name) == plain and type(getattr(config, name)) is type(plain)
+    assert json.loads(json.dumps(config.to_dict()))[name] == plain
+
+
+@pytest.mark.parametrize("method, options, plain", [
+    ("fedprox", {"mu": np.float32(0.25)}, {"mu": 0.25}),
+    ("fedprox", {"mu": Fraction(1, 8)}, {"mu": 0.125}),
+    ("heterofl", {"widths": [np.float32(1.0), np.float64(0.5)]}, {"widths": [1.0, 0.5]}),
+    ("heterofl", {"widths": np.array([1.0, 0.5])}, {"widths": [1.0, 0.5]}),
+    ("heterofl", {"max_width": np.int64(4)}, {"max_width": 4})])
+def test_numpy_values_in_options_become_plain_python(method, options, plain):
+    config = RunConfig(method=method, dataset="digits", options=options).validate()
+    assert json.dumps(config.options, sort_keys=True) == json.dumps(plain, sort_keys=True)
+    stored = json.loads(json.dumps(config.options))
+    assert all(type(a) is type(b) for a, b in zip(stored.values(), plain.values()))
+
+
+@pytest.mark.parametrize("changes, named", [
+    (dict(lr=Fraction(1, 3)), "lr"), (dict(method="fedprox", options={"mu": Fraction(1, 3)}), "mu"),
+    (dict(method="fedprox", options={"mu": {1, 2}}), "mu")])
+def test_a_value_a_float_would_round_or_json_cannot_hold_is_refused(changes, named):
+    with pytest.raises(ConfigError, match=named) as err:
+        RunConfig(dataset="digits", **changes).validate()
+    assert "\n" not in str(err.value)

@@ -32,9 +32,29 @@ __all__ = ["ClientPlan", "ClientReport", "Method", "seeded_generator", "METHODS"
 METHODS: dict[str, type] = {}
 
 
-def register(cls):
-    """Class decorator: make a :class:`Method` runnable by its ``name``."""
-    METHODS[cls.name] = cls
+def register(cls=None, *, replace: bool = False):
+    """Class decorator: make a :class:`Method` runnable by its ``name`` (``@register``, or
+    ``@register(replace=True)``).
+
+    A name already taken by another class is refused in one line (a plug-in cannot
+    silently stand in for a built-in method, whose cached runs it would then be served),
+    unless ``replace=True``. Registering the same class again is a no-op, and a class
+    defined again where it was defined before (the same module and qualified name: a
+    notebook cell run again, a reloaded plug-in) replaces its earlier self.
+    """
+    if cls is None:
+        return lambda klass: register(klass, replace=replace)
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{cls.__qualname__} needs a non-empty string 'name' to be registered, "
+                          f"got {name!r}")
+    old = METHODS.get(name)
+    where = (cls.__module__, cls.__qualname__)
+    redefined = old is not None and (old.__module__, old.__qualname__) == where
+    if old is not None and old is not cls and not redefined and not replace:
+        raise ConfigError(f"method name {name!r} is taken by {old.__module__}.{old.__qualname__}; "
+                          f"give {'.'.join(where)} another name (or register(replace=True))")
+    METHODS[name] = cls
     return cls
 
 
