@@ -320,7 +320,7 @@ class RunConfig:
         :meth:`validate` stores it), so a config has one key before and after validation."""
         values = self.to_dict()
         for f in dataclasses.fields(self):
-            value = values[f.name]
+            value = values.get(f.name)
             if f.metadata.get("kind") is float and type(value) is int and float(value) == value:
                 values[f.name] = float(value)
         text = json.dumps(values, sort_keys=True, default=_json_default) + salt

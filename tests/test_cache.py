@@ -151,7 +151,7 @@ def test_the_key_covers_the_data(tiny_config, tmp_path, monkeypatch):
     x, y = rng.normal(size=(50, 1, 8, 8)).astype(np.float32), rng.integers(0, 2, 50)
     np.savez(path, x=x, y=y)
     monkeypatch.setitem(data_module.DATASETS, "toy-data", (_toy_dataset(path), "a toy"))
-    monkeypatch.setitem(data_module.DATASET_INFO, "toy-data", ("image", 8, 2, 40))
+    monkeypatch.setitem(data_module.DATASET_INFO, "toy-data", data_module.DatasetInfo("image", 8, 2, 40))
     monkeypatch.setattr(data_module, "_CACHE", {})
     config = tiny_config.replace(dataset="toy-data")
     first = cache_path(config)
