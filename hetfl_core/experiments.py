@@ -134,7 +134,7 @@ def method_source_hash(method: str) -> str:
     for klass in get_method(method).__mro__[:-1]:          # all but object
         try:
             path = inspect.getsourcefile(klass)
-        except TypeError:                                   # defined in a module without a file
+        except (TypeError, OSError):                        # defined where no file holds it
             path = None
         h.update(klass.__qualname__.encode())
         found = path and os.path.isfile(path)
@@ -768,7 +768,7 @@ def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, erro
 
     directory = Path(directory or cache_dir())
     for i, outcome in ray_outcomes(run_cached, {i: configs[i] for i in todo}, directory, address, gpus_per_run,
-                                   processes):
+                                   processes, task_name=lambda c: cache_path(c, directory).stem):
         if isinstance(outcome, Exception):
             errors.append((i, outcome))
         else:

@@ -26,7 +26,7 @@ __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style"
 #: first, then the baselines family by family.
 METHOD_STYLES: dict[str, tuple[str, str]] = {
     # the five papers' methods (and their variants)
-    "fedlps": ("#d62728", "o"), "heroes": ("#9467bd", "s"), "enc": ("#c5b0d5", "s"),
+    "fedlps": ("#d62728", "o"), "fedlpscode": ("#ff9896", "h"), "heroes": ("#9467bd", "s"), "enc": ("#c5b0d5", "s"),
     "ofafl": ("#2ca02c", "D"), "ofaoneshot": ("#98df8a", "D"), "srppfed": ("#e377c2", "^"),
     "sparseprunepfl": ("#8c564b", "v"), "fedavgp": ("#c49c94", "v"),
     # full-model baselines: blues

@@ -179,12 +179,12 @@ def _task_failure(exc: Exception) -> HetflError:
 
 
 def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, address: str | None = None,
-                 gpus_per_run: float = 0, cpus: int | None = None):
+                 gpus_per_run: float = 0, cpus: int | None = None, task_name=None):
     """Run ``configs`` (index -> config) as Ray tasks of ``run_cached`` (the caller's
     :func:`hetfl_core.experiments.run_cached`); yield ``(index, result or HetflError)`` as
     each finishes, whatever the failure (an exception in the run, a dead worker, a lost
-    node). An interrupt cancels the runs not yet finished."""
-    from .experiments import cache_path
+    node). ``task_name(config)`` names each task in Ray's dashboard (by default the method).
+    An interrupt cancels the runs not yet finished."""
     from .methods import get_method
 
     if gpus_per_run < 0:
@@ -193,7 +193,7 @@ def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, add
     task = ray.remote(_run_task)
     classes = {c.method: _method_by_value(get_method(c.method)) for c in configs.values()}
     pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1,
-                            name=cache_path(c, directory).stem)
+                            name=task_name(c) if task_name else c.method)
                .remote(run_cached, c.to_dict(), str(directory), classes[c.method]): i
                for i, c in configs.items()}
     try:

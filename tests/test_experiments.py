@@ -144,9 +144,15 @@ def test_a_lock_holder_that_dies_blocks_nobody(tiny_config, cache, tmp_path):
 def test_every_run_computes_with_one_torch_thread(tiny_config):
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
-    run(tiny_config.replace(rounds=1))
-    assert torch.get_num_threads() == 1
+    try:
+        seen = []
+        run(tiny_config.replace(rounds=1), callback=lambda row: seen.append(torch.get_num_threads()))
+        assert seen == [1]                           # one thread while computing
+        assert torch.get_num_threads() == 2          # the caller's count afterwards
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_an_unwritable_cache_is_refused_before_training(tiny_config, tmp_path, monkeypatch):
