@@ -37,7 +37,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
-           "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
+           "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "compare",
+           "escape_cell", "markdown_table",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
            "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
