@@ -37,7 +37,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
-           "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
+           "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "compare",
+           "escape_cell", "markdown_table",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
            "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
@@ -103,6 +104,29 @@ def ratio(baseline, method) -> np.ndarray:
     out[np.isfinite(b) & np.isinf(m)] = 0.0
     out[np.isinf(b) & np.isinf(m)] = math.nan
     return out
+
+
+def best_on_average(values: dict, names: Iterable[str], lower: bool = False) -> str:
+    """The pre-specified comparator of a paired claim: of ``names``, the one whose mean of
+    ``values[name]`` over the seeds is highest (``lower``: lowest, for costs), chosen once;
+    each seed's value is then paired with that one rival's, never with the best rival of
+    that seed (a per-seed maximum over noisy rivals is biased against the method). Seeds
+    that are ``nan`` (not evaluated) are left out of a mean, an ``inf`` (a target never
+    reached) makes it ``inf``; a rival with no value is passed over; ties go to the first
+    name."""
+    names = list(names)
+    if not names:
+        raise ValueError("a comparator needs at least one rival")
+    means = {}
+    for n in names:
+        v = np.ravel(np.asarray(values[n], dtype=float))
+        v = v[~np.isnan(v)]
+        if v.size:
+            means[n] = float(np.mean(v))
+    if not means:
+        return names[0]
+    pick = min if lower else max
+    return pick(means, key=means.get)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:

@@ -194,3 +194,60 @@ def test_released_code_rows_judge_the_paper_claims_on_fedlps_code():
                for c in ledger.claims)
     assert best.verdict == "holds" and best.values == [10.0, 9.0, 11.0]
     assert always.values == [-10.0] and "80.0%" in always.measured and "46.0%" in always.measured
+
+
+def test_table1_compares_with_the_baseline_best_on_average_not_each_seeds_best():
+    """FedAvg and HeteroFL take turns as the best baseline of a seed: the comparator is
+    FedAvg, the better on average, on every seed (a per-seed maximum would give
+    -2, -4, -3 and fail the row)."""
+    plan = ch.make_plan("smoke", "digits", 0, "medium")
+    col = lambda *acc: {"acc": np.array(acc), "flops": np.ones(3)}
+    t1 = {"FedLPS": col(80.0, 80.0, 80.0), "FedAvg": col(82.0, 70.0, 83.0),
+          "HeteroFL": col(70.0, 84.0, 70.0), "FedRolex": col(60.0, 60.0, 60.0),
+          "FedPer": col(75.0, 75.0, 75.0)}
+    t1["FedLPS"]["flops"] = np.full(3, 0.4)
+    long = {"FedLPS": {"short": 60.0, "long": 75.0}, "FedPer": {"short": 70.0, "long": 78.0}}
+    ledger = Ledger("fedlps", "FedLPS")
+    ch._table1_claims(ledger, t1, {1.0: np.array([0.5])}, plan, long)
+    most, beats, flops = ledger.claims
+    assert most.values == [-2.0, 10.0, -3.0] and most.pairs == [["fedlps", "fedavg"]]
+    assert most.verdict == "inconclusive"
+    assert beats.values == [-2.0, 10.0, -3.0] and beats.verdict == "inconclusive"
+    assert flops.kind == "invariant"
+
+
+def test_time_headline_and_fig3_pair_each_seed_with_one_fixed_rival():
+    ledger = Ledger("fedlps", "FedLPS")
+    inf = math.inf
+    tta = {"0.9 x FedAvg": {n: np.array([10.0, 10.0, 10.0])
+                            for n in ("FedLPS", "FedAvg", "HeteroFL")},
+           "0.9 x FedPer": {"FedLPS": np.array([2.0, 2.0, 2.0]),
+                            "FedAvg": np.array([10.0, 50.0, 12.0]),       # 24 s on average
+                            "HeteroFL": np.array([50.0, 11.0, 50.0]),
+                            "FedRolex": np.array([inf, inf, inf]),
+                            "FedPer": np.array([30.0, 30.0, 30.0])}}
+    within = {"FedLPS": np.array([55.0, 55.0, 55.0]), "FedAvg": np.array([50.0, 60.0, 50.0]),
+              "FedPer": np.array([58.0, 52.0, 40.0])}
+    ch._fig345_claims(ledger, within, 1e9, tta, {"0.9 x FedAvg": 60.0, "0.9 x FedPer": 70.0})
+    fig3, _, fastest = ledger.claims
+    assert fig3.values == [5.0, -5.0, 5.0]
+    assert fastest.values == [5.0, 25.0, 6.0]
+    assert fastest.verdict == "holds"                  # each seed's fastest: 5, 5.5, 6
+
+
+def test_fig9a_compares_with_the_heuristic_best_on_average_at_each_ratio():
+    plan = ch.make_plan("smoke", "digits", 0, "medium")       # pattern ratio 0.5
+    r = plan.pattern_ratios[0]
+    pat = {"learned": {r: np.array([70.0, 70.0, 70.0])},
+           "random": {r: np.array([72.0, 60.0, 73.0])},        # best on average
+           "ordered": {r: np.array([60.0, 74.0, 60.0])},
+           "magnitude": {r: np.array([65.0, 65.0, 65.0])}}
+    overlap = {r: {"between": np.array([0.3, 0.3, 0.3]), "random": 0.33}}
+    probe = [{"layer": "conv1", "changed": 2, "kept": 8, "target_min": 0.49,
+              "target_max": 0.51}]
+    curve = (np.array([[60.0], [65.0]]), np.array([[10.0], [12.0]]))
+    ledger = Ledger("fedlps", "FedLPS")
+    ch._fig9_claims(ledger, pat, overlap, probe, curve, plan)
+    learned = ledger.claims[0]
+    assert learned.values == [-2.0, 10.0, -3.0]
+    assert learned.verdict == "inconclusive"           # a per-seed maximum: -2, -4, -3
