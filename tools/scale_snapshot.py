@@ -1,14 +1,17 @@
 """Every ``by_scale`` call's smoke and book values, as JSON, to compare two versions.
 
 ``python tools/scale_snapshot.py OUT.json`` records, for the chapter modules' plan
-functions and the arena's settings, each value ``by_scale`` returns at ``smoke`` and ``book``
-scale (in call order), and for the notebooks, the ``smoke`` and ``book`` arguments of every
-``by_scale`` call in their code cells (evaluated where they can be, else their source).
-``python tools/scale_snapshot.py A.json B.json`` compares two such records.
+functions and the arena's settings, each value ``by_scale`` returns at ``smoke`` and
+``book`` scale (in call order) and the cache keys of the run configs they make; for the
+notebooks, the ``smoke`` and ``book`` arguments of every ``by_scale`` call in their code
+cells (evaluated where they can be, else their source).
+``python tools/scale_snapshot.py A.json B.json`` compares two such records: a value that
+changed or a call that went is a difference; a new call is listed but is not one.
 """
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import pathlib
 import sys
@@ -34,6 +37,15 @@ def _plain(value):
     return None if value is getattr(config, "ALL", object()) else value
 
 
+def _keys(made) -> list:
+    """The cache keys of every run config a plan function made (a plan, settings or config)."""
+    if hasattr(made, "key"):
+        return [made.key()]
+    if hasattr(made, "configs"):
+        return [c.key() for c in made.configs.values()]
+    return [c.key() for c in (made.image, made.text) if c is not None] + [repr(made)]
+
+
 def modules() -> dict:
     """Values returned by ``by_scale`` inside the plan functions, per entry point and scale."""
     config.by_scale = _logged
@@ -48,8 +60,9 @@ def modules() -> dict:
     for name, call in calls.items():
         for scale in ("smoke", "book"):
             LOG.clear()
-            call(scale)
+            made = call(scale)
             out[f"{name}@{scale}"] = list(LOG)
+            out[f"{name}@{scale} configs"] = sorted(_keys(made))
     config.by_scale = _real
     return out
 
@@ -75,7 +88,8 @@ def notebooks() -> dict:
                         pass
             calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
                      and getattr(n.func, "id", None) == "by_scale"]
-            for i, call in enumerate(sorted(calls, key=lambda n: (n.lineno, n.col_offset))):
+            rows = out.setdefault(f"{path.name}:{cell.get('id')}", [])
+            for call in sorted(calls, key=lambda n: (n.lineno, n.col_offset)):
                 row = {}
                 for kw in call.keywords:
                     if kw.arg not in ("smoke", "book"):
@@ -85,7 +99,7 @@ def notebooks() -> dict:
                                                                 "eval"), dict(ns))))
                     except Exception:
                         row[kw.arg] = "source: " + ast.unparse(kw.value)
-                out[f"{path.name}:{cell.get('id')}:{i}"] = row
+                rows.append(row)
     return out
 
 
@@ -93,11 +107,18 @@ def main(argv) -> int:
     """Write a snapshot, or compare two."""
     if len(argv) == 2:
         a, b = (json.loads(pathlib.Path(p).read_text()) for p in argv)
-        diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-        for k in diff:
-            print(f"{k}\n  before: {a.get(k)}\n  after:  {b.get(k)}")
-        print(f"{len(a)} entries before, {len(b)} after, {len(diff)} differ")
-        return 1 if diff else 0
+        changed = 0
+        for key in sorted(set(a) | set(b)):
+            old, new = ([json.dumps(x, sort_keys=True) for x in d.get(key, [])] for d in (a, b))
+            ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+            for tag, i1, i2, j1, j2 in ops:
+                if tag == "insert":
+                    print(f"{key}: new call(s) {new[j1:j2]}")
+                elif tag != "equal":
+                    changed += 1
+                    print(f"{key}: {tag}\n  before: {old[i1:i2]}\n  after:  {new[j1:j2]}")
+        print(f"{len(a)} entries before, {len(b)} after; {changed} values changed or removed")
+        return 1 if changed else 0
     snap = {**modules(), **notebooks()}
     pathlib.Path(argv[0]).write_text(json.dumps(snap, indent=1, sort_keys=True))
     print(f"{len(snap)} entries written to {argv[0]}")
