@@ -6,13 +6,14 @@ Quick use::
     result = run(RunConfig(method="fedavg", dataset="digits", model="cnn", rounds=5))
     result["history"][-1]["acc_personal"]
 """
-from .config import RunConfig, SCALES, by_scale, check_scale
+from .config import ALL, RunConfig, SCALES, by_scale, check_scale
 from .engine import ClientPlan, ClientReport, Method, run
 from .errors import ConfigError, DatasetUnavailable, DivergenceError, HetflError, InfeasibleError
 from .experiments import run_cached, sweep
 from .methods import METHODS, get_method, register
 
 __version__ = "0.1.0"
-__all__ = ["RunConfig", "SCALES", "by_scale", "check_scale", "ClientPlan", "ClientReport", "Method", "run",
+__all__ = ["RunConfig", "SCALES", "ALL", "by_scale", "check_scale", "ClientPlan", "ClientReport",
+           "Method", "run",
            "ConfigError", "DatasetUnavailable", "DivergenceError", "HetflError", "InfeasibleError",
            "run_cached", "sweep", "METHODS", "get_method", "register"]

@@ -8,8 +8,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import linecache
 import math
 import numbers
+import pathlib
+import re
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,8 +21,8 @@ import numpy as np
 from .errors import ConfigError
 from .options import Option, accepted, check_value
 
-__all__ = ["RunConfig", "SCALES", "check_scale", "by_scale", "check_value", "accepted", "MODEL_INPUTS",
-           "Option", "plain_value"]
+__all__ = ["RunConfig", "SCALES", "ALL", "check_scale", "by_scale", "check_value", "accepted",
+           "MODEL_INPUTS", "Option", "plain_value"]
 
 SCALES = ("smoke", "book", "paper")
 
@@ -30,12 +34,44 @@ def check_scale(scale: str) -> str:
     return scale
 
 
-def by_scale(scale: str, *, smoke, book, paper=None):
+class _Every:
+    """The type of :data:`ALL`."""
+
+    def __repr__(self) -> str:
+        return "ALL"
+
+
+#: a ``by_scale`` value meaning every sample (``train_samples``, ``test_samples``) or no step
+#: cap (``local_steps``): ``by_scale`` returns ``None`` for it, which :class:`RunConfig` reads so
+ALL = _Every()
+_MISSING = object()
+_SETTING = re.compile(r"(\w+)\s*=\s*(?:\w+\s+or\s+)?by_scale\(")
+
+
+def _setting(depth: int = 2) -> str:
+    """The setting a ``by_scale`` call ``depth`` frames up sets, as ``name (file:line)``."""
+    frame = sys._getframe(depth)
+    where = f"{pathlib.Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+    found = _SETTING.findall(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+    return f"{found[-1]} ({where})" if found else f"the setting at {where}"
+
+
+def by_scale(scale: str, *, smoke, book, paper=_MISSING):
     """Pick the value for ``scale``: ``by_scale(scale, smoke=2, book=30, paper=500)``.
 
-    ``paper`` defaults to the ``book`` value where a chapter has no larger setting.
+    Every call gives all three values: a missing ``paper`` value is a :class:`ConfigError`
+    at every scale (where the paper states no setting, the call gives the book value as
+    ``paper=`` and says so). ``None`` is refused as ambiguous: :data:`ALL` means every
+    sample (or no step cap) and is returned as ``None``.
     """
-    return {"smoke": smoke, "book": book, "paper": book if paper is None else paper}[check_scale(scale)]
+    if paper is _MISSING:
+        raise ConfigError(f"by_scale for {_setting()} has no paper value: give paper= (the "
+                          f"paper's setting, or the book value where the paper states none)")
+    if smoke is None or book is None or paper is None:
+        raise ConfigError(f"by_scale for {_setting()} has a None value: give ALL for every "
+                          f"sample (or no step cap), or the value itself")
+    value = {"smoke": smoke, "book": book, "paper": paper}[check_scale(scale)]
+    return None if value is ALL else value
 
 
 #: what each model reads: "image" (C, H, W), "chars" (character ids) or "tokens" (word ids)

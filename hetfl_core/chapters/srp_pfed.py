@@ -16,7 +16,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from .. import plots
-from ..config import RunConfig, by_scale
+from ..config import ALL, RunConfig, by_scale
 from ..experiments import sweep
 from ..methods.srp_pfed import SRPpFed
 from ..partial_update import fuse, masked_aggregate, update_rate_mask
@@ -262,17 +262,30 @@ def make_plan(scale: str, dataset: str, seed: int, rounds: int, srp: dict,
               cifar100: str | None = None) -> Plan:
     """The chapter's runs at ``scale``: Table III on four partitions (seed ``seed``), the
     label-skew claim over seeds, Tables IV and VI on the stand-ins (one seed), Fig. 5 on
-    ``cifar100`` if given, Table VII's ablation over seeds, Figs. 7a/7b sweeps."""
-    clients = by_scale(scale, smoke=4, book=20)
-    base = RunConfig(dataset=dataset, model="cnn", clients=clients, participation=0.25,
-                     rounds=rounds, train_samples=by_scale(scale, smoke=400, book=4000),
-                     val_fraction=0.1, test_fraction=0.2, lr=0.05, batch_size=32,
-                     local_epochs=1, eval_every=by_scale(scale, smoke=1, book=10, paper=5),
+    ``cifar100`` if given, Table VII's ablation over seeds, Figs. 7a/7b sweeps.
+
+    At ``paper`` scale the settings are Table II's for CIFAR-10 (Sec. V-A): LeNet-5, a
+    tenth of the clients per round, 5 local epochs of batch 64, every training sample,
+    3 seeds. The paper's CIFAR-10 federations have 1000, 500 or 100 clients by split; one
+    federation serves every split here, so it has the 100 clients of CIFAR-100, AG News and
+    the most skewed CIFAR-10 split. FEMNIST's stand-in (Table IV) runs the paper's 500
+    rounds, AG News's (Table VI) its 2000."""
+    clients = by_scale(scale, smoke=4, book=20, paper=100)
+    base = RunConfig(dataset=dataset, model=by_scale(scale, smoke="cnn", book="cnn",
+                                                     paper="lenet5"),
+                     clients=clients,
+                     participation=by_scale(scale, smoke=0.25, book=0.25, paper=0.1),
+                     rounds=rounds,
+                     train_samples=by_scale(scale, smoke=400, book=4000, paper=ALL),
+                     val_fraction=0.1, test_fraction=0.2, lr=0.05,
+                     batch_size=by_scale(scale, smoke=32, book=32, paper=64),
+                     local_epochs=by_scale(scale, smoke=1, book=1, paper=5),
+                     eval_every=by_scale(scale, smoke=1, book=10, paper=5),
                      seed=seed)
     base.validate()
     c = srp["candidates"]
     plan = Plan(base, dict(srp), seed,
-                seeds=list(range(seed, seed + by_scale(scale, smoke=1, book=3))),
+                seeds=list(range(seed, seed + by_scale(scale, smoke=1, book=3, paper=3))),
                 seeds7=list(range(seed, seed + by_scale(scale, smoke=1, book=2, paper=3))),
                 sweep_c=[x for x in (5, 10, 20) if x != c],
                 sweep_k=[x for x in (1, 2, 4, 8) if x <= c])
@@ -287,15 +300,17 @@ def make_plan(scale: str, dataset: str, seed: int, rounds: int, srp: dict,
         cfg[("probe", m)] = plan.config(PROBE_SPLIT, m, {}, rounds=PROBE_FACTOR * rounds)
     every = by_scale(scale, smoke=1, book=5, paper=5)
     plan.tasks["tab4"] = dict(splits=WRITER_SPLITS, methods=TASK_METHODS, kw=dict(
-        dataset=by_scale(scale, smoke="digits", book="mnist-5k"), eval_every=every))
+        dataset=by_scale(scale, smoke="digits", book="mnist-5k", paper="mnist-5k"),
+        eval_every=every, rounds=by_scale(scale, smoke=rounds, book=rounds, paper=500)))
     plan.tasks["tab6"] = dict(splits=TOPIC_SPLITS, methods=TASK_METHODS, kw=dict(
         dataset="bible-topics", model="embbag", lr=0.1, eval_every=every,
-        rounds=by_scale(scale, smoke=2, book=20, paper=200),
-        train_samples=by_scale(scale, smoke=400, book=6000)))
+        rounds=by_scale(scale, smoke=2, book=20, paper=2000),
+        train_samples=by_scale(scale, smoke=400, book=6000, paper=ALL)))
     if cifar100:
         plan.tasks["fig5"] = dict(splits=SPLITS, methods=FIG5_METHODS, kw=dict(
             dataset=cifar100, eval_every=every,
-            train_samples=by_scale(scale, smoke=400, book=10000)))
+            model=by_scale(scale, smoke="cnn", book="cnn", paper="resnet"),  # for ResNet-34
+            train_samples=by_scale(scale, smoke=400, book=10000, paper=ALL)))
     for task, t in plan.tasks.items():
         for split in t["splits"]:
             for m in t["methods"]:
