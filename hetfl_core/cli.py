@@ -282,7 +282,7 @@ def _run(args) -> int:
     if args.engine == "flower":
         from .flower import run_flower
 
-        result = run_flower([config])[0]
+        result = run_flower([config], progress=not args.quiet)[0]
     elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
         result = sweep([config], executor="ray", address=args.address, progress=not args.quiet)[0]
     else:

@@ -263,14 +263,30 @@ def client_app():
     return app
 
 
-def _wait_for_nodes(grid, count: int, timeout_s: float = 300) -> list[int]:
-    """The grid's node ids once ``count`` nodes have connected (nodes connect in their own time)."""
+class _Stopped(HetflError):
+    """The run was stopped (Ctrl-C) while the server waited for a node."""
+
+
+def _wait_for_nodes(grid, count: int, stop: threading.Event, timeout_s: float = 300) -> list[int]:
+    """The grid's node ids once ``count`` nodes have connected (nodes connect in their own
+    time), unless ``stop`` is set first."""
     deadline = time.monotonic() + timeout_s
     while len(nodes := sorted(grid.get_node_ids())) < count:
         if time.monotonic() > deadline:
-            raise HetflError(f"{len(nodes)} of {count} Flower nodes connected within {timeout_s:.0f} s")
-        time.sleep(0.1)
+            raise HetflError(f"{len(nodes)} of {count} Flower nodes connected within "
+                             f"{timeout_s:.0f} s")
+        if stop.wait(0.1):
+            raise _Stopped("stopped while waiting for Flower nodes")
     return nodes
+
+
+def _send_and_receive(grid, message, stop: threading.Event, poll_s: float = 0.02):
+    """The reply to ``message``, polled until it comes or ``stop`` is set."""
+    waiting = set(grid.push_messages([message]))
+    while not (replies := list(grid.pull_messages(waiting))):
+        if stop.wait(poll_s):
+            raise _Stopped("stopped while waiting for a Flower node's reply")
+    return replies[0]
 
 
 def _node_reason(reason: str) -> str:
@@ -300,9 +316,10 @@ def _read_reply(reply, method, k: int, node: int, round_idx: int):
     return report
 
 
-def _grid_updates(grid, nodes: list[int]):
+def _grid_updates(grid, nodes: list[int], stop: threading.Event | None = None):
     """The engine's ``client_updates`` over a Flower grid: client k trains on node k (modulo
-    the number of nodes), so a client's messages always go to the same node."""
+    the number of nodes), so a client's messages always go to the same node; setting
+    ``stop`` ends the wait for a reply."""
     from flwr.app import ConfigRecord, Message, RecordDict
 
     def updates(sim, round_idx, jobs):
@@ -313,54 +330,93 @@ def _grid_updates(grid, nodes: list[int]):
                                  "plan": _dumps(plan), "state": _dumps(_method_state(sim.method))})
             message = Message(RecordDict({"hetfl": task}), dst_node_id=node, message_type="train",
                               group_id=str(round_idx))
-            (reply,) = grid.send_and_receive([message])
+            reply = _send_and_receive(grid, message, stop or threading.Event())
             yield _read_reply(reply, sim.method, k, node, round_idx)
 
     return updates
 
 
-def server_app(configs: list[RunConfig], nodes: int, on_run=None):
+def server_app(configs: list[RunConfig], nodes: int, on_run=None,
+               stop: threading.Event | None = None, progress: bool = False):
     """A Flower ``ServerApp`` that runs ``configs`` one after another, each with its method as
     the strategy, once ``nodes`` nodes have connected; ``on_run(result, method)`` receives
-    each run's ``{"config", "history"}`` and its trained method."""
+    each run's ``{"config", "history"}`` and its trained method. Setting ``stop`` ends the
+    run while it waits for nodes or a reply; ``progress`` shows a progress bar per run."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
+    stop = stop or threading.Event()   # never set: the app waits as long as its nodes take
 
     @app.main()
     def main(grid, context) -> None:
         """hetfl's round loop, each client's update on a Flower node."""
-        updates = _grid_updates(grid, _wait_for_nodes(grid, nodes))
+        updates = _grid_updates(grid, _wait_for_nodes(grid, nodes, stop), stop)
         for config in configs:
             sim = build_simulation(config)
-            result = run_rounds(sim, client_updates=updates)
+            result = run_rounds(sim, progress, client_updates=updates)
             if on_run is not None:
                 on_run(result, sim.method)
 
     return app
 
 
+def _run_stoppably(simulate, stop: threading.Event, drain_s: float = 20) -> None:
+    """``simulate()`` on a thread of its own, so that Ctrl-C, which lands on this thread,
+    stops the run in order: ``stop`` makes the ServerApp return, Flower then lets its
+    nodes finish the message in hand and shuts Ray down (within ``drain_s`` seconds), and
+    ``KeyboardInterrupt`` propagates. Cutting Flower off at Ctrl-C instead leaves a thread
+    waiting on a Ray actor that shutdown took away, and the process never exits."""
+    failure: list[BaseException] = []
+    done = threading.Event()   # waited on rather than joined: Ctrl-C during a join marks the
+                               # thread finished while it runs (CPython's bpo-45274 fix)
+
+    def guarded() -> None:
+        try:
+            simulate()
+        except BaseException as exc:   # handed to the caller's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=guarded, name="hetfl-flower-simulation", daemon=True).start()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        stop.set()
+        done.wait(drain_s)
+        raise
+    finally:
+        stop.set()
+    if failure:
+        raise failure[0]
+
+
 def run_flower(configs: list[RunConfig], nodes: int | None = None, cpus_per_client: float = 1,
-               gpus_per_client: float = 0, on_run=None) -> list[dict]:
+               gpus_per_client: float = 0, on_run=None, progress: bool = False) -> list[dict]:
     """Run ``configs`` in one Flower simulation (``nodes`` virtual nodes, by default one per
     client of the largest run, each client's train step holding ``cpus_per_client`` CPUs and
     ``gpus_per_client`` GPUs) and return each ``{"config", "history"}`` as
-    :func:`hetfl_core.engine.run` does; ``on_run`` as in :func:`server_app`."""
+    :func:`hetfl_core.engine.run` does; ``on_run`` and ``progress`` as in :func:`server_app`.
+    On Ctrl-C the server stops waiting, Ray is shut down and ``KeyboardInterrupt`` propagates."""
     from flwr.simulation import run_simulation
 
     for config in configs:
         config.validate()
     nodes = nodes or max(c.clients for c in configs)
     results: list = []
+    stop = threading.Event()
 
     def record(result, method):
         results.append(result)
         if on_run is not None:
             on_run(result, method)
 
-    run_simulation(server_app(configs, nodes, record), client_app(), num_supernodes=nodes,
-                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": float(gpus_per_client)},
-                                   "init_args": {"include_dashboard": False, "log_to_driver": False}})
+    resources = {"num_cpus": cpus_per_client, "num_gpus": float(gpus_per_client)}
+    app = server_app(configs, nodes, record, stop, progress)
+    _run_stoppably(lambda: run_simulation(
+        app, client_app(), num_supernodes=nodes,
+        backend_config={"client_resources": resources,
+                        "init_args": {"include_dashboard": False, "log_to_driver": False}}), stop)
     if len(results) < len(configs):
         raise HetflError(f"the Flower simulation ended after {len(results)} of {len(configs)} runs "
                            f"(see Flower's log above)")
