@@ -202,6 +202,16 @@ def test_ctrl_c_during_a_flower_run_exits_at_once_and_leaves_no_ray_behind(tmp_p
     assert not left, f"Ray processes left behind: {left}"
 
 
+@pytest.mark.parametrize("flags,named", [(["--executor", "ray"], "--executor ray"),
+                                         (["--address", "127.0.0.1:6379"], "--address")])
+def test_flower_refuses_rays_executor_flags_before_any_compute(flags, named, tmp_path):
+    out = cli("run", "fedavg", "--dataset", "digits", "--engine", "flower", *flags,
+              tmp_path=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and named in lines[0], out.stderr
+    assert "--engine flower" in lines[0] and not (tmp_path / "runs").exists()
+
+
 def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cache, monkeypatch, capsys):
     """The disk fills up between the check and the write: one line says where the run is."""
     import errno
