@@ -274,6 +274,13 @@ def _run(args) -> int:
     """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
     from .experiments import cache_path, run_cached, sweep
 
+    if args.engine == "flower":
+        ignored = [flag for flag, given in (("--executor ray", args.executor == "ray"),
+                                            ("--address", args.address is not None)) if given]
+        if ignored:
+            raise ConfigError(f"--engine flower runs in Flower's own simulation and cannot take "
+                              f"{' or '.join(ignored)}; drop {'them' if len(ignored) > 1 else 'it'}"
+                              f", or use --engine hetfl")
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
               if f.name not in ("method", "options", "given_indices")}
     options = dict(_parse_option(o) for o in args.option)
@@ -282,7 +289,7 @@ def _run(args) -> int:
     if args.engine == "flower":
         from .flower import run_flower
 
-        result = run_flower([config])[0]
+        result = run_flower([config], progress=not args.quiet)[0]
     elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
         result = sweep([config], executor="ray", address=args.address, progress=not args.quiet)[0]
     else:

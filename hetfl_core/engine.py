@@ -293,12 +293,16 @@ def run_rounds(sim: Simulation, progress: bool = False, callback=None, client_up
         from tqdm import tqdm
 
         rounds = tqdm(rounds, desc=f"{config.method}", unit="round", leave=False)
-    with single_thread():      # the caller's own thread count comes back afterwards
-        for t in rounds:
-            row = sim.round(t, client_updates)
-            history.append(row)
-            if progress and row["acc_personal"] is not None:
-                rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")
-            if callback:
-                callback(row)
+    try:
+        with single_thread():      # the caller's own thread count comes back afterwards
+            for t in rounds:
+                row = sim.round(t, client_updates)
+                history.append(row)
+                if progress and row["acc_personal"] is not None:
+                    rounds.set_postfix(acc=f"{row['acc_personal']:.3f}")
+                if callback:
+                    callback(row)
+    finally:
+        if progress:   # cleared now, also when a round fails on a thread whose traceback is kept
+            rounds.close()
     return {"config": config.to_dict(), "history": history}

@@ -103,9 +103,11 @@ def test_list_of_an_empty_name_is_an_error(capsys):
     assert "unknown method ''" in capsys.readouterr().err
 
 
-def _interrupt_a_long_run(tmp_path, flags: list[str], started) -> tuple[int, str]:
+def _interrupt_a_long_run(tmp_path, flags: list[str], started, before_interrupt=None,
+                          exit_within_s: float = 60) -> tuple[int, str]:
     """Start a 100000-round run with ``flags``, wait until ``started(stderr so far)`` says it
-    trains, send SIGINT (as Ctrl-C does), and return its exit code and whole stderr."""
+    trains, call ``before_interrupt(pid)`` if given, send SIGINT (as Ctrl-C does), and return
+    its exit code and whole stderr; it must exit within ``exit_within_s`` seconds."""
     import selectors
     import signal
     import time
@@ -125,8 +127,10 @@ def _interrupt_a_long_run(tmp_path, flags: list[str], started) -> tuple[int, str
             if waiting.select(timeout=0.5):
                 seen += os.read(proc.stderr.fileno(), 4096)
         time.sleep(2)
+        if before_interrupt is not None:
+            before_interrupt(proc.pid)
         proc.send_signal(signal.SIGINT)
-        rest = proc.communicate(timeout=60)[1]
+        rest = proc.communicate(timeout=exit_within_s)[1]
     finally:
         if proc.poll() is None:           # never leave the 100000-round run behind
             proc.kill()
@@ -147,6 +151,65 @@ def test_ctrl_c_under_no_cache_promises_no_cached_runs(tmp_path):
     lines = [part.strip() for part in err.replace("\r", "\n").splitlines() if part.strip()]
     assert code == 130 and lines[-1] == "python -m hetfl_core: interrupted", err
     assert "Traceback" not in err and not any("cached" in line for line in lines), err
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (Ray's daemons and workers under a Flower run)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:                  # the process ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, pending = set(), [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.add(child)
+            pending.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_ctrl_c_during_a_flower_run_exits_at_once_and_leaves_no_ray_behind(tmp_path):
+    import re
+    import time
+
+    ray = set()
+    a_round_done = re.compile(r"\| [1-9]\d*/100000")          # the progress bar counts rounds
+    code, err = _interrupt_a_long_run(tmp_path, ["--engine", "flower", "--clients", "2"],
+                                      a_round_done.search,
+                                      before_interrupt=lambda pid: ray.update(_descendants(pid)),
+                                      exit_within_s=30)
+    lines = [part.strip() for part in err.replace("\r", "\n").splitlines() if part.strip()]
+    assert code == 130 and lines[-1] == "python -m hetfl_core: interrupted", err[-3000:]
+    assert "Traceback" not in err and sum("interrupted" in line for line in lines) == 1, err[-3000:]
+    assert ray, "the Flower run started no Ray processes"
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in ray) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in ray if _alive(pid)]
+    for pid in left:                     # never leave them running, then fail
+        os.kill(pid, 9)
+    assert not left, f"Ray processes left behind: {left}"
+
+
+@pytest.mark.parametrize("flags,named", [(["--executor", "ray"], "--executor ray"),
+                                         (["--address", "127.0.0.1:6379"], "--address")])
+def test_flower_refuses_rays_executor_flags_before_any_compute(flags, named, tmp_path):
+    out = cli("run", "fedavg", "--dataset", "digits", "--engine", "flower", *flags,
+              tmp_path=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and named in lines[0], out.stderr
+    assert "--engine flower" in lines[0] and not (tmp_path / "runs").exists()
 
 
 def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cache, monkeypatch, capsys):
