@@ -163,7 +163,7 @@ def main(argv) -> int:
             cost = sum(samples(c) for c in configs)
             total += cost
             lines.append(f"  {part:32s} {len(configs):4d} runs {cost / 1e6:9.2f} M samples")
-        print(f"{name}: {total / 1e6:.2f} M training samples")
+        print(f"{name}: {total / 1e6:.3f} M training samples")
         print("\n".join(lines))
     return 0
 
