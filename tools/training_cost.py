@@ -86,8 +86,7 @@ def heroes(scale: str) -> dict:
                                          time_noise=0.3)}
     res_base = base.replace(model="resnet", partition="missing", alpha=0.4,
                             rounds=by_scale(scale, smoke=2, book=20, paper=120))
-    grid["E2 ResNet"] = ch.experiment(["fedavg", "flanc", "enc", "heroes"], res_base,
-                                      [seed])
+    grid["E2 ResNet"] = ch.experiment(["fedavg", "flanc", "enc", "heroes"], res_base, seeds)
     grid["Fig. 7"] = {(a, *k): c for a in (0.1, 0.8) for k, c in ch.experiment(
         ["fedavg", "heterofl", "flanc", "heroes"], base, [seed], alpha=a).items()}
     text = base.replace(dataset="shakespeare", model="charlstm-s", partition="natural",
