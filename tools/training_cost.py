@@ -118,8 +118,8 @@ def lightweight(scale: str) -> dict:
                      options={"theta_ratio": 10.0})
     cases = by_scale(scale, smoke=["class-2", "alpha=0.1"], book=list(lp.CASES),
                      paper=list(lp.CASES))
-    grid = {"Figs. 2-3, Table IV, Fig. 10": lp.image_grid(base, cases, seeds,
-                                                          ),
+    grid = {"Figs. 2-3, Table IV, Fig. 10": lp.image_grid(
+                base, cases, seeds, ablation_seeds=by_scale(scale, smoke=2, book=1, paper=2)),
             "scale probe": lp.scale_probe_grid(base, cases[-1], seed)}
     res_cases = by_scale(scale, smoke=["alpha=0.1"], book=["class-4", "alpha=0.1"],
                          paper=list(lp.CASES))
@@ -127,7 +127,7 @@ def lightweight(scale: str) -> dict:
                             rounds=by_scale(scale, smoke=2, book=30, paper=rounds))
     grid["ResNet"] = {(c, m, s): lp.config_for(res_base, o, seed=s, **lp.CASES[c])
                       for c in res_cases for m, o in lp.RES_METHODS.items()
-                      for s in (seeds[:2] if m in ("OPT", "FedPer") else seeds[:1])}
+                      for s in seeds}
     alphas = by_scale(scale, smoke=[0.1], book=[0.1, 2.0], paper=[0.1, 0.3, 0.5, 0.7, 1.0, 2.0])
     grid["Table III"] = {(a, i): lp.method_config(base, split=f"first:{i}",
                                                   partition="dirichlet", alpha=a)
