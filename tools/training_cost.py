@@ -60,12 +60,19 @@ def fedlps(scale: str) -> dict:
 
 
 def srp_pfed(scale: str) -> dict:
-    """The SRP-pFed plan's runs and the semi-asynchronous pairs."""
+    """The SRP-pFed plan's runs (with Table III's further seeds) and the semi-asynchronous
+    pairs."""
     from hetfl_core.chapters import srp_pfed as ch
 
     rounds = by_scale(scale, smoke=2, book=30, paper=2000)
     srp = {"candidates": 10, "k": 2, "decay": 0.9}
     plan = ch.make_plan(scale, "fashion-mnist", 0, rounds, srp)
+    # Table III's further seeds: SRP-pFed and the comparator the first seed picks (any
+    # rival costs the same here; LotteryFL stands for it)
+    for sp in ch.SPLITS:
+        for m in ("LotteryFL", "SRP-pFed"):
+            for s in plan.seeds:
+                plan.configs.setdefault(("tab3", sp, m, s), plan.config(sp, m, {}, s))
     runs = {c.key(): c for c in plan.configs.values()}
     pairs = [plan.config("dir(1)", "SRP-pFed", {"window": w}, s, heterogeneity="medium",
                          eval_every=1) for s in plan.seeds7 for w in (None, 1.0)]
