@@ -3,8 +3,8 @@
 ``python tools/training_cost.py [SCALE]`` lists, per chapter, its runs' configs at
 ``SCALE`` (default ``book``) and their cost: for one run, the participants per round times
 the rounds times the samples each trains on per round (``local_steps x batch_size``, or
-``local_epochs`` times its share of the training samples). Distinct configs are counted
-once, as the cache runs them once. The cost is nominal: it ignores the model's size and
+``local_epochs`` times its share of the training samples). A plan's equal configs are
+counted once, as the cache runs them once. The cost is nominal: it ignores the model's size and
 methods that train twice a visit (Ditto), so it compares a chapter with itself.
 
 The FedLPS and SRP-pFed runs come from the chapters' plans (as ``tools/scale_snapshot.py``
@@ -142,6 +142,7 @@ def lightweight(scale: str) -> dict:
     bands = by_scale(scale, smoke=["10 MHz", "50 MHz"], book=["10 MHz", "50 MHz", "10~50 MHz"],
                      paper=["10 MHz", "30 MHz", "50 MHz", "10~50 MHz"])
     case9 = "alpha=0.5" if "alpha=0.5" in cases else cases[0]
+    # Fig. 9's runs differ from ``base`` in the band and the deadline only: the same cost
     grid["Fig. 9"] = {(b, m): base for b in bands for m in ("OPT", *lp.FIXED9)}
     grid["warm-up"] = {0: lp.method_config(base, allocation="dca", **lp.CASES[case9])}
     text_seeds = seeds[:by_scale(scale, smoke=1, book=2, paper=3)]
