@@ -84,6 +84,7 @@ def test_resnet_costs_pair_each_seed_with_the_baseline_cheapest_on_average():
     ch.claims_resnet(ledger, results)
     acc, traffic, time = ledger.claims
     assert acc.values == pytest.approx([10.0, 10.0, 10.0]) and acc.verdict == "holds"
+    assert acc.headline and acc.seeds == 3          # the headline row: one value per seed
     for row in (traffic, time):
         assert row.values == pytest.approx([1.5, 2.0, 1.5])
         assert row.verdict == "holds"

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from hetfl_core.chapters import srp_pfed as ch
+from hetfl_core.report import Ledger
 
 SRP = {"candidates": 10, "k": 2, "decay": 0.9}
 
@@ -64,7 +65,12 @@ def test_plan_shares_runs_and_thins_evaluation_only_for_unshared_figures():
     assert c[("fig7b", 2)].key() == c[("tab3", "dir(1)", "SRP-pFed", 0)].key()
     assert c[("tab7", "RM+CL", 0)].key() == c[("fig7b", 2)].key()
     assert c[("fig7b", 4)].eval_every == 30 and c[("fig7b", 2)].eval_every == 10
-    assert len(plan.distinct()) < len(c) and plan.seeds == [0, 1, 2] and plan.seeds7 == [0, 1]
+    assert len(plan.distinct()) < len(c) and plan.seeds == [0, 1, 2]
+    assert plan.seeds7 == [0, 1, 2] and all(("tab7", v, 2) in c for v in ch.ABLATION)
+    for m in ("FedAvg", "SRP-pFed"):      # Table IV's headline pair on every seed
+        pair = [c[("tab4", "writers", m, s)] for s in plan.seeds]
+        assert [x.seed for x in pair] == [0, 1, 2] and pair[0].key() == \
+            c[("tab4", "writers", m)].key()
 
 
 def fake_results(plan):
@@ -126,7 +132,46 @@ def test_plan_has_the_stand_in_tasks_and_fig5_only_when_asked():
     assert with_fig5.configs[("fig5", "dir(0.1)", "SRP-pFed")].dataset == "cifar100"
     assert len(with_fig5.configs) == len(c) + 4 * len(ch.FIG5_METHODS)
     probe = c[("probe", "SRP-pFed")]
-    assert (probe.rounds, probe.partition, probe.alpha) == (90, "dirichlet", 1.0)
+    assert (probe.rounds, probe.partition, probe.alpha) == (60, "dirichlet", 1.0)  # 2x
+
+
+def test_table3_top1_runs_the_first_seeds_comparator_on_every_seed():
+    """Ditto is the most accurate rival on the first seed in every partition; the further
+    seeds run SRP-pFed and Ditto only, and each seed's value is the lead at the worst
+    partition: 10 (seed 0), 2 (dir(10), seed 1), -2 (dir(1), seed 2)."""
+    plan = ch.make_plan("book", "fashion-mnist", 0, 30, SRP)
+    before = set(plan.configs)
+    results = fake_results(plan)
+    for sp in ch.SPLITS:
+        results[("tab3", sp, "Ditto", 0)] = history([0.5, 0.6])
+    assert ch.top1_rivals(results, plan) == {sp: "Ditto" for sp in ch.SPLITS}
+    new = ch.add_top1_seeds(plan, results)
+    assert set(new) == {("tab3", sp, m, s) for sp in ch.SPLITS for m in ("Ditto", "SRP-pFed")
+                        for s in (1, 2)} - before
+    assert len(new) == 14 and all(new[k].seed == k[3] for k in new)
+    srp = {(sp, s): 0.7 for sp in ch.SPLITS for s in (1, 2)}
+    srp[("dir(10)", 1)], srp[("dir(1)", 2)] = 0.62, 0.58
+    for (sp, s), acc in srp.items():
+        results[("tab3", sp, "SRP-pFed", s)] = history([0.5, acc])
+        results[("tab3", sp, "Ditto", s)] = history([0.5, 0.6])
+    ledger = Ledger("srp_pfed", "SRP-pFed")
+    ch._table3_claim(ledger, results, plan)
+    (top1,) = ledger.claims
+    assert top1.headline and top1.values == pytest.approx([10.0, 2.0, -2.0])
+    assert top1.verdict == "inconclusive"
+
+
+def test_table4_headline_pairs_srp_pfed_and_fedavg_on_every_seed():
+    plan = ch.make_plan("book", "fashion-mnist", 0, 30, SRP)
+    results = fake_results(plan)
+    for s, gap in zip(plan.seeds, (0.08, 0.06, 0.07)):
+        results[("tab4", "writers", "FedAvg", s)] = history([0.5, 0.6])
+        results[("tab4", "writers", "SRP-pFed", s)] = history([0.5, 0.6 + gap])
+    ledger = Ledger("srp_pfed", "SRP-pFed")
+    ch._writers_claims(ledger, results, plan)
+    row = next(c for c in ledger.claims if c.headline)
+    assert row.ref == "Table IV, non-IID" and row.values == pytest.approx([8.0, 6.0, 7.0])
+    assert row.verdict == "holds"                   # at least 3 points on every seed
 
 
 def test_kendall_tau():

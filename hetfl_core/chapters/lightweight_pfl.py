@@ -164,25 +164,26 @@ def config_for(base: RunConfig, spec: dict, **changes) -> RunConfig:
     return method_config(base, **spec, **changes)
 
 
-def image_grid(base: RunConfig, cases: Sequence[str], seeds: Sequence[int]) -> dict:
+def image_grid(base: RunConfig, cases: Sequence[str], seeds: Sequence[int],
+               ablation_seeds: int = 2) -> dict:
     """The runs of Figs. 2-3, Table IV and Fig. 10, keyed ``(case, method, seed)``.
 
-    OPT and FedPer run on every seed, the other baselines on the first; FedAvg-S and
-    FedAvg-P, the fixed (k, r) of Fig. 10 and OPT with equal shares (its (k, r) rule at
-    l = 1/N) only at Dirichlet 0.1, the last two on the first two seeds, as FedPer+BW
-    there."""
+    OPT and Table IV's baselines (:data:`BASELINES`) run on every seed, the others on the
+    first; FedAvg-S and FedAvg-P, the fixed (k, r) of Fig. 10 and OPT with equal shares
+    (its (k, r) rule at l = 1/N) only at Dirichlet 0.1, the last two on the first
+    ``ablation_seeds`` seeds; FedPer+BW there on the first two."""
     configs = {}
     for case in cases:
         for m, opts in METHODS.items():
             if m in ("FedAvg-S", "FedAvg-P") and case != "alpha=0.1":
                 continue
-            spread = seeds if m in SPREAD_METHODS else seeds[:1]
+            spread = seeds if m in SPREAD_METHODS or m in BASELINES else seeds[:1]
             if m == "FedPer+BW" and case == "alpha=0.1":
                 spread = seeds[:2]
             for s in spread:
                 configs[(case, m, s)] = config_for(base, opts, seed=s, **CASES[case])
     if "alpha=0.1" in cases:
-        for s in seeds[:2]:
+        for s in seeds[:ablation_seeds]:
             for name, (k, r) in ABLATION.items():
                 key = ("alpha=0.1", "FedPer" if name == "(1,1)" else name, s)
                 configs.setdefault(key, method_config(base, k=k, r=r, seed=s,
