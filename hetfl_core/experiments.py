@@ -123,14 +123,64 @@ def _class_code_hash(cls) -> str:
     return h.hexdigest()
 
 
+def _installed_roots() -> tuple[str, ...]:
+    """Where installed code lives (the standard library, site-packages) and the package
+    itself (:func:`source_hash` covers it): code under these is not a plug-in's own."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    roots = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"],
+             str(Path(__file__).parent)}
+    return tuple(os.path.realpath(r) + os.sep for r in roots)
+
+
+def _module_namespace(klass) -> dict:
+    """The globals of the module that defines ``klass`` (read from its functions, so a
+    plug-in loaded from a file without entering ``sys.modules`` has them too)."""
+    import sys
+
+    for value in vars(klass).values():
+        function = getattr(value, "__func__", value)
+        if hasattr(function, "__globals__"):
+            return function.__globals__
+    module = sys.modules.get(klass.__module__)
+    return vars(module) if module is not None else {}
+
+
+def _local_helper_files(namespace: dict) -> list[str]:
+    """The source files of the modules that a module (its globals ``namespace``) uses,
+    directly or through each other, that are neither installed libraries nor this package:
+    a plug-in's own helper modules (``import helpers``, ``from helpers import step``), sorted."""
+    import sys
+    import types
+
+    roots, found, seen, todo = _installed_roots(), set(), set(), [namespace]
+    while todo:
+        for value in list(todo.pop().values()):
+            used = value if isinstance(value, types.ModuleType) else \
+                sys.modules.get(getattr(value, "__module__", None) or "")
+            path = getattr(used, "__file__", None)
+            if not path or not path.endswith(".py") or used.__name__ in seen:
+                continue
+            seen.add(used.__name__)
+            real = os.path.realpath(path)
+            if not real.startswith(roots) and os.path.isfile(real):
+                found.add(real)
+                todo.append(vars(used))
+    return sorted(found)
+
+
 def method_source_hash(method: str) -> str:
     """A hash of the code of ``method``'s class and of every class it derives from: the file
     each is defined in (``inspect.getsourcefile``), or, for a class without one (a notebook
-    cell), its functions' code. A plug-in file, a chapter's method (FedAvgM) and an edited
+    cell), its functions' code; and the files of the helper modules those files use that
+    are neither installed libraries nor this package (:func:`_local_helper_files`). A
+    plug-in file, a helper module it imports, a chapter's method (FedAvgM) and an edited
     method file each change it; where the file lies does not (only its text and the class names)."""
     from .methods.base import get_method
 
     h = hashlib.sha256()
+    helpers: set[str] = set()
     for klass in get_method(method).__mro__[:-1]:          # all but object
         try:
             path = inspect.getsourcefile(klass)
@@ -139,6 +189,10 @@ def method_source_hash(method: str) -> str:
         h.update(klass.__qualname__.encode())
         found = path and os.path.isfile(path)
         h.update((_file_hash(path) if found else _class_code_hash(klass)).encode())
+        helpers.update(_local_helper_files(_module_namespace(klass)))
+    for path in sorted(helpers):
+        h.update(Path(path).name.encode())
+        h.update(_file_hash(path).encode())
     return h.hexdigest()[:12]
 
 
@@ -146,7 +200,8 @@ def key_salt(config: RunConfig) -> str:
     """Everything besides the config that a run's numbers depend on, as the cache key reads
     it: the package's source (:func:`source_hash`), the method's classes
     (:func:`method_source_hash`), the data
-    (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch and numpy versions,
+    (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch, numpy and
+    scikit-learn versions (scikit-learn ships the digits data and splits some datasets),
     and the device ``config.device`` resolves to here (``auto`` keys as ``cpu`` or ``cuda``).
     Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance
     (``tests/test_golden.py`` checks three kernel paths)."""
@@ -156,9 +211,12 @@ def key_salt(config: RunConfig) -> str:
     from .data.fingerprint import dataset_fingerprint
     from .devices import resolve_device
 
+    import sklearn
+
     return json.dumps({"source": source_hash(), "method": method_source_hash(config.method),
                        "data": dataset_fingerprint(config.dataset), "torch": torch.__version__,
-                       "numpy": numpy.__version__, "device": str(resolve_device(config.device))},
+                       "numpy": numpy.__version__, "sklearn": sklearn.__version__,
+                       "device": str(resolve_device(config.device))},
                       sort_keys=True)
 
 

@@ -106,6 +106,36 @@ def test_the_key_covers_a_plugins_file_and_an_edit_to_it(tiny_config, tmp_path):
     assert cache_path(config) != first
 
 
+HELPED_PLUGIN = """
+from hetfl_core.methods import register
+from hetfl_core.methods.fedavg import FedAvg
+from {helper} import scaled
+
+@register
+class Helped(FedAvg):
+    name = "helped-test"
+    summary = "FedAvg whose step a helper module scales"
+
+    def aggregate(self, round_idx, reports):
+        return scaled(super().aggregate(round_idx, reports))
+"""
+
+
+def test_the_key_covers_a_helper_module_a_plugin_imports(tiny_config, tmp_path, monkeypatch):
+    helper = tmp_path / "hetfl_test_helper.py"
+    helper.write_text("def scaled(value):\n    return value\n")
+    plugin = tmp_path / "helped.py"
+    plugin.write_text(HELPED_PLUGIN.format(helper="hetfl_test_helper"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _import_plugin(plugin, "hetfl_plugin_helped")
+    config = tiny_config.replace(method="helped-test")
+    first = cache_path(config)
+    assert cache_path(config) == first                  # the same code, the same key
+    helper.write_text("def scaled(value):\n    return value  # a different step\n")
+    assert cache_path(config) != first                  # the helper is part of the key
+    sys.modules.pop("hetfl_test_helper", None)
+
+
 def test_the_key_covers_a_method_a_chapter_defines(monkeypatch):
     from hetfl_core.chapters import arena as chapter
 
