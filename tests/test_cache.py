@@ -438,3 +438,38 @@ def test_two_processes_waiting_on_one_lock_compute_the_run_once(tiny_config, cac
     assert all(w.wait(timeout=180) == 0 for w in waiters)
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(r["cached"] for r in rows) == [False, True] and _leftovers(cache) == []
+
+
+def test_a_file_rewritten_in_place_while_it_is_read_is_never_served_half(tiny_config, cache):
+    """Row 3d of the reliability report: an outside writer that rewrites a cache file in
+    place (truncate, then write), cycling through broken and whole contents every
+    millisecond, while the cache reads it: a read gives the whole run or a miss, never
+    another content and never an exception."""
+    import threading
+    import time
+
+    whole = run(tiny_config)
+    path = cache_path(tiny_config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(whole)
+    contents = [text, '{"config":{},"history":[1]}', "[{}]", "[null]", text[: len(text) // 2],
+                json.dumps({"config": whole["config"], "history": whole["history"][:1]})]
+    stop = threading.Event()
+
+    def rewrite():
+        i = 0
+        while not stop.is_set():
+            with open(path, "w") as handle:
+                handle.write(contents[i % len(contents)])
+            i += 1
+            time.sleep(0.001)
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        served = [load_cached(tiny_config) for _ in range(300)]
+    finally:
+        stop.set()
+        writer.join()
+    expected = json.loads(text)
+    assert all(result is None or result == expected for result in served)
