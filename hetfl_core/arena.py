@@ -43,8 +43,9 @@ import numpy as np
 from .config import ALL, RunConfig, by_scale, check_scale
 from .errors import ConfigError, HetflError
 
-__all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
-           "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
+__all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES",
+           "LABELS", "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
+           "ofa_capacities", "tuning_configs", "pick_lr",
            "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
            "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
            "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners",
@@ -149,7 +150,8 @@ def settings(scale: str, seed: int = 0) -> Settings:
     text = None if scale == "smoke" else RunConfig(
         dataset="shakespeare", model="charlstm-s", partition="natural",
         clients=by_scale(scale, smoke=6, book=10, paper=50), participation=image.participation,
-        rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps, batch_size=16,
+        rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps,
+        batch_size=16,
         train_samples=by_scale(scale, smoke=2000, book=6000, paper=ALL), val_fraction=0.1,
         test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
         eval_every=by_scale(scale, smoke=1, book=3, paper=10),
@@ -279,7 +281,8 @@ def widen(tuning: dict, lr_grid: dict) -> list:
     for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
         grid = list(lr_grid[task])
         tried = sorted(lr for t, mm, lr in tuning if (t, mm) == (task, m))
-        best = pick_lr({k: v for k, v in tuning.items() if k[:2] == (task, m)}, {task: tried}).get((task, m))
+        mine = {k: v for k, v in tuning.items() if k[:2] == (task, m)}
+        best = pick_lr(mine, {task: tried}).get((task, m))
         lo, hi = grid.index(tried[0]), grid.index(tried[-1])
         if (best is None or best == tried[0]) and lo > 0:
             out.append((task, m, grid[lo - 1]))
@@ -324,12 +327,14 @@ def training_samples(s: Settings, methods=METHODS, lrs_per_method: float | None 
     for task, base in (("image", s.image), ("text", s.text)):
         if base is None:
             continue
-        per_run = base.clients * base.participation * base.rounds * base.local_steps * base.batch_size
+        per_run = (base.clients * base.participation * base.rounds * base.local_steps
+                   * base.batch_size)
         grid = s.lr_grid[task]
-        tuned = lrs_per_method if lrs_per_method is not None else min(len(grid), len(first_lrs(grid)) + 1)
+        tuned = lrs_per_method if lrs_per_method is not None else \
+            min(len(grid), len(first_lrs(grid)) + 1)
         cells = [sc for sc in scenarios(s) if sc.task == task]
-        seeds = sum(s.seeds if sc == s.reference else s.text_seeds if task == "text" else s.map_seeds
-                    for sc in cells)
+        seeds = sum(s.seeds if sc == s.reference else s.text_seeds if task == "text"
+                    else s.map_seeds for sc in cells)
         out[task] = per_run * len(methods) * (tuned + seeds - 1)     # seed 0 of a cell is tuned
     return out
 
@@ -432,12 +437,13 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     todo = [k for k in every if k[2] in first_lrs(s.lr_grid[k[0]])]
     tuning = {}
     while todo:                       # the middle rates, then outwards while the best is at an edge
-        done, _ = _sweep_tolerant({k: every[k] for k in todo}, processes, "arena: tuning lr", directory,
-                                  progress)
+        done, _ = _sweep_tolerant({k: every[k] for k in todo}, processes, "arena: tuning lr",
+                                  directory, progress)
         tuning.update({k: done.get(k) for k in todo})
         todo = [k for k in widen(tuning, s.lr_grid) if k in every and k not in tuning]
     lrs = pick_lr(tuning, s.lr_grid)
-    failed = {(t, m, lr): "diverged at every rate tried" for t, m, lr in tuning if (t, m) not in lrs}
+    failed = {(t, m, lr): "diverged at every rate tried" for t, m, lr in tuning
+              if (t, m) not in lrs}
     grid = run_configs(s, methods, lrs)
     results, failed_runs = _sweep_tolerant(grid, processes, "arena: runs", directory, progress)
     retry = {k: grid[k].replace(lr=lower) for k in failed_runs
@@ -549,7 +555,8 @@ def _majority_row(runs: ArenaRuns, scenario: Scenario, like: dict) -> dict:
     config = _base(runs.settings, scenario)
     values = {k: [math.nan] * len(seeds) for k in like["values"]}
     values["acc"] = [majority_rate(config.replace(seed=sd)) for sd in seeds]
-    return {**{k: like[k] for k in ("scenario", "task", "skew", "heterogeneity", "target", "budget_s")},
+    shared = ("scenario", "task", "skew", "heterogeneity", "target", "budget_s")
+    return {**{k: like[k] for k in shared},
             "method": "majority", "label": "Majority character", "lr": math.nan, "lrs": [],
             "seeds": len(seeds), "system": "—", "baseline": True, "values": values,
             "mean": {k: _mean(v) for k, v in values.items()}}

@@ -94,7 +94,8 @@ def test_book_grid_brackets_and_the_sample_count_adds_every_run():
         assert len(grid) >= 4 and np.allclose(ratios, ratios[0], atol=0.2)
     assert s.lr_grid["image"][0] == 0.03 and s.lr_grid["image"][-1] == 1.0
     one = arena.settings("smoke")
-    per_run = one.image.clients * one.image.participation * one.image.rounds * one.image.local_steps * 32
+    c = one.image
+    per_run = c.clients * c.participation * c.rounds * c.local_steps * 32
     assert arena.training_samples(one, ["fedavg"]) == {"image": per_run * (1 + 1 - 1)}
     n = arena.training_samples(s, ["fedavg"], lrs_per_method=2)["image"]
     assert n == 5 * s.image.rounds * s.image.local_steps * 32 * (2 + 9 * 3 - 1)
@@ -104,8 +105,9 @@ def test_tier_blind_methods_train_the_same_model_at_every_heterogeneity(tmp_path
     from hetfl_core import RunConfig
     from hetfl_core.experiments import run_cached
 
-    base = RunConfig(dataset="digits", model="wcnn", clients=4, rounds=2, local_steps=2, lr=0.1, seed=3,
-                     system="wireless", train_samples=200, test_fraction=0.2, val_fraction=0.1)
+    base = RunConfig(dataset="digits", model="wcnn", clients=4, rounds=2, local_steps=2, lr=0.1,
+                     seed=3, system="wireless", train_samples=200, test_fraction=0.2,
+                     val_fraction=0.1)
 
     def accs(method, het):
         r = run_cached(base.replace(method=method, heterogeneity=het), tmp_path)
@@ -124,7 +126,8 @@ def test_majority_rate_is_the_most_frequent_test_label(tmp_path):
     from hetfl_core import RunConfig
     from hetfl_core.engine import build_data
 
-    config = RunConfig(dataset="digits", model="cnn", partition="dirichlet", alpha=0.1, clients=4, seed=2)
+    config = RunConfig(dataset="digits", model="cnn", partition="dirichlet", alpha=0.1, clients=4,
+                       seed=2)
     y = torch.cat([c.y_test for c in build_data(config).clients])
     assert arena.majority_rate(config) == pytest.approx(float(torch.bincount(y).max()) / len(y))
     assert 0.1 <= arena.majority_rate(config) < 1

@@ -11,9 +11,10 @@ from ..arena import LABELS, PAPER_BASELINES, PAPER_METRIC, label
 from ..methods.fedavg import FedAvg, weighted_average
 from ..report import Ledger, fmt, fmt_mean_sd, judge, more_than, show_table
 
-__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard", "scenario_rows", "plot_pareto",
-           "plot_map", "judged_winners", "win_counts", "show_summary", "gaps", "claims", "levelled_off",
-           "identical_groups", "plugin_demo", "FedAvgM", "register_example"]
+__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard",
+           "scenario_rows", "plot_pareto", "plot_map", "judged_winners", "win_counts",
+           "show_summary", "gaps", "claims", "levelled_off", "identical_groups", "plugin_demo",
+           "FedAvgM", "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
 PAPER_REFS = {"fedlps": "FedLPS, Table I", "heroes": "Heroes, Table II", "ofafl": "OFA-FL, Figs. 2-3",
@@ -51,8 +52,8 @@ def at_grid_edge(runs: arena.ArenaRuns) -> str:
 
 def show_rules(runs: arena.ArenaRuns) -> None:
     """The table of what each method brings."""
-    show_table(rules_rows(runs), ["method", "tuned lr", "options the arena sets", "reads device tiers",
-                                  "cannot run"])
+    show_table(rules_rows(runs), ["method", "tuned lr", "options the arena sets",
+                                  "reads device tiers", "cannot run"])
 
 
 def scenario_rows(rows: list[dict], name: str) -> list[dict]:
@@ -136,8 +137,8 @@ def judged_winners(rows: list[dict], key: str = "acc", skews=None, heterogeneiti
     best = arena.winners(rows, key, skews, heterogeneities)
     out = {}
     for (skew, het), (m, value) in best.items():
-        cell = [r for r in rows if r["task"] == "image" and (r["skew"], r["heterogeneity"]) == (skew, het)
-                and np.isfinite(r["mean"][key])]
+        cell = [r for r in rows if r["task"] == "image" and np.isfinite(r["mean"][key])
+                and (r["skew"], r["heterogeneity"]) == (skew, het)]
         cell.sort(key=lambda r: -r["mean"][key])
         if len(cell) < 2:
             out[(skew, het)] = (m, value, "holds" if cell else "untestable", None)
@@ -241,7 +242,8 @@ def levelled_off(runs: arena.ArenaRuns, method: str = "fedavg", factor: int = 2,
     from ..report import final
 
     short = {r["config"]["seed"]: final(r) for r in runs.runs(runs.settings.reference, method)}
-    configs = [arena._config(runs.settings, runs.settings.reference, method, runs.lrs[("image", method)], sd)
+    lr = runs.lrs[("image", method)]
+    configs = [arena._config(runs.settings, runs.settings.reference, method, lr, sd)
                for sd in sorted(short)]
     configs = [c.replace(rounds=factor * c.rounds, options=arena.method_options(
         method, c.replace(rounds=factor * c.rounds))) for c in configs]
@@ -269,8 +271,8 @@ def plugin_demo(runs: arena.ArenaRuns, name: str, processes: int = 2) -> list[di
 
     s, ref = runs.settings, runs.settings.reference
     lr = runs.lrs[("image", "fedavg")]
-    configs = [arena._config(s, ref, m, lr, sd) for m in (name, "fedavg") for sd in range(s.image.seed,
-                                                                                           s.image.seed + s.seeds)]
+    seeds = range(s.image.seed, s.image.seed + s.seeds)
+    configs = [arena._config(s, ref, m, lr, sd) for m in (name, "fedavg") for sd in seeds]
     return [{"method": c.method, "seed": c.seed, "acc": final(r)}
             for c, r in zip(configs, sweep(configs, processes=processes, progress=False))]
 
