@@ -115,3 +115,11 @@ def test_fedavgm_with_zero_momentum_is_fedavg(tmp_path):
     acc = [[r["acc_global"] for r in x["history"]] for x in (plain, zero, momentum)]
     np.testing.assert_allclose(acc[0], acc[1], atol=1e-6)
     assert acc[2] != acc[0]
+
+
+def test_server_predictions_read_the_server_model_on_the_pooled_test_splits(tmp_path):
+    config = RunConfig(dataset="digits", model="cnn", clients=4, rounds=2, local_steps=2, seed=1,
+                       method="fedavg")
+    p = ch.server_predictions(config)
+    assert 1 <= p["distinct"] <= 10 and 0 < p["top_share"] <= 1 and 0.1 <= p["majority"] < 1
+    assert p["server_acc"] == pytest.approx(p["acc"], abs=1e-6)    # FedAvg scores its server model

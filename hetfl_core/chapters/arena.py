@@ -13,8 +13,8 @@ from ..report import Ledger, fmt, fmt_mean_sd, judge, more_than, show_table
 
 __all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard",
            "scenario_rows", "plot_pareto", "plot_map", "judged_winners", "win_counts",
-           "show_summary", "gaps", "claims", "levelled_off", "identical_groups", "plugin_demo",
-           "FedAvgM", "register_example"]
+           "show_summary", "gaps", "claims", "levelled_off", "identical_groups",
+           "server_predictions", "plugin_demo", "FedAvgM", "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
 PAPER_REFS = {"fedlps": "FedLPS, Table I", "heroes": "Heroes, Table II", "ofafl": "OFA-FL, Figs. 2-3",
@@ -261,6 +261,28 @@ def identical_groups(rows: list[dict], name: str, digits: int = 6) -> list[list[
         key = tuple(round(v, digits) for v in r["values"]["acc"])
         groups.setdefault(key, []).append(r["method"])
     return [g for g in groups.values() if len(g) > 1]
+
+
+def server_predictions(config) -> dict:
+    """Run ``config`` and read its server model's predictions on the clients' pooled test
+    splits: ``acc`` (the run's final personalised accuracy), ``server_acc`` (the server
+    model's accuracy there), ``top_share`` (the share of inputs given the most frequent
+    prediction), ``distinct`` (how many different labels it predicts) and ``majority``
+    (the majority-label rate of those splits)."""
+    from ..engine import build_simulation, run_rounds
+    from ..report import final
+
+    sim = build_simulation(config)
+    result = run_rounds(sim)
+    x = torch.cat([c.x_test for c in sim.data.clients])
+    y = torch.cat([c.y_test.reshape(-1) for c in sim.data.clients])
+    model = sim.method.model.eval()
+    with torch.no_grad():
+        pred = model(x).argmax(-1).reshape(-1)
+    counts = torch.bincount(pred)
+    return {"acc": final(result), "server_acc": float((pred == y).float().mean()),
+            "top_share": float(counts.max()) / pred.numel(), "distinct": int((counts > 0).sum()),
+            "majority": float(torch.bincount(y).max()) / y.numel()}
 
 
 def plugin_demo(runs: arena.ArenaRuns, name: str, processes: int = 2) -> list[dict]:
