@@ -166,7 +166,7 @@ def settings(scale: str, seed: int = 0) -> Settings:
                     seeds=by_scale(scale, smoke=1, book=3, paper=3),
                     text_seeds=by_scale(scale, smoke=1, book=3, paper=3),
                     map_seeds=by_scale(scale, smoke=1, book=3, paper=3),
-                    lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.03, 0.1, 0.3, 1.0),
+                    lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.03, 0.1, 0.3, 1.0, 3.0),
                                                paper=(0.01, 0.03, 0.1, 0.3, 1.0)),
                              "text": by_scale(scale, smoke=(1.0,), book=(0.3, 1.0, 3.0, 10.0),
                                               paper=(0.1, 0.3, 1.0, 3.0, 10.0))})
@@ -263,12 +263,12 @@ def pick_lr(tuning: dict, lr_grid: dict) -> dict:
 
 
 def first_lrs(grid) -> tuple:
-    """The rates tuning starts from: the two middle values of ``grid`` (all of a grid of
-    at most two)."""
+    """The rates tuning starts from: the two middle values of ``grid`` (the lower middle
+    pair of an odd grid; all of a grid of at most two)."""
     grid = tuple(grid)
     if len(grid) <= 2:
         return grid
-    mid = (len(grid) - 1) // 2
+    mid = len(grid) // 2 - 1
     return grid[mid:mid + 2]
 
 

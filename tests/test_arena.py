@@ -69,6 +69,7 @@ def test_tuning_starts_in_the_middle_and_widens_while_the_best_is_at_an_edge():
 
     grid = {"image": (0.03, 0.1, 0.3, 1.0)}
     assert arena.first_lrs(grid["image"]) == (0.1, 0.3) and arena.first_lrs((0.1,)) == (0.1,)
+    assert arena.first_lrs((0.03, 0.1, 0.3, 1.0, 3.0)) == (0.1, 0.3)
     tuning = {("image", "up", 0.1): tuned(0.4), ("image", "up", 0.3): tuned(0.6),
               ("image", "down", 0.1): tuned(0.6), ("image", "down", 0.3): tuned(0.4),
               ("image", "inside", 0.03): tuned(0.3), ("image", "inside", 0.1): tuned(0.6),
@@ -92,7 +93,7 @@ def test_book_grid_brackets_and_the_sample_count_adds_every_run():
     for grid in s.lr_grid.values():
         ratios = np.diff(np.log(grid))
         assert len(grid) >= 4 and np.allclose(ratios, ratios[0], atol=0.2)
-    assert s.lr_grid["image"][0] == 0.03 and s.lr_grid["image"][-1] == 1.0
+    assert s.lr_grid["image"][0] == 0.03 and s.lr_grid["image"][-1] >= 1.0
     one = arena.settings("smoke")
     c = one.image
     per_run = c.clients * c.participation * c.rounds * c.local_steps * 32
