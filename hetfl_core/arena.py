@@ -167,9 +167,9 @@ def settings(scale: str, seed: int = 0) -> Settings:
                     text_seeds=by_scale(scale, smoke=1, book=3, paper=3),
                     map_seeds=by_scale(scale, smoke=1, book=3, paper=3),
                     lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.03, 0.1, 0.3, 1.0, 3.0),
-                                               paper=(0.01, 0.03, 0.1, 0.3, 1.0)),
+                                               paper=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0)),
                              "text": by_scale(scale, smoke=(1.0,), book=(0.3, 1.0, 3.0, 10.0, 30.0),
-                                              paper=(0.1, 0.3, 1.0, 3.0, 10.0))})
+                                              paper=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0))})
 
 
 def scenarios(s: Settings) -> list[Scenario]:
