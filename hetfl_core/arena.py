@@ -10,14 +10,17 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
 * **label skew**: Dirichlet alpha 0.1, 0.5 and near-IID (alpha 100); **device
   heterogeneity**: the shared tiers ``low``, ``medium``, ``high``
   (:data:`hetfl_core.system.HETEROGENEITY`);
-* **one cost model**: every run is charged by the ``compute`` system (tiered devices,
-  fixed links), whatever its paper's own device model, except the lightweight PFL
-  method, whose allocation exists only on its wireless cell (:data:`OWN_SYSTEM`);
+* **one cost model**: every run is charged by the ``wireless`` system (tiered devices on
+  one wireless cell), whatever its paper's own device model: the lightweight PFL method's
+  allocation needs that cell, so every method runs on it and all times and energies compare;
 * **equal for all**: clients, rounds, local steps, batch size, participation, seeds;
-  each method's learning rate is chosen from the same small grid by its final
+  each method's learning rate is chosen from the same geometric grid by its final
   personalised accuracy on the clients' *validation* splits (``acc_val``) in the
-  reference scenario, seed ``seeds[0]``; every other hyperparameter is its paper's
-  default (a run that diverges falls back to the next smaller rate of the grid). OFA-FL
+  reference scenario, seed ``seeds[0]``: the two middle rates first, then the grid is
+  walked outwards while the best rate sits at the edge of those tried (:func:`widen`), and
+  a method whose best is at the grid's own edge is flagged (:func:`lr_edges`); every other
+  hyperparameter is its paper's default (a run that diverges falls back to the next
+  smaller rate of the grid). OFA-FL
   serves each client the largest density its device tier affords and runs its pruning
   schedule scaled to the arena's rounds (see :func:`method_options`).
 
@@ -40,8 +43,10 @@ import numpy as np
 from .config import ALL, RunConfig, by_scale, check_scale
 from .errors import ConfigError, HetflError
 
-__all__ = ["SYSTEM", "OWN_SYSTEM", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "LABELS", "SKEWS", "Scenario", "Settings",
-           "settings", "scenarios", "method_options", "ofa_capacities", "tuning_configs", "pick_lr",
+__all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES",
+           "LABELS", "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
+           "ofa_capacities", "tuning_configs", "pick_lr",
+           "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
            "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
            "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners",
            "label"]
@@ -66,14 +71,23 @@ LABELS = {"fedlps": "FedLPS", "heroes": "Heroes", "ofafl": "OFA-FL", "srp-pfed":
           "sparse-prune-pfl": "Lightweight PFL", "fedavg": "FedAvg", "fedprox": "FedProx",
           "heterofl": "HeteroFL", "fedrolex": "FedRolex", "fjord": "FjORD", "fedper": "FedPer",
           "fedrep": "FedRep", "lg-fedavg": "LG-FedAvg", "ditto": "Ditto", "local": "Local"}
-#: the one cost model every run is charged by (see :mod:`hetfl_core.system`)
-SYSTEM = "compute"
-#: methods that exist only on another cost model: the lightweight PFL method's DCA
-#: allocates the wireless cell's band (Alg. 2), so it runs on that cell, and its time and
-#: energy are that cell's (bits and accuracy compare directly)
-OWN_SYSTEM = {"sparse-prune-pfl": "wireless"}
+#: the one cost model every run is charged by (see :mod:`hetfl_core.system`): the wireless
+#: cell, the only one on which the lightweight PFL method's allocation (Alg. 2) exists
+SYSTEM = "wireless"
+#: methods whose training never reads the device tiers: they use ``self.devices`` for no
+#: decision (SRP-pFed only with its semi-asynchronous ``window``, off by default), so their
+#: accuracy is the same at every heterogeneity level and only their costs change. The
+#: others size sub-models (HeteroFL, FedRolex, FjORD, Heroes, FedLPS), capacities (OFA-FL,
+#: via :func:`method_options`) or the allocation (the lightweight PFL method) by tier
+TIER_BLIND = ("fedavg", "fedprox", "fedper", "fedrep", "lg-fedavg", "ditto", "local", "srp-pfed")
 #: label skew name -> Dirichlet alpha (``natural`` is a text corpus's own split)
 SKEWS = {"α=0.1": 0.1, "α=0.5": 0.5, "near-IID": 100.0, "natural": None}
+
+
+def tier_blind(method: str) -> bool:
+    """Whether ``method``'s accuracy cannot depend on the device tier (:data:`TIER_BLIND`;
+    a plug-in counts as tier-aware)."""
+    return method in TIER_BLIND
 
 
 def label(method: str) -> str:
@@ -121,13 +135,14 @@ def settings(scale: str, seed: int = 0) -> Settings:
     and Shakespeare with every training sample, 50 clients of which a fifth take part per
     round (as in the papers' partial-participation setups), 200 image and 100 text rounds of
     10 local steps, every skew and every device tier, 3 seeds in every cell and a wider
-    learning-rate grid."""
+    learning-rate grid. At ``book`` scale every cell has 3 seeds too (the ledger's minimum),
+    and the grids are geometric (factor about 3) around the rates that served at that scale."""
     check_scale(scale)
     image = RunConfig(dataset=by_scale(scale, smoke="digits", book="fashion-mnist-14", paper="fashion-mnist"),
                       model="wcnn", partition="dirichlet", alpha=0.5,
                       clients=by_scale(scale, smoke=6, book=10, paper=50),
                       participation=by_scale(scale, smoke=0.5, book=0.5, paper=0.2),
-                      rounds=by_scale(scale, smoke=2, book=12, paper=200),
+                      rounds=by_scale(scale, smoke=2, book=14, paper=200),
                       local_steps=by_scale(scale, smoke=2, book=5, paper=10), batch_size=32,
                       train_samples=by_scale(scale, smoke=300, book=2000, paper=ALL),
                       val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
@@ -135,10 +150,11 @@ def settings(scale: str, seed: int = 0) -> Settings:
     text = None if scale == "smoke" else RunConfig(
         dataset="shakespeare", model="charlstm-s", partition="natural",
         clients=by_scale(scale, smoke=6, book=10, paper=50), participation=image.participation,
-        rounds=by_scale(scale, smoke=2, book=6, paper=100), local_steps=image.local_steps, batch_size=16,
+        rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps,
+        batch_size=16,
         train_samples=by_scale(scale, smoke=2000, book=6000, paper=ALL), val_fraction=0.1,
         test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
-        eval_every=by_scale(scale, smoke=1, book=2, paper=10),
+        eval_every=by_scale(scale, smoke=1, book=3, paper=10),
         seed=seed)
     return Settings(scale=scale, image=image, text=text,
                     skews=by_scale(scale, smoke=("α=0.5",), book=("α=0.1", "α=0.5", "near-IID"),
@@ -148,10 +164,12 @@ def settings(scale: str, seed: int = 0) -> Settings:
                                              paper=("low", "medium", "high")),
                     reference=Scenario("image", "α=0.5", "medium"),
                     seeds=by_scale(scale, smoke=1, book=3, paper=3),
-                    text_seeds=by_scale(scale, smoke=1, book=2, paper=3),
-                    map_seeds=by_scale(scale, smoke=1, book=1, paper=3),
-                    lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.1, 0.3), paper=(0.03, 0.1, 0.3)),
-                             "text": by_scale(scale, smoke=(1.0,), book=(1.0,), paper=(0.3, 1.0, 3.0))})
+                    text_seeds=by_scale(scale, smoke=1, book=3, paper=3),
+                    map_seeds=by_scale(scale, smoke=1, book=3, paper=3),
+                    lr_grid={"image": by_scale(scale, smoke=(0.1,), book=(0.03, 0.1, 0.3, 1.0, 3.0),
+                                               paper=(0.01, 0.03, 0.1, 0.3, 1.0, 3.0)),
+                             "text": by_scale(scale, smoke=(1.0,), book=(0.3, 1.0, 3.0, 10.0, 30.0),
+                                              paper=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0))})
 
 
 def scenarios(s: Settings) -> list[Scenario]:
@@ -202,7 +220,7 @@ def _base(s: Settings, scenario: Scenario) -> RunConfig:
 
 
 def _config(s: Settings, scenario: Scenario, method: str, lr: float, seed: int) -> RunConfig:
-    c = _base(s, scenario).replace(method=method, lr=lr, seed=seed, system=OWN_SYSTEM.get(method, SYSTEM))
+    c = _base(s, scenario).replace(method=method, lr=lr, seed=seed, system=SYSTEM)
     return c.replace(options=method_options(method, c))
 
 
@@ -244,6 +262,83 @@ def pick_lr(tuning: dict, lr_grid: dict) -> dict:
     return chosen
 
 
+def first_lrs(grid) -> tuple:
+    """The rates tuning starts from: the two middle values of ``grid`` (the lower middle
+    pair of an odd grid; all of a grid of at most two)."""
+    grid = tuple(grid)
+    if len(grid) <= 2:
+        return grid
+    mid = len(grid) // 2 - 1
+    return grid[mid:mid + 2]
+
+
+def widen(tuning: dict, lr_grid: dict) -> list:
+    """``[(task, method, lr)]``: the rates still to try. For each method tuned so far (the
+    keys of ``tuning``), if its best rate (by :func:`pick_lr` over the rates tried) is the
+    smallest or the largest tried, the grid's next rate beyond it, when there is one and
+    it is untried; if every rate tried diverged, the next smaller one."""
+    out = []
+    for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
+        grid = list(lr_grid[task])
+        tried = sorted(lr for t, mm, lr in tuning if (t, mm) == (task, m))
+        mine = {k: v for k, v in tuning.items() if k[:2] == (task, m)}
+        best = pick_lr(mine, {task: tried}).get((task, m))
+        lo, hi = grid.index(tried[0]), grid.index(tried[-1])
+        if (best is None or best == tried[0]) and lo > 0:
+            out.append((task, m, grid[lo - 1]))
+        if best is not None and best == tried[-1] and len(tried) > 1 and hi < len(grid) - 1:
+            out.append((task, m, grid[hi + 1]))
+    return out
+
+
+def lr_edges(lrs: dict, lr_grid: dict) -> dict:
+    """``{(task, method): "smallest" | "largest"}`` for every method whose chosen rate is at
+    an edge of its task's grid (where a wider grid might serve it better); empty for a
+    one-value grid."""
+    out = {}
+    for (task, m), lr in lrs.items():
+        grid = tuple(lr_grid[task])
+        if len(grid) > 1 and lr in (grid[0], grid[-1]):
+            out[(task, m)] = "smallest" if lr == grid[0] else "largest"
+    return out
+
+
+def majority_rate(config: RunConfig) -> float:
+    """The accuracy of always predicting the most frequent label of the clients' pooled
+    test splits (on Shakespeare: the most frequent next character)."""
+    import torch
+
+    from .engine import build_data
+
+    data = build_data(config)
+    y = torch.cat([c.y_test.reshape(-1) for c in data.clients])
+    if y.numel() == 0:
+        return math.nan
+    return float(torch.bincount(y).max()) / y.numel()
+
+
+def training_samples(s: Settings, methods=METHODS, lrs_per_method: float | None = None) -> dict:
+    """``{task: samples}``: the training samples the whole arena draws (clients x
+    participation x rounds x local steps x batch size, summed over every tuning and
+    reported run; a method that cannot run a task still counts, an upper bound).
+    ``lrs_per_method`` is the number of tuning rates per method (default: the first ones
+    plus one step outwards, at most the grid)."""
+    out = {}
+    for task, base in (("image", s.image), ("text", s.text)):
+        if base is None:
+            continue
+        per_run = (base.clients * base.participation * base.rounds * base.local_steps
+                   * base.batch_size)
+        grid = s.lr_grid[task]
+        tuned = lrs_per_method if lrs_per_method is not None else \
+            min(len(grid), len(first_lrs(grid)) + 1)
+        cells = [sc for sc in scenarios(s) if sc.task == task]
+        seeds = sum(s.seeds if sc == s.reference else s.text_seeds if task == "text"
+                    else s.map_seeds for sc in cells)
+        out[task] = per_run * len(methods) * (tuned + seeds - 1)     # seed 0 of a cell is tuned
+    return out
+
+
 def run_configs(s: Settings, methods, lrs: dict) -> dict:
     """``{(scenario, method, seed): config}`` for every cell, tuned method and seed."""
     grid = {}
@@ -261,7 +356,8 @@ def run_configs(s: Settings, methods, lrs: dict) -> dict:
 class ArenaRuns:
     """What :func:`run_arena` returns: the settings, the chosen learning rates, every
     result by ``(scenario, method, seed)``, the runs that failed (with their one-line
-    error) and the methods a task cannot run."""
+    error), the methods a task cannot run, and the tuning runs by ``(task, method, lr)``
+    (a diverged one is ``None``)."""
 
     settings: Settings
     methods: tuple
@@ -269,6 +365,7 @@ class ArenaRuns:
     results: dict
     failed: dict
     unsupported: dict
+    tuning: dict = field(default_factory=dict)
 
     def runs(self, scenario: Scenario, method: str) -> list[dict]:
         """The results of ``method`` in ``scenario``, one per seed, in seed order."""
@@ -336,9 +433,17 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
                 c.validate()
             except ConfigError as exc:
                 unsupported[(task, m)] = str(exc)
-    tuning, failed = _sweep_tolerant(tuning_configs(s, methods), processes, "arena: tuning lr", directory,
-                                     progress)
+    every = tuning_configs(s, methods)
+    todo = [k for k in every if k[2] in first_lrs(s.lr_grid[k[0]])]
+    tuning = {}
+    while todo:                       # the middle rates, then outwards while the best is at an edge
+        done, _ = _sweep_tolerant({k: every[k] for k in todo}, processes, "arena: tuning lr",
+                                  directory, progress)
+        tuning.update({k: done.get(k) for k in todo})
+        todo = [k for k in widen(tuning, s.lr_grid) if k in every and k not in tuning]
     lrs = pick_lr(tuning, s.lr_grid)
+    failed = {(t, m, lr): "diverged at every rate tried" for t, m, lr in tuning
+              if (t, m) not in lrs}
     grid = run_configs(s, methods, lrs)
     results, failed_runs = _sweep_tolerant(grid, processes, "arena: runs", directory, progress)
     retry = {k: grid[k].replace(lr=lower) for k in failed_runs
@@ -346,7 +451,7 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     if retry:      # the same rule for every method: a failed run (diverged) falls back one rate
         more, failed_runs = _sweep_tolerant(retry, processes, "arena: lower lr", directory, progress)
         results.update(more)
-    return ArenaRuns(s, methods, lrs, results, {**failed, **failed_runs}, unsupported)
+    return ArenaRuns(s, methods, lrs, results, {**failed, **failed_runs}, unsupported, tuning)
 
 
 # -- metrics -------------------------------------------------------------------------------
@@ -432,13 +537,29 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
                           "lr": max(r["config"]["lr"] for r in rs),
                           "lrs": sorted({r["config"]["lr"] for r in rs}, reverse=True), "seeds": len(rs),
-                          "system": OWN_SYSTEM.get(m, SYSTEM), "target": target,
+                          "system": SYSTEM, "target": target,
                           "budget_s": budget, "mean": mean, "values": values})
+        if scenario.task == "text" and block:
+            block.append(_majority_row(runs, scenario, block[0]))
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))
         for rank, row in enumerate(block, 1):
             row["rank"] = rank
         rows += block
     return rows
+
+
+def _majority_row(runs: ArenaRuns, scenario: Scenario, like: dict) -> dict:
+    """The text leaderboard's baseline row: the majority-character rate of each seed's
+    test splits (``acc``; no other metric)."""
+    seeds = sorted({r["config"]["seed"] for m in runs.methods for r in runs.runs(scenario, m)})
+    config = _base(runs.settings, scenario)
+    values = {k: [math.nan] * len(seeds) for k in like["values"]}
+    values["acc"] = [majority_rate(config.replace(seed=sd)) for sd in seeds]
+    shared = ("scenario", "task", "skew", "heterogeneity", "target", "budget_s")
+    return {**{k: like[k] for k in shared},
+            "method": "majority", "label": "Majority character", "lr": math.nan, "lrs": [],
+            "seeds": len(seeds), "system": "—", "baseline": True, "values": values,
+            "mean": {k: _mean(v) for k, v in values.items()}}
 
 
 def _mean(values) -> float:

@@ -63,6 +63,77 @@ def test_pick_lr_takes_the_best_validation_accuracy_and_a_diverged_run_loses():
     assert arena.pick_lr(tuning, grid) == {("image", "a"): 0.3, ("image", "b"): 0.1, ("image", "c"): 0.1}
 
 
+def test_tuning_starts_in_the_middle_and_widens_while_the_best_is_at_an_edge():
+    def tuned(v):
+        return {"history": [{"acc_val": v}]}
+
+    grid = {"image": (0.03, 0.1, 0.3, 1.0)}
+    assert arena.first_lrs(grid["image"]) == (0.1, 0.3) and arena.first_lrs((0.1,)) == (0.1,)
+    assert arena.first_lrs((0.03, 0.1, 0.3, 1.0, 3.0)) == (0.1, 0.3)
+    tuning = {("image", "up", 0.1): tuned(0.4), ("image", "up", 0.3): tuned(0.6),
+              ("image", "down", 0.1): tuned(0.6), ("image", "down", 0.3): tuned(0.4),
+              ("image", "inside", 0.03): tuned(0.3), ("image", "inside", 0.1): tuned(0.6),
+              ("image", "inside", 0.3): tuned(0.5), ("image", "gone", 0.1): None,
+              ("image", "gone", 0.3): None}
+    assert sorted(arena.widen(tuning, grid)) == [("image", "down", 0.03), ("image", "gone", 0.03),
+                                                 ("image", "up", 1.0)]
+    tuning[("image", "up", 1.0)] = tuned(0.7)       # still rising at the grid's top: nothing left
+    tuning[("image", "down", 0.03)] = tuned(0.5)    # bracketed: 0.03 < 0.1 > 0.3
+    assert ("image", "up") not in {k[:2] for k in arena.widen(tuning, grid)}
+    assert ("image", "down") not in {k[:2] for k in arena.widen(tuning, grid)}
+    lrs = arena.pick_lr(tuning, grid)
+    assert lrs[("image", "up")] == 1.0 and lrs[("image", "down")] == 0.1
+    assert arena.lr_edges(lrs, grid) == {("image", "up"): "largest"}
+    assert arena.lr_edges({("image", "a"): 0.03}, grid) == {("image", "a"): "smallest"}
+    assert arena.lr_edges({("image", "a"): 0.1}, {"image": (0.1,)}) == {}
+
+
+def test_book_grid_brackets_and_the_sample_count_adds_every_run():
+    s = arena.settings("book")
+    for grid in s.lr_grid.values():
+        ratios = np.diff(np.log(grid))
+        assert len(grid) >= 4 and np.allclose(ratios, ratios[0], atol=0.2)
+    assert s.lr_grid["image"][0] == 0.03 and s.lr_grid["image"][-1] >= 1.0
+    one = arena.settings("smoke")
+    c = one.image
+    per_run = c.clients * c.participation * c.rounds * c.local_steps * 32
+    assert arena.training_samples(one, ["fedavg"]) == {"image": per_run * (1 + 1 - 1)}
+    n = arena.training_samples(s, ["fedavg"], lrs_per_method=2)["image"]
+    assert n == 5 * s.image.rounds * s.image.local_steps * 32 * (2 + 9 * 3 - 1)
+
+
+def test_tier_blind_methods_train_the_same_model_at_every_heterogeneity(tmp_path):
+    from hetfl_core import RunConfig
+    from hetfl_core.experiments import run_cached
+
+    base = RunConfig(dataset="digits", model="wcnn", clients=4, rounds=2, local_steps=2, lr=0.1,
+                     seed=3, system="wireless", train_samples=200, test_fraction=0.2,
+                     val_fraction=0.1)
+
+    def accs(method, het):
+        r = run_cached(base.replace(method=method, heterogeneity=het), tmp_path)
+        return [x.get("acc_personal") for x in r["history"]]
+
+    for m in arena.TIER_BLIND:
+        assert accs(m, "low") == accs(m, "high"), m
+    assert arena.tier_blind("fedavg") and not arena.tier_blind("heterofl")
+    assert not arena.tier_blind("toy-plugin")
+    assert accs("heterofl", "low") != accs("heterofl", "high")
+
+
+def test_majority_rate_is_the_most_frequent_test_label(tmp_path):
+    import torch
+
+    from hetfl_core import RunConfig
+    from hetfl_core.engine import build_data
+
+    config = RunConfig(dataset="digits", model="cnn", partition="dirichlet", alpha=0.1, clients=4,
+                       seed=2)
+    y = torch.cat([c.y_test for c in build_data(config).clients])
+    assert arena.majority_rate(config) == pytest.approx(float(torch.bincount(y).max()) / len(y))
+    assert 0.1 <= arena.majority_rate(config) < 1
+
+
 def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
     s = arena.settings("book")
     lrs = {(t, m): 0.1 for t in ("image", "text") for m in arena.METHODS}
@@ -76,7 +147,11 @@ def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
         assert all(sh == {**shared[0], "seed": sh["seed"]} for sh in shared)
         assert {c["method"] for c in configs} == set(arena.METHODS)
         assert len(configs) == len(arena.METHODS) * len(seeds)
-    assert {c.system for c in grid.values() if c.method != "sparse-prune-pfl"} == {arena.SYSTEM}
+    assert arena.SYSTEM == "wireless" and {c.system for c in grid.values()} == {"wireless"}
+    counts = {}
+    for sc, _, _ in grid:
+        counts[sc] = counts.get(sc, 0) + 1
+    assert all(n == 3 * len(arena.METHODS) for n in counts.values())    # 3 seeds in every cell
 
 
 def test_ofa_capacities_follow_the_device_tiers():

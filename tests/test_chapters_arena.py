@@ -47,7 +47,53 @@ def test_winners_and_win_counts_read_the_image_cells():
     rows.append({"task": "text", "skew": "natural", "heterogeneity": "medium", "method": "local",
                  "mean": {"acc": 0.99, "acc_at_budget": 0.99}})
     assert arena.winners(rows) == {("α=0.1", "low"): ("fedper", 0.7)}
-    assert ch.win_counts(rows, "acc_at_budget") == {"local": 1}
+
+
+def cell(skew, het, accs):
+    """Image rows of one cell: ``accs[method]`` lists each seed's accuracy."""
+    return [{"task": "image", "skew": skew, "heterogeneity": het, "method": m,
+             "values": {"acc": v, "acc_at_budget": v},
+             "mean": {"acc": float(np.mean(v)), "acc_at_budget": float(np.mean(v))}}
+            for m, v in accs.items()]
+
+
+def test_win_counts_need_a_judged_lead_and_count_tier_blind_methods_once_per_skew():
+    rows = []
+    for het in ("low", "medium", "high"):      # FedPer (tier-blind) wins every tier of α=0.1
+        rows += cell("α=0.1", het, {"fedper": [0.8, 0.81, 0.82], "fedavg": [0.5, 0.52, 0.51]})
+    for het in ("low", "high"):                # HeteroFL (reads tiers) wins two tiers of α=0.5
+        rows += cell("α=0.5", het, {"heterofl": [0.7, 0.72, 0.71], "fedavg": [0.5, 0.5, 0.52]})
+    rows += cell("α=0.5", "medium", {"heterofl": [0.7, 0.5, 0.72], "fedavg": [0.6, 0.6, 0.6]})
+    judged = ch.judged_winners(rows)
+    assert judged[("α=0.1", "low")][2] == "holds" and judged[("α=0.1", "low")][3] == "fedavg"
+    unclear = judged[("α=0.5", "medium")]
+    assert unclear[0] == "heterofl" and unclear[2] != "holds"
+    assert ch.win_counts(rows) == {"heterofl": 2, "fedper": 1}
+    two = cell("near-IID", "low", {"fedrep": [0.8, 0.9], "fedavg": [0.1, 0.2]})
+    assert ch.judged_winners(two)[("near-IID", "low")][2] == "indicative"
+    assert ch.win_counts(two) == {}
+
+
+def test_identical_groups_find_methods_with_the_same_accuracy_on_every_seed():
+    rows = [{"scenario": "t", "method": m, "values": {"acc": v}} for m, v in
+            (("fedavg", [0.1, 0.2]), ("fedprox", [0.1, 0.2]), ("ditto", [0.1, 0.3]),
+             ("majority", [0.1, 0.2]))]
+    assert ch.identical_groups(rows, "t") == [["fedavg", "fedprox", "majority"]]
+
+
+def test_level_check_and_plugin_demo_run_the_reference_cell_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path))
+    runs = arena.run_arena("smoke", ["fedavg"], processes=1, directory=tmp_path, progress=False)
+    level = ch.levelled_off(runs, processes=1)
+    assert len(level["short"]) == len(level["long"]) == runs.settings.seeds
+    pairs = zip(level["short"], level["long"])
+    assert level["gain"] == pytest.approx([100 * (b - a) for a, b in pairs])
+    assert level["short"] == [arena.run_metrics(r, 0, 0)["acc"] for r in
+                              runs.runs(runs.settings.reference, "fedavg")]
+    name = ch.register_example()
+    demo = ch.plugin_demo(runs, name, processes=1)
+    assert [d["method"] for d in demo] == [name, "fedavg"]
+    assert demo[1]["acc"] == level["short"][0]
 
 
 def test_rules_table_names_every_method_and_what_the_arena_sets():
@@ -55,7 +101,8 @@ def test_rules_table_names_every_method_and_what_the_arena_sets():
     rows = {r[0]: r for r in ch.rules_rows(runs)}
     assert set(rows) == {arena.label(m) for m in arena.METHODS}
     assert rows["OFA-FL"][2].startswith("capacity by device tier")
-    assert rows["Lightweight PFL"][3] == "wireless" and rows["FedAvg"][3] == arena.SYSTEM
+    assert rows["Lightweight PFL"][3] == "yes" and rows["HeteroFL"][3] == "yes"
+    assert rows["FedAvg"][3] == "no"
 
 
 def test_fedavgm_with_zero_momentum_is_fedavg(tmp_path):
@@ -68,3 +115,11 @@ def test_fedavgm_with_zero_momentum_is_fedavg(tmp_path):
     acc = [[r["acc_global"] for r in x["history"]] for x in (plain, zero, momentum)]
     np.testing.assert_allclose(acc[0], acc[1], atol=1e-6)
     assert acc[2] != acc[0]
+
+
+def test_server_predictions_read_the_server_model_on_the_pooled_test_splits(tmp_path):
+    config = RunConfig(dataset="digits", model="cnn", clients=4, rounds=2, local_steps=2, seed=1,
+                       method="fedavg")
+    p = ch.server_predictions(config)
+    assert 1 <= p["distinct"] <= 10 and 0 < p["top_share"] <= 1 and 0.1 <= p["majority"] < 1
+    assert p["server_acc"] == pytest.approx(p["acc"], abs=1e-6)    # FedAvg scores its server model

@@ -9,10 +9,12 @@ import torch
 from .. import arena
 from ..arena import LABELS, PAPER_BASELINES, PAPER_METRIC, label
 from ..methods.fedavg import FedAvg, weighted_average
-from ..report import Ledger, fmt, fmt_mean_sd, more_than, show_table
+from ..report import Ledger, fmt, fmt_mean_sd, judge, more_than, show_table
 
-__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard", "scenario_rows", "plot_pareto",
-           "plot_map", "win_counts", "show_summary", "gaps", "claims", "FedAvgM", "register_example"]
+__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard",
+           "scenario_rows", "plot_pareto", "plot_map", "judged_winners", "win_counts",
+           "show_summary", "gaps", "claims", "levelled_off", "identical_groups",
+           "server_predictions", "plugin_demo", "FedAvgM", "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
 PAPER_REFS = {"fedlps": "FedLPS, Table I", "heroes": "Heroes, Table II", "ofafl": "OFA-FL, Figs. 2-3",
@@ -34,26 +36,24 @@ def rules_rows(runs: arena.ArenaRuns) -> list[list]:
         if "capacities" in options:
             shown = "capacity by device tier, " + shown
         missing = [t for t in ("image", "text") if (t, m) in runs.unsupported]
-        rows.append([label(m), lrs or "—", shown or "paper defaults", arena.OWN_SYSTEM.get(m, arena.SYSTEM),
-                     ", ".join(missing) or "—"])
+        rows.append([label(m), lrs or "—", shown or "paper defaults",
+                     "no" if arena.tier_blind(m) else "yes", ", ".join(missing) or "—"])
     return rows
 
 
 def at_grid_edge(runs: arena.ArenaRuns) -> str:
-    """How many methods chose the largest rate of their task's grid (where a wider grid
-    might have served them better), e.g. ``"13 of 15 (image)"``."""
-    parts = []
-    for task, grid in runs.settings.lr_grid.items():
-        chosen = [lr for (t, _), lr in runs.lrs.items() if t == task]
-        if chosen and len(grid) > 1:
-            parts.append(f"{sum(lr == max(grid) for lr in chosen)} of {len(chosen)} ({task})")
-    return ", ".join(parts) or "— (a one-value grid)"
+    """The methods whose tuned rate is at an edge of their task's grid (where a wider grid
+    might serve them better), e.g. ``"none"`` or ``"FedAvg (image, largest)"``."""
+    if all(len(g) <= 1 for g in runs.settings.lr_grid.values()):
+        return "— (a one-value grid)"
+    edges = arena.lr_edges(runs.lrs, runs.settings.lr_grid)
+    return ", ".join(f"{label(m)} ({t}, {side})" for (t, m), side in edges.items()) or "none"
 
 
 def show_rules(runs: arena.ArenaRuns) -> None:
     """The table of what each method brings."""
-    show_table(rules_rows(runs), ["method", "tuned lr", "options the arena sets", "cost model",
-                                  "cannot run"])
+    show_table(rules_rows(runs), ["method", "tuned lr", "options the arena sets",
+                                  "reads device tiers", "cannot run"])
 
 
 def scenario_rows(rows: list[dict], name: str) -> list[dict]:
@@ -70,8 +70,7 @@ def show_leaderboard(rows: list[dict], name: str) -> None:
         return
     out = []
     for r in block:
-        cells = [r["rank"], r["label"] + (" †" if r["system"] != arena.SYSTEM else ""),
-                 "/".join(f"{lr:g}" for lr in r["lrs"])]
+        cells = [r["rank"], r["label"], "/".join(f"{lr:g}" for lr in r["lrs"]) or "—"]
         for key in SHOWN:
             _, digits, scale, _ = arena.COLUMNS[key]
             cells.append(fmt_mean_sd(r["values"][key], digits, "", scale, seeds=False))
@@ -79,8 +78,7 @@ def show_leaderboard(rows: list[dict], name: str) -> None:
     r0 = block[0]
     show_table(out, ["#", "method", "lr", *(arena.COLUMNS[k][0] for k in SHOWN)],
                caption=f"**{name}** ({r0['seeds']} seed{'s' if r0['seeds'] > 1 else ''}; target "
-                       f"{fmt(r0['target'], 1, '%', 100)}, time budget {fmt(r0['budget_s'], 1)} s; "
-                       "† charged by its own wireless cell)")
+                       f"{fmt(r0['target'], 1, '%', 100)}, time budget {fmt(r0['budget_s'], 1)} s)")
 
 
 def plot_pareto(rows: list[dict], names) -> None:
@@ -112,7 +110,8 @@ def plot_map(rows: list[dict], skews, heterogeneities) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
     for ax, key, title in zip(axes, ("acc", "acc_at_budget"),
                               ("best final personalised accuracy", "best accuracy at the time budget")):
-        best = arena.winners(rows, key, skews, heterogeneities)
+        best = {cell: (m, v) for cell, (m, v, verdict, _) in
+                judged_winners(rows, key, skews, heterogeneities).items() if verdict == "holds"}
         image = np.ones((len(skews), len(heterogeneities), 3))
         for (i, k), (j, h) in ((a, b) for a in enumerate(skews) for b in enumerate(heterogeneities)):
             if (k, h) not in best:
@@ -130,11 +129,39 @@ def plot_map(rows: list[dict], skews, heterogeneities) -> None:
     plt.show()
 
 
+def judged_winners(rows: list[dict], key: str = "acc", skews=None, heterogeneities=None) -> dict:
+    """``{(skew, heterogeneity): (method, mean, verdict, runner_up)}`` per image scenario:
+    the method with the highest mean ``key`` and the ledger's verdict (:func:`judge`,
+    paired one-sided t-interval over the seeds both ran) on its lead over the runner-up
+    being above 0: ``"holds"`` is a clear win, anything else a cell without a winner."""
+    best = arena.winners(rows, key, skews, heterogeneities)
+    out = {}
+    for (skew, het), (m, value) in best.items():
+        cell = [r for r in rows if r["task"] == "image" and np.isfinite(r["mean"][key])
+                and (r["skew"], r["heterogeneity"]) == (skew, het)]
+        cell.sort(key=lambda r: -r["mean"][key])
+        if len(cell) < 2:
+            out[(skew, het)] = (m, value, "holds" if cell else "untestable", None)
+            continue
+        a, b = cell[0]["values"][key], cell[1]["values"][key]
+        diffs = [100 * (x - y) for x, y in zip(a, b)]
+        verdict = judge(diffs, more_than(0, " points")).verdict
+        out[(skew, het)] = (m, value, verdict, cell[1]["method"])
+    return out
+
+
 def win_counts(rows: list[dict], key: str = "acc") -> dict[str, int]:
-    """How many image scenarios each method wins on ``key``."""
+    """How many image scenarios each method clearly wins on ``key`` (its lead over the
+    runner-up holds by :func:`judged_winners`). A method whose accuracy cannot depend on
+    the device tier (:func:`hetfl_core.arena.tier_blind`) counts once per label skew it
+    wins, however many tiers of that skew it wins: the tiers are one result for it."""
+    won = set()
+    for (skew, het), (m, _, verdict, _) in judged_winners(rows, key).items():
+        if verdict == "holds":
+            won.add((m, skew) if arena.tier_blind(m) else (m, skew, het))
     counts: dict[str, int] = {}
-    for m, _ in arena.winners(rows, key).values():
-        counts[m] = counts.get(m, 0) + 1
+    for entry in won:
+        counts[entry[0]] = counts.get(entry[0], 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
@@ -195,13 +222,81 @@ def claims(ledger: Ledger, runs: arena.ArenaRuns) -> None:
                 ref = PAPER_REFS[m] if PAPER_BASELINES[m] else "arena (no baseline of the paper runs here)"
                 why = _other_cells(runs, m, b, metric) if scenario.task == "image" and \
                     not (values > 0).all() else ""
+                n = runs.settings.map_seeds
                 ledger.claim(ref, f"{LABELS[m]} beats {label(b)} on {word} accuracy ({where})",
                              paper=f"{LABELS[m]} ahead of {label(b)}", values=values,
                              criterion=more_than(0, " points", f"{LABELS[m]} − {label(b)}"), unit=" points",
-                             why=(f"{LABELS[m]} {why} (1 seed each); conjecture: the paper's own "
-                                  "data, scale and tuning favoured it" if why else ""), section="arena-teaches",
+                             why=(f"{LABELS[m]} {why} ({n} seed{'s' * (n > 1)} each, mean gap)"
+                                  if why else ""), section="arena-teaches",
                              headline=scenario.task == "image" and b == baselines[0],
                              pairs=[(m, b)])
+
+
+def levelled_off(runs: arena.ArenaRuns, method: str = "fedavg", factor: int = 2,
+                 processes: int = 2) -> dict:
+    """Is training long enough? ``method`` in the reference scenario at its tuned rate,
+    every reference seed, run again for ``factor`` times the rounds: per seed its final
+    personalised accuracy at the arena's rounds (``short``) and at ``factor`` times them
+    (``long``), and ``gain`` = long - short in points."""
+    from ..experiments import sweep
+    from ..report import final
+
+    short = {r["config"]["seed"]: final(r) for r in runs.runs(runs.settings.reference, method)}
+    lr = runs.lrs[("image", method)]
+    configs = [arena._config(runs.settings, runs.settings.reference, method, lr, sd)
+               for sd in sorted(short)]
+    configs = [c.replace(rounds=factor * c.rounds, options=arena.method_options(
+        method, c.replace(rounds=factor * c.rounds))) for c in configs]
+    long = [final(r) for r in sweep(configs, processes=processes, progress=False)]
+    shorts = [short[sd] for sd in sorted(short)]
+    return {"short": shorts, "long": long, "gain": [100 * (b - a) for a, b in zip(shorts, long)]}
+
+
+def identical_groups(rows: list[dict], name: str, digits: int = 6) -> list[list[str]]:
+    """The groups of at least two methods in scenario ``name`` whose per-seed personalised
+    accuracies are identical (to ``digits`` decimals): methods that computed the same
+    predictions on every seed."""
+    groups: dict[tuple, list[str]] = {}
+    for r in scenario_rows(rows, name):
+        key = tuple(round(v, digits) for v in r["values"]["acc"])
+        groups.setdefault(key, []).append(r["method"])
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def server_predictions(config) -> dict:
+    """Run ``config`` and read its server model's predictions on the clients' pooled test
+    splits: ``acc`` (the run's final personalised accuracy), ``server_acc`` (the server
+    model's accuracy there), ``top_share`` (the share of inputs given the most frequent
+    prediction), ``distinct`` (how many different labels it predicts) and ``majority``
+    (the majority-label rate of those splits)."""
+    from ..engine import build_simulation, run_rounds
+    from ..report import final
+
+    sim = build_simulation(config)
+    result = run_rounds(sim)
+    x = torch.cat([c.x_test for c in sim.data.clients])
+    y = torch.cat([c.y_test.reshape(-1) for c in sim.data.clients])
+    model = sim.method.model.eval()
+    with torch.no_grad():
+        pred = model(x).argmax(-1).reshape(-1)
+    counts = torch.bincount(pred)
+    return {"acc": final(result), "server_acc": float((pred == y).float().mean()),
+            "top_share": float(counts.max()) / pred.numel(), "distinct": int((counts > 0).sum()),
+            "majority": float(torch.bincount(y).max()) / y.numel()}
+
+
+def plugin_demo(runs: arena.ArenaRuns, name: str, processes: int = 2) -> list[dict]:
+    """The plug-in ``name`` beside FedAvg in the reference scenario, at FedAvg's tuned rate
+    and on the reference seeds: one result per seed for each, ``{"method", "acc"}``."""
+    from ..experiments import sweep
+    from ..report import final
+
+    s, ref = runs.settings, runs.settings.reference
+    lr = runs.lrs[("image", "fedavg")]
+    seeds = range(s.image.seed, s.image.seed + s.seeds)
+    configs = [arena._config(s, ref, m, lr, sd) for m in (name, "fedavg") for sd in seeds]
+    return [{"method": c.method, "seed": c.seed, "acc": final(r)}
+            for c, r in zip(configs, sweep(configs, processes=processes, progress=False))]
 
 
 # -- "Add your method": a plug-in of about thirty lines -------------------------------------
