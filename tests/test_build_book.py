@@ -80,6 +80,34 @@ def test_student_edition_removes_every_solution(tmp_path):
     assert "A\n" in "".join(cell["source"])                             # the full book is untouched
 
 
+def test_student_edition_removes_gated_solutions_and_their_code(tmp_path):
+    import json
+
+    def md(text):
+        return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+    def code(text, tags=()):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": text,
+                "outputs": []}
+
+    cells = [md("```{exercise}\n:label: e1\nQ\n```\n\n"
+                "```{solution-start} e1\n:class: dropdown\n```\nWe compute it:\n"),
+             code("print(42)", ["solution"]), code("print(43)"),
+             md("so the answer is above.\n```{solution-end}\n```\n\nAfter.\n"),
+             code("print(1)")]
+    staging = tmp_path / "src"
+    (staging / "book").mkdir(parents=True)
+    (staging / "book" / "ch.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}}))
+    assert build_book.student_edition(staging, tmp_path / "student") == 1
+    nb = json.loads((tmp_path / "student" / "book" / "ch.ipynb").read_text())
+    assert [c["source"] for c in nb["cells"]] == [
+        "```{exercise}\n:label: e1\nQ\n```\n\n", "\nAfter.\n", "print(1)"]
+    import pytest
+
+    with pytest.raises(ValueError):
+        build_book.strip_notebook_solutions({"cells": cells[:3]})
+
+
 def test_count_class_counts_whole_class_names(tmp_path):
     (tmp_path / "a.html").write_text('<div class="exercise admonition"></div><div class="solution dropdown">'
                                      '</div><div class="exercises"></div><p class="x exercise"></p>')

@@ -323,29 +323,64 @@ def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool
 
 
 SOLUTION_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}")
+GATE_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution-start\}")
+GATE_CLOSE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution-end\}")
+
+
+def _strip(text: str, inside: bool = False) -> tuple[str, int, bool]:
+    """``text`` without its solutions, how many began in it, and whether it ends inside a
+    gated solution (``{solution-start}`` ... ``{solution-end}``, which may span cells)."""
+    kept, fence, removed = [], None, 0
+    for line in text.splitlines(keepends=True):
+        if fence is not None:
+            if line.strip() == fence:
+                fence = None
+        elif inside:
+            closed = GATE_CLOSE.match(line)
+            if closed:
+                fence, inside = closed["fence"], False
+        elif opened := SOLUTION_OPEN.match(line):
+            fence, removed = opened["fence"], removed + 1
+        elif opened := GATE_OPEN.match(line):
+            fence, inside, removed = opened["fence"], True, removed + 1
+        else:
+            kept.append(line)
+    if fence is not None:
+        raise ValueError("a {solution} block is never closed")
+    return "".join(kept), removed, inside
 
 
 def strip_solutions(text: str) -> tuple[str, int]:
-    """``text`` without its ``{solution}`` blocks (fenced with backticks or colons), and how
-    many were removed."""
-    kept, fence, removed = [], None, 0
-    for line in text.splitlines(keepends=True):
-        if fence is None:
-            opened = SOLUTION_OPEN.match(line)
-            if opened:
-                fence, removed = opened["fence"], removed + 1
-            else:
-                kept.append(line)
-        elif line.strip() == fence:
-            fence = None
-    if fence is not None:
-        raise ValueError("a {solution} block is never closed")
-    return "".join(kept), removed
+    """``text`` without its ``{solution}`` blocks (fenced with backticks or colons) and
+    gated solutions, and how many were removed."""
+    kept, removed, inside = _strip(text)
+    if inside:
+        raise ValueError("a {solution-start} is never ended")
+    return kept, removed
+
+
+def strip_notebook_solutions(nb: dict) -> int:
+    """Remove every solution from notebook ``nb`` in place: ``{solution}`` blocks, and gated
+    solutions with the code cells between their start and end; returns how many."""
+    cells, removed, inside = [], 0, False
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = cell["source"]
+            source = "".join(source) if isinstance(source, list) else source
+            cell["source"], k, inside = _strip(source, inside)
+            removed += k
+        elif inside or "solution" in cell.get("metadata", {}).get("tags", []):
+            continue
+        cells.append(cell)
+    if inside:
+        raise ValueError("a {solution-start} is never ended")
+    nb["cells"] = cells
+    return removed
 
 
 def student_edition(staging: Path, target: Path) -> int:
-    """Copy the staged (executed) book to ``target`` with every exercise's solution removed;
-    returns how many solutions were removed."""
+    """Copy the staged (executed) book to ``target`` with every exercise's solution removed
+    (and the code cells of gated solutions); returns how many solutions were removed."""
     import json
 
     if target.exists():
@@ -357,12 +392,8 @@ def student_edition(staging: Path, target: Path) -> int:
             text, n = strip_solutions(page.read_text())
             page.write_text(text)
         elif page.suffix == ".ipynb":
-            nb, n = json.loads(page.read_text()), 0
-            for cell in nb["cells"]:
-                if cell["cell_type"] == "markdown":
-                    source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                    cell["source"], k = strip_solutions(source)
-                    n += k
+            nb = json.loads(page.read_text())
+            n = strip_notebook_solutions(nb)
             page.write_text(json.dumps(nb, indent=1))
         else:
             continue
