@@ -25,7 +25,12 @@ CASES = {
     "fedprox": {"options": {"mu": 0.5}},
     "fedper": {},
     "fedrep": {"options": {"head_epochs": 0.5}},
+    "lg-fedavg": {},               # round 1 a FedAvg warm-start round, round 2 LG-FedAvg's
+    "fedbabu": {},
     "local": {},
+    "topk": {"options": {"k": 0.2}},
+    "topk-ef": {"options": {"k": 0.2}},
+    "oneshot": {},                 # round 2 trains under the pruned mask
     "srp-pfed": {"val_fraction": 0.2},
     "ofafl": {"options": OFA},
     "ltp": {"options": OFA},
@@ -129,11 +134,25 @@ def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
     assert batched.uses_batched_clients(config_of("fedavg", batched_clients=True)) is True
 
 
+#: the registered methods that train their clients sequentially (each docstring says why)
+SEQUENTIAL = ("ditto", "fedlps-code", "fedrolex", "fjord", "flanc", "heroes", "heterofl",
+              "lotteryfl", "prunefl", "sparse-prune-pfl")
+
+
 def test_opt_in_is_per_class():
-    """A subclass that changes the local step is not batched through its parent's job."""
-    assert get_method("fedavg").batchable and get_method("fedper").batchable
-    for name in ("ditto", "fedbabu", "lg-fedavg", "heterofl", "fedrolex", "fjord", "topk"):
-        assert not get_method(name).batchable, name
+    """A subclass that changes the local step is not batched through its parent's job: the
+    width methods (HeteroFL's subclasses) and Flanc stay off although their parents' flags
+    differ, and every method left sequential states its reason."""
+    from hetfl_core.methods.base import METHODS
+
+    for name in CASES:
+        assert get_method(CASES[name].get("method", name)).batchable, name
+    for name in SEQUENTIAL:
+        cls = get_method(name)
+        assert not cls.batchable, name
+        assert "Trains its clients sequentially" in cls.__doc__, name
+    built_in = {n for n, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
+    assert built_in == {CASES[c].get("method", c) for c in CASES} | set(SEQUENTIAL)
 
 
 def test_methods_without_the_hook_train_sequentially(monkeypatch):

@@ -49,7 +49,12 @@ PERSONAL_STARTS = ("initial", "global")
 
 @register
 class Ditto(FedAvg):
-    """FedAvg for the global model, a proximally regularised personal model per client."""
+    """FedAvg for the global model, a proximally regularised personal model per client.
+
+    Trains its clients sequentially: a visit trains two models (the global copy, then v_k
+    replaying the same minibatches from a copy of the generator's state), where a batched
+    job trains one model on one generator stream.
+    """
 
     name = "ditto"
     summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"

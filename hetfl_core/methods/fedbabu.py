@@ -29,6 +29,7 @@ the run's time, traffic or FLOPs.
 """
 from __future__ import annotations
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..personalization import layer_of
 from ..system import training_flops
@@ -42,6 +43,7 @@ class FedBABU(FedPer):
     """Body-only federated training; the whole network fine-tuned per client at the end."""
 
     name = "fedbabu"
+    batchable = True
     summary = "FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"
     option_specs = {**FedPer.option_specs,
                     "finetune": Option("full", "what personalisation fine-tunes: full (body and "
@@ -62,12 +64,20 @@ class FedBABU(FedPer):
 
     def client_update(self, client, plan, generator):
         """Train only the body (the head stays at its shared random init); upload the body."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan, generator):
+        """:meth:`client_update` as a job: one phase on the body of a copy of the global
+        model. The final fine-tune (:meth:`personal_model`) stays sequential: it runs once
+        per client at evaluation time, outside the rounds."""
         model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator,
-                                  params=self.shared_names)
-        body = {layer_of(n) for n in self.shared_names}
-        flops = training_flops(self.costs, result.samples, trainable=body)
-        return self.report(client, model, plan, result.loss, flops)
+
+        def finish(results):
+            body = {layer_of(n) for n in self.shared_names}
+            flops = training_flops(self.costs, results[0].samples, trainable=body)
+            return self.report(client, model, plan, results[0].loss, flops)
+        return ClientJob(client, model, generator,
+                         [self.phase(plan.local_steps, params=self.shared_names)], finish)
 
     def aggregate(self, round_idx, reports):
         """Average the bodies (FedAvg over the shared part) and note the round."""

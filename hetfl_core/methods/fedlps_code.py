@@ -104,7 +104,13 @@ def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 @register
 class FedLPSCode(FedLPS):
     """FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
-    unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule)."""
+    unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule).
+
+    Trains its clients sequentially: its own optimiser loop trains the scores Q with the
+    weights, redraws the row masks every step, restores the dropped rows after it
+    (``weight_recover``) and decays the learning rate per round, none of which is a phase of
+    the batched SGD.
+    """
 
     name = "fedlps-code"
     summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)"

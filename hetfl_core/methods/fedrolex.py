@@ -34,7 +34,11 @@ from .heterofl import HeteroFL
 
 @register
 class FedRolex(HeteroFL):
-    """HeteroFL with the rolling window of units."""
+    """HeteroFL with the rolling window of units.
+
+    Trains its clients sequentially, for HeteroFL's reasons: per-width sub-model shapes,
+    the Scaler's hooks, per-client label masks and gradient clipping.
+    """
 
     name = "fedrolex"
     summary = "FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)"

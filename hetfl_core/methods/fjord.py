@@ -35,7 +35,12 @@ from .heterofl import HeteroFL, width_options
 
 @register
 class FjORD(HeteroFL):
-    """Per-batch sampled nested widths (ordered dropout), one optimiser per visit."""
+    """Per-batch sampled nested widths (ordered dropout), one optimiser per visit.
+
+    Trains its clients sequentially: every minibatch draws its own width from a second
+    generator and drops units through a forward hook, so clients at one step run different
+    sub-networks.
+    """
 
     name = "fjord"
     summary = "FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)"

@@ -18,7 +18,11 @@ from .heroes import Heroes
 
 @register
 class Flanc(Heroes):
-    """Shared basis, one coefficient per width, fixed local frequency."""
+    """Shared basis, one coefficient per width, fixed local frequency.
+
+    Trains its clients sequentially, for Heroes' reasons: composed models whose block
+    selection is an attribute, not a parameter, and differs by width.
+    """
 
     name = "flanc"
     summary = "Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)"

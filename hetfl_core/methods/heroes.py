@@ -47,7 +47,12 @@ TAU_MODES = ("calibrated", "raw", "eps")
 
 @register
 class Heroes(FedAvg):
-    """Enhanced neural composition with least-trained blocks and adaptive local frequencies."""
+    """Enhanced neural composition with least-trained blocks and adaptive local frequencies.
+
+    Trains its clients sequentially: a client's composed model runs the block selection it
+    holds as an attribute (not a parameter), which differs between clients, and the
+    estimates of Alg. 2 take gradients before and after training.
+    """
 
     name = "heroes"
     summary = "Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)"

@@ -100,7 +100,12 @@ class LabelMasked(nn.Module):
 
 @register
 class HeteroFL(FedAvg):
-    """Width by capability, first-k units, averaging over holders."""
+    """Width by capability, first-k units, averaging over holders.
+
+    Trains its clients sequentially: each width is a model of its own shape, the Scaler
+    rescales hidden outputs through forward hooks, the label mask gives every client its own
+    loss, and the batched SGD rule has no gradient clipping (``clip_norm``).
+    """
 
     name = "heterofl"
     summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"

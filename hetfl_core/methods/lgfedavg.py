@@ -38,6 +38,7 @@ class LGFedAvg(FedPer):
     """FedAvg warm start, then private body, shared head."""
 
     name = "lg-fedavg"
+    batchable = True
     summary = "LG-FedAvg: private local body, shared global head (Liang et al. 2020)"
     option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",
                                           1, 1000),
@@ -66,3 +67,10 @@ class LGFedAvg(FedPer):
         if plan.extra.get("fedavg"):
             return FedAvg.client_update(self, client, plan, generator)
         return super().client_update(client, plan, generator)
+
+    def client_job(self, client, plan, generator):
+        """:meth:`client_update` as a job: FedAvg's in the warm-start rounds, FedPer's (the
+        whole model trained, the head uploaded) afterwards."""
+        if plan.extra.get("fedavg"):
+            return self.fedavg_job(client, plan, generator)
+        return super().client_job(client, plan, generator)

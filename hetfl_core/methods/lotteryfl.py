@@ -25,7 +25,12 @@ from .aggregate import average_over_holders, masked_upload
 
 @register
 class LotteryFL(FedAvg):
-    """Personal masks pruned progressively by magnitude, with rewinding to theta_0."""
+    """Personal masks pruned progressively by magnitude, with rewinding to theta_0.
+
+    Trains its clients sequentially: no batched job is written yet; the masked local SGD
+    would fit one, but the accuracy check, pruning and rewinding before it would have to
+    move into the job.
+    """
 
     name = "lotteryfl"
     summary = "LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)"

@@ -9,6 +9,7 @@ that both sides know it, so messages carry only the kept values.
 from __future__ import annotations
 
 
+from ..batched import ClientJob, run_job
 from ..options import Option
 from ..masks import apply_mask, layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
@@ -22,6 +23,7 @@ class OneShotPruning(FedAvg):
     """Prune once by magnitude, then train the sparse model with FedAvg."""
 
     name = "oneshot"
+    batchable = True
     summary = "One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"
     option_specs = {"density": Option(0.5, "fraction of prunable weights kept", 0, 1, low_open=True),
                     "scope": Option("global", "rank weights over the whole model or layer by layer",
@@ -45,16 +47,28 @@ class OneShotPruning(FedAvg):
         return super().configure_round(round_idx, client_ids)
 
     def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+        """FedAvg's local update under the pruning mask (none before ``prune_round``)."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
+        """:meth:`client_update` as a job: one masked phase on a copy of the global model."""
         model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator, masks=self.masks)
-        n_params = sum(p.numel() for p in model.parameters())
-        if self.masks is None:
-            kept, density, mask_bits = n_params, None, 0.0
-        else:
-            kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
-            density = layer_densities(self.masks)
-            mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=training_flops(self.costs, result.samples, density=density),
-                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept) + mask_bits,
-                            local_steps=plan.local_steps, ratio=kept / n_params)
+
+        def finish(results):
+            result = results[0]
+            n_params = sum(p.numel() for p in model.parameters())
+            if self.masks is None:
+                kept, density, mask_bits = n_params, None, 0.0
+            else:
+                kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
+                density = layer_densities(self.masks)
+                mask_bits = (float(sum(m.numel() for m in self.masks.values()))
+                             if self.mask_news else 0.0)
+            return ClientReport(client.client_id, client.n_train, model.state_dict(),
+                                result.loss,
+                                flops=training_flops(self.costs, result.samples, density=density),
+                                uplink_bits=dense_bits(kept),
+                                downlink_bits=dense_bits(kept) + mask_bits,
+                                local_steps=plan.local_steps, ratio=kept / n_params)
+        return ClientJob(client, model, generator,
+                         [self.phase(plan.local_steps, masks=self.masks)], finish)

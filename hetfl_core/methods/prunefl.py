@@ -54,7 +54,12 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 
 @register
 class PruneFL(FedAvg):
-    """Initial magnitude pruning by a strong client, then adaptive importance-per-time pruning."""
+    """Initial magnitude pruning by a strong client, then adaptive importance-per-time pruning.
+
+    Trains its clients sequentially: no batched job is written yet; the masked local SGD
+    would fit one, but the reconfiguration rounds' dense squared gradients, drawn from the
+    client's generator after training, would have to move into its ``finish``.
+    """
 
     name = "prunefl"
     summary = "PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)"

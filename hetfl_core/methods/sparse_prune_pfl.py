@@ -67,7 +67,12 @@ def _check_split(option: str, split: str) -> None:
 
 @register
 class SparsePrunePFL(FedPer):
-    """Shared base with top-k gradients, pruned private part, DCA allocation (Alg. 1 + Alg. 2)."""
+    """Shared base with top-k gradients, pruned private part, DCA allocation (Alg. 1 + Alg. 2).
+
+    Trains its clients sequentially: no batched job is written yet; each client prunes its
+    private part to its own ratio r_n before training and, in warm-up rounds, measures
+    gradients and private weights after it, which a job would have to carry.
+    """
 
     name = "sparse-prune-pfl"
     summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..batched import ClientJob, run_job
 from ..compression import ErrorFeedback, flatten, top_k, unflatten
 from ..options import Option
 from ..system import dense_bits, sparse_bits, training_flops
@@ -23,6 +24,7 @@ class TopK(FedAvg):
     """Top-k sparsified model updates, no memory."""
 
     name = "topk"
+    batchable = True
     summary = "FedAvg with top-k sparsified updates (values + indices on the uplink)"
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
                                 low_open=True)}
@@ -33,18 +35,29 @@ class TopK(FedAvg):
         self.memory = ErrorFeedback()
 
     def client_update(self, client, plan, generator):
+        """FedAvg's local update, then the top-k of u = w_local - w_t (with memory for EF)."""
+        return run_job(self, self.client_job(client, plan, generator))
+
+    def client_job(self, client, plan, generator):
+        """:meth:`client_update` as a job: FedAvg's phase; ``finish`` sparsifies the update
+        (reports are finished in the clients' order, so the error memory sees them as the
+        sequential engine does)."""
         model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator)
-        start = {n: p.detach() for n, p in self.model.named_parameters()}
-        update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
-        if self.error_feedback:
-            sent, k = self.memory.compress(client.client_id, update, self.options["k"])
-        else:
-            sent, k = top_k(update, self.options["k"])
-        d = update.numel()
-        return ClientReport(client.client_id, client.n_train, sent, result.loss,
-                            flops=training_flops(self.costs, result.samples), uplink_bits=sparse_bits(k, d),
-                            downlink_bits=dense_bits(d), local_steps=plan.local_steps, extra={"sent_values": k})
+
+        def finish(results):
+            result = results[0]
+            start = {n: p.detach() for n, p in self.model.named_parameters()}
+            update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
+            if self.error_feedback:
+                sent, k = self.memory.compress(client.client_id, update, self.options["k"])
+            else:
+                sent, k = top_k(update, self.options["k"])
+            d = update.numel()
+            return ClientReport(client.client_id, client.n_train, sent, result.loss,
+                                flops=training_flops(self.costs, result.samples),
+                                uplink_bits=sparse_bits(k, d), downlink_bits=dense_bits(d),
+                                local_steps=plan.local_steps, extra={"sent_values": k})
+        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = w_t + sum_k n_k / n * s_k."""
@@ -61,5 +74,6 @@ class TopKErrorFeedback(TopK):
     """Top-k with error feedback: the unsent residual joins the next update."""
 
     name = "topk-ef"
+    batchable = True
     summary = "FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"
     error_feedback = True
