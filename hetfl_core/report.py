@@ -8,7 +8,8 @@ claim ledger every paper chapter ends with.
   and tables print "never".
 * Formatting (:func:`fmt`, :func:`fmt_mean_sd`, :func:`compare`, :func:`markdown_table`)
   turns numbers into text for people: no ``np.float64(...)``, "never" for an unreached
-  target, "—" for a missing value, comparison signs computed, table cells escaped.
+  target, "—" for a missing value, comparison signs computed, table cells escaped;
+  :func:`folded_table` gives each row a folded line beneath it for its long text.
 * :func:`show_source` prints a library function as valid Python, without its docstring.
 * :class:`Ledger` holds a chapter's claims. Each claim carries the paired value of every
   seed (method against a pre-specified comparator) and a :class:`Criterion`; its verdict
@@ -24,6 +25,7 @@ claim ledger every paper chapter ends with.
 from __future__ import annotations
 
 import ast
+import html
 import inspect
 import json
 import math
@@ -38,6 +40,7 @@ import numpy as np
 
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
            "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
+           "folded_table", "LEDGER_CLASS",
            "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
            "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
@@ -193,6 +196,50 @@ def markdown_table(rows: Iterable[Sequence], header: Sequence[str], align: Seque
             raise ValueError(f"a table row has {len(row)} cells, the header {len(header)}")
         lines.append("| " + " | ".join(cell(v) for v in row) + " |")
     return "\n".join(lines)
+
+
+#: the CSS class of a claim ledger's table (the book's stylesheet and browser test read it)
+LEDGER_CLASS = "hetfl-ledger"
+
+_BLOCK_START = re.compile(r"^(\d*)([-+*#>.)])(?=\s|$)")
+
+
+def _block(text) -> str:
+    """A table cell's text as one Markdown paragraph: newlines folded, no leading indent,
+    a leading list, heading or quote marker escaped (the cell holds text, not a list)."""
+    text = " ".join(str(text).split())
+    return _BLOCK_START.sub(r"\1\\\2", text, count=1) or MISSING
+
+
+def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Sequence[Sequence],
+                 detail_header: Sequence[str], summary: str | None = None,
+                 css_class: str = "") -> str:
+    """A table whose every row has a second, full-width row beneath it holding a folded
+    ``<details>``: the row's ``details`` cells, each after its ``detail_header`` name. Each
+    pair of rows is one ``<tbody>`` (so a stylesheet stripes pairs, not rows).
+
+    The skeleton is HTML and every cell's text a Markdown paragraph between blank lines,
+    so MyST (and Jupyter) render the cells' math, emphasis and references; ``summary`` is
+    the folded line's text (default: the detail names joined)."""
+    rows, details = [list(r) for r in rows], [list(d) for d in details]
+    if len(rows) != len(details):
+        raise ValueError(f"{len(rows)} rows but {len(details)} details")
+    summary = html.escape(summary or ", ".join(detail_header[:-1]) + " and " + detail_header[-1])
+    out = [f'<table class="{" ".join(["table", css_class]).strip()}">',
+           "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"]
+    for row, detail in zip(rows, details):
+        if len(row) != len(header) or len(detail) != len(detail_header):
+            raise ValueError(f"a row has {len(row)} cells and {len(detail)} details; the header "
+                             f"{len(header)} and {len(detail_header)}")
+        cells = [fmt(v) if isinstance(v, (float, np.floating, int, np.integer)) else v for v in row]
+        out.append('<tbody><tr class="folded-row"><td>\n\n'
+                   + "\n\n</td><td>\n\n".join(map(_block, cells)) + "\n\n</td></tr>")
+        text = "\n\n".join(f"**{name[:1].upper() + name[1:]}:** {' '.join(str(value).split())}"
+                             for name, value in zip(detail_header, detail))
+        out.append(f'<tr class="folded-detail"><td colspan="{len(header)}"><details>'
+                   f"<summary>{summary}</summary>\n\n{text}\n\n</details></td></tr></tbody>")
+    out.append("</table>")
+    return "\n".join(out)
 
 
 def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "", **kwargs) -> None:
@@ -555,18 +602,23 @@ class Ledger:
                 for v in (*VERDICTS, *UNCOUNTED)}
 
     def rows(self) -> list[list[str]]:
-        """The ledger's rows: claim | paper | this book | interval | criterion | verdict | why."""
+        """The ledger's rows, one per claim: claim | paper | this book | verdict."""
         return [[f"{c.ref}: {c.statement}" + ("" if c.kind == "paper" else f" ({c.kind})"), c.paper,
-                 c.measured, c.interval_text or MISSING, c.criterion, _bold(c.verdict_text), c.why]
-                for c in self.claims]
+                 c.measured, _bold(c.verdict_text)] for c in self.claims]
 
-    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "90% one-sided bounds of the mean",
-              "criterion", "verdict", "why it differs")
+    def details(self) -> list[list[str]]:
+        """What each row folds away beneath it: criterion | 90% bounds | why it differs."""
+        return [[c.criterion, c.interval_text or MISSING, c.why or MISSING] for c in self.claims]
+
+    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "verdict")
+    DETAIL = ("criterion", "90% one-sided bounds of the mean", "why it differs")
 
     def markdown(self) -> str:
-        """The ledger as one Markdown table, with the counts above it."""
+        """The ledger as one table (:func:`folded_table`), with the counts above it: a row
+        per claim, its criterion, bounds and "why" folded beneath it."""
         return f"**{counts_sentence(self.counts(), len(self.claims))}**\n\n" + \
-            markdown_table(self.rows(), self.HEADER)
+            folded_table(self.rows(), self.HEADER, self.details(), self.DETAIL,
+                         css_class=LEDGER_CLASS)
 
     def show(self) -> None:
         """Display the ledger in the notebook."""

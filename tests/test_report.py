@@ -2,6 +2,7 @@
 import ast
 import json
 import math
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -172,6 +173,78 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
     assert "4 counted paper claims: 1 holds, 2 fail, 1 is inconclusive; 1 indicative" in text
     assert "1 not the paper's" in text and "(invariant)" in text
     assert "**inconclusive**" in text and "indicative (1 seed)" in text
+
+
+class _Cells(HTMLParser):
+    """The table structure of rendered HTML: per ``<tbody>``, its rows, each a list of
+    ``(tag, colspan, text)`` cells; and the text inside each ``<details>``."""
+
+    def __init__(self):
+        super().__init__()
+        self.bodies, self.header, self.details, self.classes = [], [], [], []
+        self.cell, self.in_details = None, 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.classes.append(attrs.get("class", ""))
+        elif tag == "tbody":
+            self.bodies.append([])
+        elif tag == "tr" and self.bodies:
+            self.bodies[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = [tag, int(attrs.get("colspan", 1)), ""]
+        elif tag == "details":
+            self.in_details += 1
+            self.details.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell:
+            (self.bodies[-1][-1] if tag == "td" else self.header).append(tuple(self.cell))
+            self.cell = None
+        elif tag == "details":
+            self.in_details -= 1
+
+    def handle_data(self, data):
+        if self.cell:
+            self.cell[2] += data
+        if self.in_details:
+            self.details[-1] += data
+
+
+def rendered(markdown: str) -> _Cells:
+    """``markdown`` rendered as MyST renders a cell's Markdown output (CommonMark, raw HTML
+    kept), then parsed."""
+    from markdown_it import MarkdownIt
+
+    cells = _Cells()
+    cells.feed(MarkdownIt("commonmark").render(markdown))
+    return cells
+
+
+def test_a_ledger_is_a_row_per_claim_with_its_criterion_and_why_folded_beneath():
+    ledger = Ledger("toy", "Toy paper", scale="smoke")
+    ledger.claim("Table I", "A beats B", "+5 points", [2.0, 3.0, 1.5],
+                 at_least(0, " pts", "A − B"), unit=" pts")
+    ledger.claim("Fig. 2", "- a list marker", "1. first", [-1.0, -2.0, -1.5], at_least(0, " pts"),
+                 unit=" pts", why="B was tuned on 3 learning rates")
+    assert [len(r) for r in ledger.rows()] == [len(Ledger.HEADER)] * 2 == [4, 4]
+    assert [len(d) for d in ledger.details()] == [len(Ledger.DETAIL)] * 2 == [3, 3]
+    html = rendered(ledger.markdown())
+    assert html.classes == ["table " + report.LEDGER_CLASS]
+    assert [c[2] for c in html.header] == list(Ledger.HEADER)
+    assert len(html.bodies) == 2                                  # a <tbody> per claim
+    for body, claim in zip(html.bodies, ledger.claims):
+        row, detail = body                                         # the row, the folded line
+        assert [c[0] for c in row] == ["td"] * 4 and all(c[1] == 1 for c in row)
+        assert [c[2].strip() for c in row] == [f"{claim.ref}: {claim.statement}", claim.paper,
+                                               claim.measured, claim.verdict_text]
+        assert len(detail) == 1 and detail[0][1] == 4                # one cell, the full width
+    first, second = html.details
+    assert "A − B ≥ 0 pts" in first and ledger.claims[0].interval_text in first
+    assert "B was tuned on 3 learning rates" in second and "≥ 0 pts" in second
+    with pytest.raises(ValueError):
+        report.folded_table([["a", "b"]], ["x", "y"], [], ["why"])
 
 
 def test_a_why_that_restates_the_claims_own_values_is_a_conjecture():
