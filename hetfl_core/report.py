@@ -242,11 +242,16 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
     return "\n".join(out)
 
 
-def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "", **kwargs) -> None:
-    """Display :func:`markdown_table` in a notebook (with an optional caption line above)."""
+def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "",
+               css_class: str = "", **kwargs) -> None:
+    """Display :func:`markdown_table` in a notebook (with an optional caption line above);
+    ``css_class`` wraps the table in a ``<div>`` of that class (the book's stylesheet
+    styles, e.g., ``hetfl-numbers``: values that never wrap)."""
     from IPython.display import Markdown, display
 
     text = markdown_table(rows, header, **kwargs)
+    if css_class:
+        text = f'<div class="{html.escape(css_class)}">\n\n{text}\n\n</div>'
     display(Markdown(f"{caption}\n\n{text}" if caption else text))
 
 
