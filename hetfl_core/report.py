@@ -38,12 +38,13 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
-           "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "compare", "escape_cell", "markdown_table",
-           "folded_table", "LEDGER_CLASS",
-           "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
-           "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
+__all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at",
+           "first_reach", "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "listing",
+           "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
+           "LEDGER_CLASS", "show_table", "source_text", "show_source", "Criterion", "at_least",
+           "at_most", "above_chance", "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS",
+           "MIN_SEEDS", "Judgement", "judge", "verdict_of", "cites_a_diagnostic",
+           "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
            "verdict_box_markdown", "scorecard_markdown", "judged_twice_markdown", "probe_note"]
 
 NEVER = "never"
@@ -157,8 +158,29 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     else:
         text = f"{fmt(finite.mean(), digits, '', scale)} ± {fmt(finite.std(ddof=1), digits, '', scale)}{unit}"
     if never:
-        return f"{text}; {NEVER} on {never} of {n} seeds"
+        return f"{text}; {NEVER} on {of_seeds(never, n)}"
     return text + tail
+
+
+def listing(pairs, sep: str = ", ", between: str = " ") -> str:
+    """A mapping as a phrase for people, not a Python ``dict``: ``{"FedAvg": "75%", "Heroes":
+    "30%"}`` is ``"FedAvg 75%, Heroes 30%"``; numbers are :func:`fmt`-ed, "none" if empty."""
+    def text(value):
+        return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
+
+    items = dict(pairs).items()
+    return sep.join(f"{k}{between}{text(v)}" for k, v in items) if items else "none"
+
+
+def numbers(values, form: str = "{:g}") -> str:
+    """Numbers as a phrase for people, not a printed list or array: ``numbers([25.0, 20.0,
+    3.0])`` is ``"25, 20, 3"``; ``form`` formats each (e.g. ``"{:.2f}"``)."""
+    return ", ".join(form.format(float(v)) for v in np.ravel(np.asarray(values, dtype=float)))
+
+
+def of_seeds(k: int, n: int) -> str:
+    """``"2 of 3 seeds"``, and ``"1 of 1 seed"``: a count of the seeds out of ``n``."""
+    return f"{int(k)} of {int(n)} seed{'s' if int(n) != 1 else ''}"
 
 
 def compare(a: float, b: float, digits: int = 1, unit: str = "", scale: float = 1.0) -> str:
@@ -311,6 +333,10 @@ _OPS = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b,
 
 
 def _num(bound: float, unit: str) -> str:
+    """``"3 points"``, and ``"1 point"``: a bound and its unit, the unit's noun singular
+    for a bound of exactly one."""
+    if abs(bound) == 1 and re.fullmatch(r" [a-z]+s", unit):
+        unit = unit[:-1]
     return f"{bound:g}{unit}"
 
 
@@ -587,7 +613,7 @@ class Ledger:
         judgement = judge(values, criterion)
         if measured is None:
             measured = fmt_mean_sd(values, digits, unit, scale) if values.dtype != bool else \
-                f"{sum(passes)} of {len(passes)} seeds"
+                of_seeds(sum(passes), len(passes))
         interval_text = ""
         if judgement.interval is not None:
             lo, hi = judgement.interval
@@ -854,6 +880,6 @@ def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3
         trend = "the gap stays"
     else:
         trend = "the gap narrows" if change > 0 else "the gap widens"
-    who = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {list(seeds)}"
+    who = f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ", ".join(map(str, seeds))
     return f"at {factor:g}x the rounds ({who}): {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, {trend}"
 

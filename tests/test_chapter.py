@@ -86,3 +86,15 @@ def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
     assert code != 0 and "ConfigError: parameter seed must be in [0, 2**32), got -1" in err
     code, err = run("-p", "sed", "1")
     assert code != 0 and "ConfigError: unknown parameter(s) sed" in err
+
+
+def test_a_caption_counts_one_in_the_singular():
+    from hetfl_core import RunConfig
+    from hetfl_core.chapters import caption_text
+
+    one = RunConfig(dataset="digits", partition="shards", classes_per_client=1, clients=1,
+                    rounds=1, local_steps=None, local_epochs=1)
+    text = caption_text([one], "x", "smoke")
+    assert "1 class per client, 1 client, 100% per round, 1 round, 1 local epoch," in text
+    two = caption_text([one.replace(local_epochs=2, rounds=2)], "x", "smoke")
+    assert "2 rounds, 2 local epochs," in two

@@ -68,7 +68,7 @@ def test_stretch_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     assert "widens" in ofa.stretch_note([4.0], [6.0], little, [0], higher_is_better=False)
     assert "narrows" in ofa.stretch_note([8.0], [5.0], little, [0], higher_is_better=False)
     note = ofa.stretch_note([-5.0, -4.0], [-2.0, -1.0], crit, [0, 1])
-    assert note.startswith(f"at {ofa.STRETCH}x the rounds (seeds [0, 1]): -4.5 → -1.5")
+    assert note.startswith(f"at {ofa.STRETCH}x the rounds (seeds 0, 1): -4.5 → -1.5")
 
 
 def test_flops_rows_charge_dense_passes_by_default():

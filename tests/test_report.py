@@ -161,7 +161,7 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
         ("holds", "inconclusive", "fails", "indicative", "fails")
     assert a.measured == "2.2 ± 0.8 pts (3 seeds)" and a.interval_text.startswith("[1.")
     assert c.measured == "never (4 seeds)"
-    assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seeds"
+    assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seed"
     assert b.why == "B was tuned on 3 learning rates"               # cites a new number: kept
     assert e.why == "conjecture: short runs"                         # no number: labelled
     assert c.why == "conjecture: not investigated"
@@ -314,7 +314,7 @@ def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     assert probe_note([-5.0], [1.0], crit, [0]).endswith("the gap closes: the criterion passes")
     assert probe_note([-5.0], [-2.0], crit, [0]).endswith("-5.0 → -2.0 points, the gap narrows")
     assert probe_note([-5.0], [-5.5], crit, [0]).endswith("the gap stays")
-    assert probe_note([-5.0], [-9.0], crit, [1, 2]).startswith("at 3x the rounds (seeds [1, 2])")
+    assert probe_note([-5.0], [-9.0], crit, [1, 2]).startswith("at 3x the rounds (seeds 1, 2)")
     assert probe_note([-5.0], [-9.0], crit, [0]).endswith("the gap widens")
     assert probe_note([2.0], [3.0], crit, [0]).endswith("the criterion passes at both lengths")
     assert probe_note([5.0], [2.0], at_least(-10), [0], higher_is_better=False).endswith("at both lengths")
@@ -339,3 +339,15 @@ def test_a_comparison_judged_by_two_ledgers_is_listed_side_by_side(tmp_path):
     assert "The same comparison, judged twice" in report.scorecard_markdown(ledgers)
     alone = {"fedlps": ledgers["fedlps"]}
     assert report.judged_twice_markdown(alone) == ""
+
+
+def test_values_print_as_phrases_not_python_and_one_takes_the_singular():
+    assert report.listing({"FedAvg": "75%", "Heroes": 0.3}) == "FedAvg 75%, Heroes 0.3"
+    assert report.listing({"image": "0.1, 0.3"}, sep="; ", between=": ") == "image: 0.1, 0.3"
+    assert report.listing({}) == "none"
+    assert report.numbers([25.0, 20.0, 3.0]) == "25, 20, 3"
+    assert report.numbers(np.array([[0.1234, 1.0]]), "{:.2f}") == "0.12, 1.00"
+    assert report.of_seeds(1, 1) == "1 of 1 seed" and report.of_seeds(2, 3) == "2 of 3 seeds"
+    assert at_most(1, " points", "gap").text == "gap ≤ 1 point"
+    assert at_least(2, " points", "gap").text == "gap ≥ 2 points"
+    assert at_least(1, "%").text == "value ≥ 1%"

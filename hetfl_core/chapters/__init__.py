@@ -142,6 +142,9 @@ _CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partiti
                    ("rounds", "", "{}", " rounds"), ("local_steps", "", "{}", " local steps"),
                    ("local_epochs", "", "{}", " local epochs"), ("lr", "lr ", "{}", ""),
                    ("heterogeneity", "", "{}", " device heterogeneity"))
+#: a count's noun when the count is one
+_SINGULAR = {" classes per client": " class per client", " clients": " client", " rounds": " round",
+             " local steps": " local step", " local epochs": " local epoch"}
 #: which partitions read alpha and classes_per_client
 _USES = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
 
@@ -169,6 +172,8 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
         if name == "heterogeneity" and values == ["none"]:
             parts.append("identical devices")
         elif values:
+            if values == [1]:
+                suffix = _SINGULAR.get(suffix, suffix)   # "1 local epoch", not "1 local epochs"
             parts.append(prefix + "/".join(form.format(v) for v in values) + suffix)
     seeds = sorted(_values(configs, "seed"))
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else \

@@ -86,7 +86,7 @@ BASELINES = ("FedPer", "LG-FedAvg", "FedAvg")
 
 #: the costs of Tables IV-V: column name -> (history key, digits, scale)
 COSTS = {"latency (s)": ("time_s", 1, 1.0), "energy (J)": ("energy_j", 2, 1.0),
-         "uplink (Mbit)": ("uplink_bits", 1, 1e-6), "TFLOPs": ("flops", 4, 1e-12)}
+         "uplink (Mbit)": ("uplink_bits", 1, 1e-6), "GFLOPs": ("flops", 2, 1e-9)}
 
 #: the paper's Table VI: band -> (k-bar, r-bar)
 PAPER_TABLE6 = {"10 MHz": (0.74, 0.82), "30 MHz": (0.86, 0.91), "50 MHz": (0.98, 0.96),
@@ -323,7 +323,7 @@ def cost_rows(runs: Runs, cases, methods, targets: dict, frac: float) -> list[li
 
 
 def show_cost_tables(runs: Runs, cases, methods, targets: dict) -> None:
-    """Tables IV/V: latency, energy, uplink and TFLOPs to 80% and 90% of FedPer's final
+    """Tables IV/V: latency, energy, uplink and GFLOPs to 80% and 90% of FedPer's final
     accuracy, a row per case and method (seeds in brackets)."""
     header = ["case (target)", "method (seeds)", *COSTS]
     for frac in (0.8, 0.9):

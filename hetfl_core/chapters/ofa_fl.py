@@ -23,7 +23,7 @@ from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
 from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd, probe_note,
-                      is_true, more_than)
+                      is_true, more_than, of_seeds)
 from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
@@ -347,7 +347,7 @@ def lead_above_chance(ours, theirs, chance: float, margin: float, who: str, riva
     why = ""
     if not all(passes):
         wins = int(sum(a > b for a, b in zip(ours, theirs)))
-        why = f"{who} ahead on {wins} of {len(ours)} seeds"
+        why = f"{who} ahead on {of_seeds(wins, len(ours))}"
         if low:
             why += (f"; {' and '.join(low)} within {fmt(margin)} points of chance "
                     f"({fmt(chance)}%): not learned")
@@ -403,7 +403,7 @@ def _gap_claim(led: Ledger, study: Study, grid: str, ref: str, statement: str, p
     why = ""
     if not all(passes):
         top = best(values, key=lambda m: values[m].mean())
-        why = (f"holds on {sum(passes)} of {len(passes)} seeds; {LABEL[top]} is "
+        why = (f"holds on {of_seeds(sum(passes), len(passes))}; {LABEL[top]} is "
                f"{'highest' if best is max else 'lowest'} on average "
                f"({fmt(values[top].mean(), digits)})" + (f"; {reason}" if reason else ""))
     return led.claim(ref, statement, paper, gap, criterion, why=why, digits=digits, unit=unit,
