@@ -155,9 +155,10 @@ def _values(configs, name: str) -> list:
 
 def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
     """What a reproduction ran with, from its run configurations, and the papermill command
-    that reruns the chapter at another scale or seed, e.g. ``"Ran at scale book with
-    fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds 0–2; methods: fedavg,
-    heterofl. Rerun: ..."``. A field the runs vary prints its values joined by "/"."""
+    that reruns the chapter as it ran (``scale`` and the chapter's ``seed`` parameter), e.g.
+    ``"Ran at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds
+    0–2; methods: fedavg, heterofl. Rerun as shown: `papermill book/heroes.ipynb out.ipynb
+    -p scale book -p seed 0` (...)"``. A field the runs vary prints its values joined by "/"."""
     from ..config import RunConfig
 
     configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
@@ -180,10 +181,10 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
         (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
          else "seeds " + ", ".join(map(str, seeds)))
     methods = ", ".join(_values(configs, "method"))
-    other = "paper" if scale != "paper" else "book"
-    command = f"papermill book/{notebook}.ipynb out.ipynb -p scale {other} -p seed {seed + 1}"
+    command = f"papermill book/{notebook}.ipynb out.ipynb -p scale {scale} -p seed {seed}"
+    other = "" if scale == "paper" else " (`-p scale paper` runs it at the paper's scale)"
     return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
-            f"Rerun: `{command}`.")
+            f"Rerun as shown: `{command}`{other}.")
 
 
 def caption(configs, notebook: str, scale: str, seed: int = 0) -> None:
