@@ -776,11 +776,18 @@ def _values_text(claim: dict) -> str:
     return ", ".join(out)
 
 
+#: what the scorecard folds beneath each claim
+SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the mean",
+                    "why it differs")
+
+
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """The book's scorecard: per paper, the counted verdicts (paper claims on at least
     :data:`MIN_SEEDS` seeds), then the indicative and untestable ones apart; then every
-    claim, grouped by paper and verdict, with its criterion, per-seed values, interval and
-    a link to its evidence; the book's own predictions and the checks apart."""
+    claim, grouped by paper and verdict, as the chapters' ledgers show it (claim with a link
+    to its evidence, paper, this book, verdict), its criterion, per-seed values, interval
+    and "why" folded beneath it (:data:`SCORECARD_DETAIL`); the book's own predictions and
+    the checks apart."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
     total = {v: 0 for v in columns}
@@ -794,7 +801,7 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
-        rows = []
+        rows, details = [], []
         claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
                                                          rank.get(c["verdict"], 9)))
         for c in claims:
@@ -802,11 +809,12 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
             if c.get("section"):
                 claim += " " + _ref("evidence", c["section"])
-            rows.append([claim, c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
-                         _verdict_cell(c)])
+            rows.append([claim, c.get("paper") or MISSING, c["measured"], _verdict_cell(c)])
+            details.append([c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
+                            c.get("why") or MISSING])
         if rows:
-            sections.append(f"### {ledger['title']}\n\n" + markdown_table(
-                rows, ["claim", "criterion", "per-seed values", "90% bounds", "verdict"]))
+            sections.append(f"### {ledger['title']}\n\n" + folded_table(
+                rows, Ledger.HEADER, details, SCORECARD_DETAIL, css_class=LEDGER_CLASS))
     count_rows.append(["**all papers**", "", *(total[v] for v in columns),
                        sum(r[-1] for r in count_rows)])
     return ("## Counts per paper\n\n"

@@ -182,7 +182,7 @@ class _Cells(HTMLParser):
     def __init__(self):
         super().__init__()
         self.bodies, self.header, self.details, self.classes = [], [], [], []
-        self.cell, self.in_details = None, 0
+        self.cell, self.in_details, self.in_body = None, 0, False
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -190,7 +190,8 @@ class _Cells(HTMLParser):
             self.classes.append(attrs.get("class", ""))
         elif tag == "tbody":
             self.bodies.append([])
-        elif tag == "tr" and self.bodies:
+            self.in_body = True
+        elif tag == "tr" and self.in_body:
             self.bodies[-1].append([])
         elif tag in ("td", "th"):
             self.cell = [tag, int(attrs.get("colspan", 1)), ""]
@@ -204,6 +205,8 @@ class _Cells(HTMLParser):
             self.cell = None
         elif tag == "details":
             self.in_details -= 1
+        elif tag == "tbody":
+            self.in_body = False
 
     def handle_data(self, data):
         if self.cell:
@@ -295,9 +298,14 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
     assert "| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 |" in card
-    assert r"a \| b" in card and "{ref}`evidence <alpha-table1>`" in card
+    assert "Eq. 3: a | b" in card and "{ref}`evidence <alpha-table1>`" in card
     assert "our guess (prediction)" in card
-    assert "inf" not in card.split("A is fast")[1].split("\n")[0].replace("info", "")
+    every = rendered(card.split("## Every claim")[1])
+    assert every.classes == ["table " + report.LEDGER_CLASS] * 2        # a ledger per paper
+    assert [len(b) for b in every.bodies] == [2] * 5                   # a claim: row and fold
+    assert all(len(row) == len(Ledger.HEADER) for row, _ in every.bodies)
+    fast = next(d for d in every.details if "never" in d)               # A is fast: never, 4x
+    assert "never, never, never, never" in fast and "inf" not in fast
 
 
 def test_ratio_keeps_never_reached_apart_and_more_than_is_strict():
