@@ -41,11 +41,12 @@ import numpy as np
 __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at",
            "first_reach", "per_seed", "ratio", "mean_sd", "fmt", "fmt_mean_sd", "listing",
            "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
-           "LEDGER_CLASS", "show_table", "source_text", "show_source", "Criterion", "at_least",
-           "at_most", "above_chance", "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS",
-           "MIN_SEEDS", "Judgement", "judge", "verdict_of", "cites_a_diagnostic",
-           "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
-           "verdict_box_markdown", "scorecard_markdown", "judged_twice_markdown", "probe_note"]
+           "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
+           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
+           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement",
+           "judge", "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger",
+           "ledger_dir", "load_ledgers", "verdict_box_markdown", "scorecard_markdown",
+           "judged_twice_markdown", "probe_note"]
 
 NEVER = "never"
 MISSING = "—"
@@ -220,7 +221,9 @@ def markdown_table(rows: Iterable[Sequence], header: Sequence[str], align: Seque
     return "\n".join(lines)
 
 
-#: the CSS class of a claim ledger's table (the book's stylesheet and browser test read it)
+#: the CSS class of every :func:`folded_table`, and that of a claim ledger's table (the
+#: book's stylesheet reads both, the browser test the second)
+FOLDED_CLASS = "hetfl-folded"
 LEDGER_CLASS = "hetfl-ledger"
 
 _BLOCK_START = re.compile(r"^(\d*)([-+*#>.)])(?=\s|$)")
@@ -237,8 +240,9 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
                  detail_header: Sequence[str], summary: str | None = None,
                  css_class: str = "") -> str:
     """A table whose every row has a second, full-width row beneath it holding a folded
-    ``<details>``: the row's ``details`` cells, each after its ``detail_header`` name. Each
-    pair of rows is one ``<tbody>`` (so a stylesheet stripes pairs, not rows).
+    ``<details>``: the row's ``details`` cells, each after its ``detail_header`` name (a
+    ``None`` left out). Each pair of rows is one ``<tbody>`` (so a stylesheet stripes pairs,
+    not rows).
 
     The skeleton is HTML and every cell's text a Markdown paragraph between blank lines,
     so MyST (and Jupyter) render the cells' math, emphasis and references; ``summary`` is
@@ -247,7 +251,7 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
     if len(rows) != len(details):
         raise ValueError(f"{len(rows)} rows but {len(details)} details")
     summary = html.escape(summary or ", ".join(detail_header[:-1]) + " and " + detail_header[-1])
-    out = [f'<table class="{" ".join(["table", css_class]).strip()}">',
+    out = [f'<table class="{" ".join(["table", FOLDED_CLASS, css_class]).strip()}">',
            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"]
     for row, detail in zip(rows, details):
         if len(row) != len(header) or len(detail) != len(detail_header):
@@ -257,7 +261,7 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
         out.append('<tbody><tr class="folded-row"><td>\n\n'
                    + "\n\n</td><td>\n\n".join(map(_block, cells)) + "\n\n</td></tr>")
         text = "\n\n".join(f"**{name[:1].upper() + name[1:]}:** {' '.join(str(value).split())}"
-                             for name, value in zip(detail_header, detail))
+                             for name, value in zip(detail_header, detail) if value is not None)
         out.append(f'<tr class="folded-detail"><td colspan="{len(header)}"><details>'
                    f"<summary>{summary}</summary>\n\n{text}\n\n</details></td></tr></tbody>")
     out.append("</table>")
@@ -271,10 +275,21 @@ def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "
     styles, e.g., ``hetfl-numbers``: values that never wrap)."""
     from IPython.display import Markdown, display
 
-    text = markdown_table(rows, header, **kwargs)
-    if css_class:
-        text = f'<div class="{html.escape(css_class)}">\n\n{text}\n\n</div>'
+    text = within(markdown_table(rows, header, **kwargs), css_class)
     display(Markdown(f"{caption}\n\n{text}" if caption else text))
+
+
+#: the CSS class of a table of numbers, whose values never wrap (the book's stylesheet)
+NUMBERS_CLASS = "hetfl-numbers"
+
+
+def within(markdown: str, css_class: str = "") -> str:
+    """``markdown`` inside a ``<div>`` of ``css_class`` (blank lines around it, so MyST and
+    Jupyter still parse it as Markdown); unchanged without a class."""
+    if not css_class:
+        return markdown
+    return f'<div class="{html.escape(css_class)}">\n\n{markdown}\n\n</div>'
+
 
 
 # -- source printer ---------------------------------------------------------------------------
@@ -635,21 +650,24 @@ class Ledger:
     def rows(self) -> list[list[str]]:
         """The ledger's rows, one per claim: claim | paper | this book | verdict."""
         return [[f"{c.ref}: {c.statement}" + ("" if c.kind == "paper" else f" ({c.kind})"), c.paper,
-                 c.measured, _bold(c.verdict_text)] for c in self.claims]
+                 _measured(c.measured)[0], _bold(c.verdict_text)] for c in self.claims]
 
     def details(self) -> list[list[str]]:
-        """What each row folds away beneath it: criterion | 90% bounds | why it differs."""
-        return [[c.criterion, c.interval_text or MISSING, c.why or MISSING] for c in self.claims]
+        """What each row folds away beneath it: criterion | 90% bounds | this book in full
+        (``None`` when the row shows it whole) | why it differs."""
+        return [[c.criterion, c.interval_text or MISSING, _measured(c.measured)[1],
+                 c.why or MISSING] for c in self.claims]
 
     HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "verdict")
-    DETAIL = ("criterion", "90% one-sided bounds of the mean", "why it differs")
+    DETAIL = ("criterion", "90% one-sided bounds of the mean", "this book in full",
+              "why it differs")
 
     def markdown(self) -> str:
         """The ledger as one table (:func:`folded_table`), with the counts above it: a row
         per claim, its criterion, bounds and "why" folded beneath it."""
         return f"**{counts_sentence(self.counts(), len(self.claims))}**\n\n" + \
             folded_table(self.rows(), self.HEADER, self.details(), self.DETAIL,
-                         css_class=LEDGER_CLASS)
+                         summary="criterion, bounds and why it differs", css_class=LEDGER_CLASS)
 
     def show(self) -> None:
         """Display the ledger in the notebook."""
@@ -670,6 +688,13 @@ class Ledger:
         tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_plain))
         os.replace(tmp, path)
         return path
+
+
+def _measured(text: str) -> tuple[str, str | None]:
+    """A claim's measured text for a ledger row, its headline (up to the first "; "), and
+    the whole text for the fold beneath it (``None`` when the headline is all of it)."""
+    head = text.split("; ", 1)[0]
+    return head, (text if head != text else None)
 
 
 def _plain(value):
@@ -778,7 +803,7 @@ def _values_text(claim: dict) -> str:
 
 #: what the scorecard folds beneath each claim
 SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the mean",
-                    "why it differs")
+                    "this book in full", "why it differs")
 
 
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
@@ -809,12 +834,15 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
             if c.get("section"):
                 claim += " " + _ref("evidence", c["section"])
-            rows.append([claim, c.get("paper") or MISSING, c["measured"], _verdict_cell(c)])
+            head, whole = _measured(c["measured"])
+            rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
             details.append([c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
-                            c.get("why") or MISSING])
+                            whole, c.get("why") or MISSING])
         if rows:
             sections.append(f"### {ledger['title']}\n\n" + folded_table(
-                rows, Ledger.HEADER, details, SCORECARD_DETAIL, css_class=LEDGER_CLASS))
+                rows, Ledger.HEADER, details, SCORECARD_DETAIL,
+                summary="criterion, per-seed values, bounds and why it differs",
+                css_class=LEDGER_CLASS))
     count_rows.append(["**all papers**", "", *(total[v] for v in columns),
                        sum(r[-1] for r in count_rows)])
     return ("## Counts per paper\n\n"
@@ -822,24 +850,25 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
             "(neither side reached the target) claims are shown but not counted, and neither are "
             "this book's own predictions nor the checks of what the code enforces.\n\n"
-            + markdown_table(count_rows, ["paper", "scale", *columns, "predictions and checks"],
-                             ["l", "l", *["r"] * (len(columns) + 1)])
+            + within(markdown_table(count_rows, ["paper", "scale", *columns,
+                                                 "predictions and checks"],
+                                    ["l", "l", *["r"] * (len(columns) + 1)]), NUMBERS_CLASS)
             + judged_twice_markdown(ledgers, order)
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 
 
 def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """A section listing every comparison ``(method, rival)`` that more than one ledger
-    judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict,
-    seeds, scale and criterion, and what differs between them. Empty when no comparison
-    is judged twice."""
+    judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict, and
+    folded beneath it (:func:`folded_table`) its seeds, scale and criterion and what differs
+    between them. Empty when no comparison is judged twice."""
     order = [c for c in (order or ledgers) if c in ledgers]
     seen: dict[tuple, list] = {}
     for name in order:
         for c in ledgers[name]["claims"]:
             for pair in c.get("pairs") or []:
                 seen.setdefault(tuple(pair), []).append((name, c))
-    rows = []
+    rows, details = [], []
     for (method, rival), entries in sorted(seen.items()):
         if len({name for name, _ in entries}) < 2:
             continue
@@ -855,17 +884,19 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
         for name, c in entries:
             n = len(c["values"])
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
-                         ledgers[name]["title"], f"{c['ref']}: {c['statement']}",
-                         f"{n} seed{'s' if n != 1 else ''}, scale {ledgers[name].get('scale', '')}",
-                         c["criterion"], _verdict_cell(c), ", ".join(differs)])
+                         ledgers[name]["title"], f"{c['ref']}: {c['statement']}", _verdict_cell(c)])
+            scale = ledgers[name].get("scale", "")
+            details.append([f"{n} seed{'s' if n != 1 else ''}, scale {scale}", c["criterion"],
+                            ", ".join(differs)])
     if not rows:
         return ""
     return ("\n\n## The same comparison, judged twice\n\nA chapter and the arena can judge the "
             "same pair of methods in different settings (data, scale, tuning, metric) and on "
-            "different seeds; each row is one ledger's claim, and the last column says what "
-            "differs between them.\n\n"
-            + markdown_table(rows, ["comparison", "ledger", "claim", "seeds", "criterion",
-                                    "verdict", "differs in"]))
+            "different seeds; each row is one ledger's claim, and the line folded beneath it "
+            "says what differs between them.\n\n"
+            + folded_table(rows, ["comparison", "ledger", "claim", "verdict"], details,
+                           ["seeds", "criterion", "differs in"],
+                           summary="seeds, scale and criterion, and what differs"))
 
 
 def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3, unit: str = " points",

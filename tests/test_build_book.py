@@ -105,11 +105,11 @@ def test_execution_report_rows_come_from_papermill_and_the_run_logs(tmp_path, mo
     monkeypatch.setattr(build_book, "ROOT", root)
     monkeypatch.setattr(build_book, "RUN_LOGS", logs)
     rows = build_book.execution_rows(staging, [root / "book" / "alpha.ipynb"], "book", "2026-11-24 09:59", {})
-    assert rows == [["{doc}`Alpha: a paper <alpha>`", "2026-11-24 10:00", "61 s", "book", "seed=3",
+    assert rows == [["{doc}`Alpha <alpha>`", "2026-11-24 10:00", "61 s", "book", "seed=3",
                      "3, 4, 5", "1 + 2", 2]]
     assert len(rows[0]) == len(build_book.EXECUTION_HEADER)
     data = build_book.data_rows(staging, [root / "book" / "alpha.ipynb"])
-    assert data == [["{doc}`Alpha: a paper <alpha>`", "digits", "`0123456789abcdef`"]]
+    assert data == [["{doc}`Alpha <alpha>`", "digits", "`0123456789abcdef`"]]
     junit = tmp_path / "nbval.xml"
     junit.write_text('<testsuites><testsuite><testcase classname="book.alpha.ipynb" name="Cell 0" time="1.5"/>'
                      '<testcase classname="book.alpha.ipynb" name="Cell 1" time="2.0"/></testsuite></testsuites>')

@@ -231,21 +231,24 @@ def test_a_ledger_is_a_row_per_claim_with_its_criterion_and_why_folded_beneath()
                  at_least(0, " pts", "A − B"), unit=" pts")
     ledger.claim("Fig. 2", "- a list marker", "1. first", [-1.0, -2.0, -1.5], at_least(0, " pts"),
                  unit=" pts", why="B was tuned on 3 learning rates")
-    assert [len(r) for r in ledger.rows()] == [len(Ledger.HEADER)] * 2 == [4, 4]
-    assert [len(d) for d in ledger.details()] == [len(Ledger.DETAIL)] * 2 == [3, 3]
+    ledger.claim("Fig. 3", "A never misses", "always", [1.0, 2.0, 3.0, math.inf], at_least(0),
+                 measured="2.0 ± 1.0 (3 seeds); never on 1 of 4 seeds")
+    assert [len(r) for r in ledger.rows()] == [len(Ledger.HEADER)] * 3 == [4] * 3
+    assert [len(d) for d in ledger.details()] == [len(Ledger.DETAIL)] * 3 == [4] * 3
     html = rendered(ledger.markdown())
-    assert html.classes == ["table " + report.LEDGER_CLASS]
+    assert html.classes == ["table hetfl-folded " + report.LEDGER_CLASS]
     assert [c[2] for c in html.header] == list(Ledger.HEADER)
-    assert len(html.bodies) == 2                                  # a <tbody> per claim
+    assert len(html.bodies) == 3                                  # a <tbody> per claim
     for body, claim in zip(html.bodies, ledger.claims):
         row, detail = body                                         # the row, the folded line
         assert [c[0] for c in row] == ["td"] * 4 and all(c[1] == 1 for c in row)
         assert [c[2].strip() for c in row] == [f"{claim.ref}: {claim.statement}", claim.paper,
-                                               claim.measured, claim.verdict_text]
+                                               claim.measured.split("; ")[0], claim.verdict_text]
         assert len(detail) == 1 and detail[0][1] == 4                # one cell, the full width
-    first, second = html.details
+    first, second, third = html.details
     assert "A − B ≥ 0 pts" in first and ledger.claims[0].interval_text in first
     assert "B was tuned on 3 learning rates" in second and "≥ 0 pts" in second
+    assert "This book in full:" not in first and "never on 1 of 4 seeds" in third
     with pytest.raises(ValueError):
         report.folded_table([["a", "b"]], ["x", "y"], [], ["why"])
 
@@ -301,7 +304,7 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     assert "Eq. 3: a | b" in card and "{ref}`evidence <alpha-table1>`" in card
     assert "our guess (prediction)" in card
     every = rendered(card.split("## Every claim")[1])
-    assert every.classes == ["table " + report.LEDGER_CLASS] * 2        # a ledger per paper
+    assert every.classes == ["table hetfl-folded " + report.LEDGER_CLASS] * 2   # one a paper
     assert [len(b) for b in every.bodies] == [2] * 5                   # a claim: row and fold
     assert all(len(row) == len(Ledger.HEADER) for row, _ in every.bodies)
     fast = next(d for d in every.details if "never" in d)               # A is fast: never, 4x
@@ -344,6 +347,9 @@ def test_a_comparison_judged_by_two_ledgers_is_listed_side_by_side(tmp_path):
     assert text.count("fedlps vs fedavg (**disagree**)") == 2        # one row per ledger
     assert "fedper" not in text                                       # judged once only
     assert "seeds, criterion" not in text and "seeds, setting" in text   # 3 vs 4 seeds
+    twice = rendered(text)
+    assert [len(row) for row, _ in twice.bodies] == [4, 4]             # comparison ... verdict
+    assert all("3 seeds" in d or "4 seeds" in d for d in twice.details)
     assert "The same comparison, judged twice" in report.scorecard_markdown(ledgers)
     alone = {"fedlps": ledgers["fedlps"]}
     assert report.judged_twice_markdown(alone) == ""

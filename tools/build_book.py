@@ -23,7 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.report import load_ledgers, markdown_table, scorecard_markdown, verdict_box_markdown
+from hetfl_core.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
+                               verdict_box_markdown, within)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -419,9 +420,10 @@ def _title(book: dict, stem: str) -> str:
 
 def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
                    seconds: dict[str, float]) -> list[list]:
-    """One row per chapter: what papermill recorded in the executed notebook and what its
-    runs logged: the seeds, the runs served from the cache and computed, and how many
-    distinct cache keys (distinct runs) the chapter used."""
+    """One row per chapter (named by its title's first part, "Heroes"): what papermill
+    recorded in the executed notebook and what its runs logged: the seeds, the runs served
+    from the cache and computed, and how many distinct cache keys (distinct runs) the
+    chapter used."""
     import json
 
     rows = []
@@ -433,7 +435,7 @@ def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
         seeds = sorted({r["seed"] for r in runs})
         wall = meta.get("duration") or seconds.get(nb.stem)
         keys = {r["key"] for r in runs if r.get("key")}
-        rows.append([f"{{doc}}`{_title(book, nb.stem)} <{nb.stem}>`",
+        rows.append([f"{{doc}}`{_title(book, nb.stem).split(':')[0]} <{nb.stem}>`",
                      (meta.get("start_time") or built)[:16].replace("T", " "),
                      "—" if wall is None else f"{wall:,.0f} s", scale,
                      ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults",
@@ -458,7 +460,8 @@ def data_rows(staging: Path, notebooks: list[Path]) -> list[list]:
         runs = _run_log(nb.stem)
         if not runs:
             continue
-        title = _title(json.loads((staging / nb.relative_to(ROOT)).read_text()), nb.stem)
+        title = _title(json.loads((staging / nb.relative_to(ROOT)).read_text()),
+                       nb.stem).split(":")[0]
         seen = dict.fromkeys((r["dataset"], r.get("data") or "—") for r in runs)
         for dataset, digest in sorted(seen):
             rows.append([f"{{doc}}`{title} <{nb.stem}>`", dataset, f"`{digest}`"
@@ -501,7 +504,8 @@ def write_execution_report(staging: Path, rows: list[list], data: list[list] = (
     """Fill the staged ``book/execution.md`` below its marker: the chapters' rows, the data
     each read (:func:`data_rows`), the commit (:func:`git_commit`) and the versions;
     ``False`` if there is no such page."""
-    table = markdown_table(rows, EXECUTION_HEADER, ["l", "l", "r", "l", "l", "l", "r", "r"])
+    table = within(markdown_table(rows, EXECUTION_HEADER, ["l", "l", "r", "l", "l", "l", "r", "r"]),
+                   NUMBERS_CLASS)
     text = (f"{table}\n\nBuilt from commit `{commit or git_commit()}`, computed with "
             f"{versions()}.")
     if data:

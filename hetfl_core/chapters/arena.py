@@ -9,7 +9,7 @@ import torch
 from .. import arena
 from ..arena import LABELS, PAPER_BASELINES, PAPER_METRIC, label
 from ..methods.fedavg import FedAvg, weighted_average
-from ..report import Ledger, fmt, fmt_mean_sd, more_than, show_table
+from ..report import NUMBERS_CLASS, Ledger, fmt, fmt_mean_sd, more_than, show_table
 
 __all__ = ["PAPER_REFS", "ACCURACY", "COST", "SHOWN", "NUMBERS", "rules_rows", "at_grid_edge",
            "show_rules", "leaderboard_cell", "leaderboard_tables", "show_leaderboard", "scenario_rows",
@@ -25,7 +25,7 @@ ACCURACY = ("acc", "acc_global", "worst10", "acc_at_budget")
 COST = ("time_s", "bits", "energy_j", "time_to_target", "bits_to_target")
 SHOWN = ACCURACY + COST
 #: the CSS class of a table of numbers whose values never wrap (the book's stylesheet)
-NUMBERS = "hetfl-numbers"
+NUMBERS = NUMBERS_CLASS
 
 
 def rules_rows(runs: arena.ArenaRuns) -> list[list]:
