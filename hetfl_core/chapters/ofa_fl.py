@@ -23,7 +23,7 @@ from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
 from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd, probe_note,
-                      is_true, more_than, of_seeds)
+                      is_true, more_than, numbers, of_seeds)
 from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
@@ -512,7 +512,7 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
     led.claim("Fig. 4", "the first pruning causes the largest drop of a_1.0", "sawtooth",
               first, at_least(0, " points", "first drop − largest later drop"),
               unit=" points", section="ofa_fl-fig4", kind="prediction",
-              why=f"drops at rounds {rounds} (mean over seeds): "
+              why=f"drops at rounds {numbers(rounds)} (mean over seeds): "
                   f"{', '.join(fmt(x) for x in d.mean(0))} points, each read after the "
                   "pruning round's own training")
     peaks = [peak_round(r) for r in study.runs("table1-2P", "ofafl")]
@@ -521,9 +521,9 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
               peaks, at_most(w, what="round of a_1.0's peak"), digits=0,
               measured=f"round {fmt_mean_sd(peaks, 0)}",
               section="ofa_fl-fig4",
-              why=f"peak rounds {peaks}, first pruning at round {w + 1}; "
+              why=f"peak rounds {numbers(peaks)}, first pruning at round {w + 1}; "
                   f"{stretch_label(study.seeds[:study.probe_seeds])}: peak rounds "
-                  f"{stretched}, first pruning at round {STRETCH * w + 1}; "
+                  f"{numbers(stretched)}, first pruning at round {STRETCH * w + 1}; "
                   "conjecture: only 2 of 10 clients train in the warm-up, and rewinding is "
                   "partial")
 

@@ -1,7 +1,8 @@
 """The rendered pages' text, as a reader sees it: no raw Python or numpy printed as output
 (a dict, a list of numbers, an array, a tensor, a numpy scalar, a float with a dozen
 digits) and no number that disagrees with its noun ("1 are", "1 local epochs", "1 of 1
-seeds"). The code cells' own source is not the reader's text and is not scanned."""
+seeds"). Code is not scanned: the code cells' source, and code quoted in the text
+(``options={"rule": ...}``); what a cell printed is."""
 import re
 from pathlib import Path
 
@@ -25,11 +26,15 @@ SLIPS = re.compile(r"(?<![\d.,−-])\b1 (?:are|were|have|seeds|local epochs|loca
 
 def reader_lines(page: Path) -> list[str]:
     """The lines of text a reader sees on ``page``'s article: prose, tables and the cells'
-    outputs, without the code cells' source, scripts and styles."""
+    outputs, without code (the code cells' source, code quoted in the text), scripts and
+    styles."""
     soup = bs4.BeautifulSoup(page.read_text(errors="replace"), "html.parser")
     root = soup.select_one("article.bd-article") or soup.body or soup
     for junk in root.select("script, style, div.cell_input, .headerlink"):
         junk.decompose()
+    for code in root.select("pre, code"):                # code quoted in the text, not output
+        if code.find_parent(class_="cell_output") is None:
+            code.decompose()
     return [line.strip() for line in root.get_text("\n").splitlines() if line.strip()]
 
 
@@ -64,6 +69,7 @@ shares [0.1, 0.25, 0.15, 0.5]
 np.float64(0.5) and tensor([1.]) and array([1, 2])
 1.862645149230957e-08</pre></div>
 <p>On 1 of 1 seeds; 1 are inconclusive after 1 local epochs.</p>
+<p>Set <code>options={"rule": 1}</code>:</p><div class="highlight"><pre>{'a': [1, 2, 3]}</pre></div>
 <p>90% bounds [0.9, 3.1] points; 1 seed; 2 seeds; 0.1 are rates; 11 rounds; the mean of 21 runs.</p>
 </article></body></html>""")
     found = problems(reader_lines(page))
@@ -71,4 +77,5 @@ np.float64(0.5) and tensor([1.]) and array([1, 2])
     assert kinds.count("a dict") == 2 and "a list of numbers" in kinds and "a numpy array" in kinds
     assert "a tensor" in kinds and "a numpy scalar" in kinds and "a float's full repr" in kinds
     assert {"'1 of 1 seeds'", "'1 are'", "'1 local epochs'"} <= set(kinds)
-    assert not any("90% bounds" in f or "0.1 are" in f for f in found), found
+    assert not any("90% bounds" in f or "0.1 are" in f or "rule" in f or "'a'" in f
+                   for f in found), found
