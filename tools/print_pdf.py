@@ -3,13 +3,13 @@
     python tools/print_pdf.py                      # _build/html -> _build/pdf/hetfl.pdf
     python tools/print_pdf.py --build-dir _build/smoke --out _build/smoke/pdf/hetfl.pdf
 
-Every page of ``_toc.yml``, in its order, goes into one HTML document: a title page, the
-contents, then each page's article, each on a new sheet, with its links and images made
-absolute and the claim ledgers' folded lines open (paper cannot be clicked). Chromium
-(Debian's, through Playwright, offline: the book is served from localhost) prints it
-twice: once to learn the sheet each page starts on (from the PDF's named destinations,
-read with pypdf), once with those numbers in the contents. Every sheet carries its number
-in the footer, and the PDF's outline (bookmarks) lists the headings.
+Every page of ``_toc.yml``, in its order, goes into one HTML document, each page's
+article on a new sheet, with its links and images made absolute and the folded lines of
+the claim ledgers open (paper cannot be clicked). Chromium (Debian's, through Playwright,
+offline: the book is served from localhost) prints it with a number in every sheet's
+footer; the sheet each page starts on (read with pypdf from the PDF's named destinations)
+goes into the front matter, a title page and the contents, printed apart and put first.
+The PDF's outline (bookmarks) lists the headings.
 """
 from __future__ import annotations
 
@@ -43,11 +43,13 @@ PRINT_CSS = """
 .bd-main .bd-content table { break-inside: auto; }
 .bd-main .bd-content { margin-left: 0; }
 .hetfl-print-page { break-before: page; }
+.bd-article > .hetfl-print-page:first-child { break-before: auto; }
 .hetfl-print-title { text-align: center; padding-top: 30%; }
 .hetfl-print-title h1 { font-size: 2.2rem; }
 .hetfl-print-contents ol { list-style: none; padding-left: 0; }
 .hetfl-print-contents li { display: flex; gap: 0.5rem; margin: 0.3rem 0; }
 .hetfl-print-contents li .dots { flex: 1; border-bottom: 1px dotted #888; margin-bottom: 0.3rem; }
+a.hetfl-print-self { color: inherit; text-decoration: none; }
 .bd-main .bd-content .bd-article-container, .bd-page-width { max-width: 100%; }
 .bd-container__inner, .bd-main { display: block; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; }
@@ -107,25 +109,41 @@ def _make_absolute(soup, file: str, pages: set[str]) -> None:
 
 
 def page_title(article) -> str:
-    """The text of a page's first heading, without its section number's trailing space."""
+    """The text of a page's first heading (its number included, its "#" link left out)."""
     heading = article.find(["h1", "h2"])
-    return " ".join(heading.get_text(" ").split()).replace(" .", ".") if heading else ""
+    if heading is None:
+        return ""
+    text = "".join(t for t in heading.find_all(string=True)
+                   if t.find_parent(class_="headerlink") is None)
+    return " ".join(text.split())
 
 
-def combined(html: Path, files: list[str], numbers: dict[str, int] | None = None
-             ) -> tuple[str, list[tuple[str, str]]]:
-    """The one HTML document to print, and each page's ``(file, title)``; ``numbers`` (the
-    sheet each page starts on) fills the contents' page column."""
+def _template(html: Path, files: list[str]):
+    """The first page of the book, its chrome left out and its article empty, its links
+    absolute and the print styles added: the shell both printed documents fill."""
     from bs4 import BeautifulSoup
 
-    pages = set(files)
-    template = BeautifulSoup((html / f"{files[0]}.html").read_text(errors="replace"), "html.parser")
+    template = BeautifulSoup((html / f"{files[0]}.html").read_text(errors="replace"),
+                             "html.parser")
     for junk in template.select(", ".join(CHROME)):
         junk.decompose()
-    _make_absolute(template, files[0], pages)
+    _make_absolute(template, files[0], set(files))
+    template.select_one("article.bd-article").clear()
+    style = template.new_tag("style")
+    style.string = PRINT_CSS
+    template.head.append(style)
+    return template
+
+
+def body_document(html: Path, files: list[str]) -> tuple[str, list[tuple[str, str]]]:
+    """The book's pages as one HTML document, each on a new sheet, and each page's ``(file,
+    title)``. A page's first heading links to the page's own start, so the PDF carries a
+    named destination there (:func:`start_sheets` reads it)."""
+    from bs4 import BeautifulSoup
+
+    template = _template(html, files)
     body = template.select_one("article.bd-article")
-    body.clear()
-    titles, sections = [], []
+    titles = []
     for file in files:
         soup = BeautifulSoup((html / f"{file}.html").read_text(errors="replace"), "html.parser")
         article = soup.select_one("article.bd-article")
@@ -133,32 +151,38 @@ def combined(html: Path, files: list[str], numbers: dict[str, int] | None = None
             raise SystemExit(f"{html / file}.html has no article: is it a page of the book?")
         for junk in article.select(", ".join(CHROME)):
             junk.decompose()
-        _make_absolute(article, file, pages)
-        for details in article.select("table.hetfl-ledger details"):
+        _make_absolute(article, file, set(files))
+        for details in article.select("table.hetfl-folded details"):
             details["open"] = ""
         titles.append((file, page_title(article)))
+        heading = article.find(["h1", "h2"])
+        if heading is not None:
+            link = template.new_tag("a", attrs={"href": f"#{anchor(file)}",
+                                                "class": "hetfl-print-self"})
+            link.extend(list(heading.contents))
+            heading.append(link)
         section = template.new_tag("section", attrs={"class": "hetfl-print-page",
                                                      "id": anchor(file)})
         section.extend(list(article.contents))
-        sections.append(section)
-    book = template.title.get_text().split("—")[-1].strip() if template.title else "hetfl"
-    heading = template.new_tag("div", attrs={"class": "hetfl-print-title"})
-    heading.append(BeautifulSoup(f"<h1>{book}</h1><p>{time.strftime('%Y-%m-%d')}</p>",
-                                 "html.parser"))
-    contents = ["<div class='hetfl-print-contents hetfl-print-page'><h2>Contents</h2><ol>"]
-    for file, title in titles:
-        number = (numbers or {}).get(file, "")
-        contents.append(f"<li><a href='#{anchor(file)}'>{title}</a><span class='dots'></span>"
-                        f"<span>{number}</span></li>")
-    contents.append("</ol></div>")
-    body.append(heading)
-    body.append(BeautifulSoup("".join(contents), "html.parser"))
-    for section in sections:
         body.append(section)
-    style = template.new_tag("style")
-    style.string = PRINT_CSS
-    template.head.append(style)
     return str(template), titles
+
+
+def front_document(html: Path, files: list[str], titles: list[tuple[str, str]],
+                   numbers: dict[str, int]) -> str:
+    """The front matter: a title page, then the contents with each page's number in the
+    body (:func:`body_document` as printed)."""
+    from bs4 import BeautifulSoup
+
+    template = _template(html, files)
+    book = template.title.get_text().split("—")[-1].strip() if template.title else "hetfl"
+    rows = "".join(f"<li><span>{title}</span><span class='dots'></span>"
+                   f"<span>{numbers[file]}</span></li>" for file, title in titles)
+    template.select_one("article.bd-article").append(BeautifulSoup(
+        f"<div class='hetfl-print-title'><h1>{book}</h1><p>{time.strftime('%Y-%m-%d')}</p>"
+        f"</div><div class='hetfl-print-contents hetfl-print-page'><h2>Contents</h2>"
+        f"<ol>{rows}</ol></div>", "html.parser"))
+    return str(template)
 
 
 def serve(directory: Path):
@@ -175,7 +199,7 @@ def serve(directory: Path):
 
 def start_sheets(pdf: bytes, files: list[str]) -> dict[str, int]:
     """The sheet (1-based) each page starts on, from the named destinations Chromium writes
-    for the contents' links."""
+    for the links of the pages' first headings to their own starts."""
     from pypdf import PdfReader
 
     reader = PdfReader(BytesIO(pdf))
@@ -198,12 +222,29 @@ def _fulfil(document: str):
     return handler
 
 
+def _print(browser, url: str, document: str, footer: bool, timeout_s: float) -> bytes:
+    """``document`` (served at :data:`PRINT_PATH`, beside the book's own pages) as an A4
+    PDF, with MathJax done; ``footer``: every sheet's number in its footer."""
+    page = browser.new_page(viewport={"width": 1000, "height": 1400})
+    page.route(f"{url}/{PRINT_PATH}", _fulfil(document))
+    page.goto(f"{url}/{PRINT_PATH}", wait_until="load", timeout=timeout_s * 1000)
+    page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
+    page.emulate_media(media="print")
+    pdf = page.pdf(format="A4", print_background=True, display_header_footer=footer,
+                   header_template="<span></span>", footer_template=FOOTER,
+                   margin={"top": "16mm", "bottom": "18mm", "left": "14mm", "right": "14mm"},
+                   outline=True, tagged=True)
+    page.close()
+    return pdf
+
+
 def print_pdf(html: Path, out: Path, files: list[str] | None = None,
               timeout_s: float = 300) -> dict:
-    """Print the book rendered in ``html`` to ``out``; returns each page's title and sheet,
-    the number of sheets and the seconds it took."""
+    """Print the book rendered in ``html`` to ``out``: the front matter (title page and
+    contents, unnumbered), then the book's pages, numbered from 1. Returns each page's
+    ``(file, title, number)``, the number of sheets and the seconds it took."""
     from playwright.sync_api import sync_playwright
-    from pypdf import PdfReader
+    from pypdf import PdfReader, PdfWriter
 
     start = time.perf_counter()
     files = files or toc_files()
@@ -211,28 +252,21 @@ def print_pdf(html: Path, out: Path, files: list[str] | None = None,
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            numbers, pdf, titles = None, b"", []
-            for _ in range(2):                       # learn the sheets, then print them
-                document, titles = combined(html, files, numbers)
-                page = browser.new_page(viewport={"width": 1000, "height": 1400})
-                page.route(f"{url}/{PRINT_PATH}", _fulfil(document))
-                page.goto(f"{url}/{PRINT_PATH}", wait_until="load", timeout=timeout_s * 1000)
-                page.evaluate("() => window.MathJax && MathJax.startup ? "
-                              "MathJax.startup.promise : null")
-                page.emulate_media(media="print")
-                pdf = page.pdf(format="A4", print_background=True, display_header_footer=True,
-                               header_template="<span></span>", footer_template=FOOTER,
-                               margin={"top": "16mm", "bottom": "18mm", "left": "14mm",
-                                       "right": "14mm"}, outline=True, tagged=True)
-                page.close()
-                numbers = start_sheets(pdf, files)
+            document, titles = body_document(html, files)
+            body = _print(browser, url, document, True, timeout_s)
+            numbers = start_sheets(body, files)
+            front = _print(browser, url, front_document(html, files, titles, numbers), False,
+                           timeout_s)
             browser.close()
     finally:
         server.shutdown()
+    writer = PdfWriter()
+    writer.append(PdfReader(BytesIO(front)), import_outline=False)
+    writer.append(PdfReader(BytesIO(body)))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(pdf)
-    sheets = len(PdfReader(BytesIO(pdf)).pages)
-    return {"pages": [(f, t, numbers[f]) for f, t in titles], "sheets": sheets,
+    with open(out, "wb") as f:
+        writer.write(f)
+    return {"pages": [(f, t, numbers[f]) for f, t in titles], "sheets": len(writer.pages),
             "seconds": time.perf_counter() - start}
 
 
