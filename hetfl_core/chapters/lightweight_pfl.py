@@ -701,10 +701,12 @@ def _per_case(values: dict, digits: int = 2, unit: str = "") -> str:
 
 
 def _count(values, total: int, what: str) -> str:
-    """``"2 of 4 cases (1 seed)"``, ``"2.7 ± 0.5 of 4 cases (3 seeds)"``."""
+    """``"2 of 4 cases (1 seed)"``, ``"2.7 ± 0.5 of 4 cases (3 seeds)"``, ``"1 of 1 case
+    (1 seed)"``."""
     v = np.asarray(values, dtype=float)
     n = f"{v.size} seed{'s' if v.size != 1 else ''}"
     text = fmt(v[0], 0) if v.size == 1 or v.std() == 0 else fmt_mean_sd(v, seeds=False)
+    what = what[:-1] if total == 1 and what.endswith("s") else what
     return f"{text} of {total} {what} ({n})"
 
 
