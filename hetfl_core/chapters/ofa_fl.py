@@ -22,14 +22,15 @@ from ..experiments import sweep
 from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
-from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd, probe_note,
-                      is_true, more_than, numbers, of_seeds)
+from ..report import (NUMBERS_CLASS, Criterion, Ledger, above_chance, at_least, at_most, fmt,
+                      fmt_mean_sd, is_true, more_than, numbers, of_seeds, probe_note, show_table)
 from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
            "STRETCH", "Study", "nesting_holds", "idea_figure", "layer_density_bars",
            "storage_rows", "flops_rows", "ratio_panels", "fig2_rows", "table_rows",
-           "table_header", "curve_panels", "prune_rounds", "drops", "peak_round",
+           "table_header", "reading_tables", "show_reading_tables", "curve_panels",
+           "prune_rounds", "drops", "peak_round",
            "replay_densities", "lead_above_chance", "stretch_note", "stretch_label",
            "build_ledger"]
 
@@ -285,6 +286,27 @@ def table_rows(study: Study, grids: dict, methods) -> list:
                 cells += [fmt(a) for a in s[k]["acc"]] + [fmt(s[k]["var"], 2)]
             rows.append([p, LABEL[m], *cells, fmt(s["last"]["mean"]), fmt(s["last"]["var"], 2)])
     return rows
+
+
+def reading_tables(rows: list, ratios) -> list[tuple[str, list, list]]:
+    """A Table 1/2 reproduction (:func:`table_rows`) as three narrow tables, ``(reading,
+    header, rows)`` each: the max-average round and the final round (per-ratio accuracy and
+    the variance), then the mean and variance of the last five rounds."""
+    n = len(ratios)
+    parts = [(READINGS["max"], range(2, 3 + n), [f"r={r}" for r in ratios] + ["var"]),
+             (READINGS["final"] + " round", range(3 + n, 4 + 2 * n),
+              [f"r={r}" for r in ratios] + ["var"]),
+             ("last five rounds", range(4 + 2 * n, 6 + 2 * n), ["mean", "var"])]
+    return [(name, ["P", "method", *head], [[row[0], row[1], *(row[i] for i in cols)]
+                                            for row in rows])
+            for name, cols, head in parts]
+
+
+def show_reading_tables(rows: list, ratios) -> None:
+    """Display :func:`reading_tables`, each a table of numbers (values never wrap)."""
+    for name, header, part in reading_tables(rows, ratios):
+        show_table(part, header, caption=f"**{name}** (mean over seeds)",
+                   css_class=NUMBERS_CLASS)
 
 
 def prune_rounds(study: Study, method: str, ratios, every: int) -> list:
