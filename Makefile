@@ -43,10 +43,11 @@ pdf: setup browser
 	$(VPY) tools/print_pdf.py --build-dir $(BOOK_BUILD) --out $(BOOK_BUILD)/pdf/hetfl.pdf
 
 # Unit tests, then the chapters at smoke scale and the rendered book (and its student
-# edition), then the rendered pages in a real browser.
+# edition and its PDF), then the rendered pages in a real browser.
 test: setup browser
 	$(VPY) -m pytest -q -n 2 --dist loadscope tests --ignore=tests/rendered
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
+	$(MAKE) pdf BOOK_BUILD=_build/smoke
 	HETFL_BOOK_BUILD=_build/smoke $(VPY) -m pytest -q -p no:cacheprovider tests/rendered
 
 clean:
