@@ -1,4 +1,5 @@
-# hetfl: `make book` builds the executable book, `make test` runs every test.
+# hetfl: `make book` builds the executable book, `make pdf` prints it to one PDF, `make test`
+# runs every test.
 # Each target does its own set-up (a .venv with the package installed in it, editable, and the
 # offline data) and skips it when done.
 PY      ?= python3
@@ -8,7 +9,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book student test setup data browser clean smoke-book
+.PHONY: book student test setup data browser clean smoke-book pdf
 
 setup: $(STAMP) data
 
@@ -35,11 +36,18 @@ student: setup
 smoke-book: setup
 	$(VPY) tools/build_book.py --scale smoke
 
+# The rendered book (BOOK_BUILD, default the one `make book` writes) printed to one PDF by
+# the Chromium the browser test drives, offline: $(BOOK_BUILD)/pdf/hetfl.pdf.
+BOOK_BUILD ?= _build
+pdf: setup browser
+	$(VPY) tools/print_pdf.py --build-dir $(BOOK_BUILD) --out $(BOOK_BUILD)/pdf/hetfl.pdf
+
 # Unit tests, then the chapters at smoke scale and the rendered book (and its student
-# edition), then the rendered pages in a real browser.
+# edition and its PDF), then the rendered pages in a real browser.
 test: setup browser
 	$(VPY) -m pytest -q -n 2 --dist loadscope tests --ignore=tests/rendered
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
+	$(MAKE) pdf BOOK_BUILD=_build/smoke
 	HETFL_BOOK_BUILD=_build/smoke $(VPY) -m pytest -q -p no:cacheprovider tests/rendered
 
 clean:

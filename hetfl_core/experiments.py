@@ -453,12 +453,16 @@ def _write_atomic(path: Path, result: dict) -> None:
 
 def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
     """Append one line to ``$HETFL_RUN_LOG`` (when set): which run, from the cache or computed,
-    in how many wall-clock seconds. The book build reads it for the execution report."""
+    in how many wall-clock seconds, its cache key (the file name's, :func:`cache_path`) and
+    the fingerprint of the data it read (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`,
+    a SHA-256 of the arrays). The book build reads it for the execution report."""
     path = os.environ.get("HETFL_RUN_LOG")
     if not path:
         return
+    salt = key_salt(config)
     line = json.dumps({"method": config.method, "dataset": config.dataset, "seed": config.seed,
-                       "cached": cached, "seconds": round(seconds, 3)})
+                       "cached": cached, "seconds": round(seconds, 3), "key": config.key(salt),
+                       "data": json.loads(salt)["data"]})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:        # one short line per write: appends from several processes stay whole
         f.write(line + "\n")

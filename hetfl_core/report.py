@@ -8,7 +8,8 @@ claim ledger every paper chapter ends with.
   and tables print "never".
 * Formatting (:func:`fmt`, :func:`fmt_mean_sd`, :func:`compare`, :func:`markdown_table`)
   turns numbers into text for people: no ``np.float64(...)``, "never" for an unreached
-  target, "—" for a missing value, comparison signs computed, table cells escaped.
+  target, "—" for a missing value, comparison signs computed, table cells escaped;
+  :func:`folded_table` gives each row a folded line beneath it for its long text.
 * :func:`show_source` prints a library function as valid Python, without its docstring.
 * :class:`Ledger` holds a chapter's claims. Each claim carries the paired value of every
   seed (method against a pre-specified comparator) and a :class:`Criterion`; its verdict
@@ -24,6 +25,7 @@ claim ledger every paper chapter ends with.
 from __future__ import annotations
 
 import ast
+import html
 import inspect
 import json
 import math
@@ -36,13 +38,15 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at", "first_reach",
-           "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "compare",
-           "escape_cell", "markdown_table",
-           "show_table", "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement", "judge",
-           "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger", "ledger_dir", "load_ledgers",
-           "verdict_box_markdown", "scorecard_markdown", "judged_twice_markdown", "probe_note"]
+__all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final", "value_at",
+           "first_reach", "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "listing",
+           "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
+           "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
+           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
+           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement",
+           "judge", "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger",
+           "ledger_dir", "load_ledgers", "verdict_box_markdown", "scorecard_markdown",
+           "judged_twice_markdown", "probe_note"]
 
 NEVER = "never"
 MISSING = "—"
@@ -178,8 +182,29 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     else:
         text = f"{fmt(finite.mean(), digits, '', scale)} ± {fmt(finite.std(ddof=1), digits, '', scale)}{unit}"
     if never:
-        return f"{text}; {NEVER} on {never} of {n} seeds"
+        return f"{text}; {NEVER} on {of_seeds(never, n)}"
     return text + tail
+
+
+def listing(pairs, sep: str = ", ", between: str = " ") -> str:
+    """A mapping as a phrase for people, not a Python ``dict``: ``{"FedAvg": "75%", "Heroes":
+    "30%"}`` is ``"FedAvg 75%, Heroes 30%"``; numbers are :func:`fmt`-ed, "none" if empty."""
+    def text(value):
+        return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
+
+    items = dict(pairs).items()
+    return sep.join(f"{k}{between}{text(v)}" for k, v in items) if items else "none"
+
+
+def numbers(values, form: str = "{:g}") -> str:
+    """Numbers as a phrase for people, not a printed list or array: ``numbers([25.0, 20.0,
+    3.0])`` is ``"25, 20, 3"``; ``form`` formats each (e.g. ``"{:.2f}"``)."""
+    return ", ".join(form.format(float(v)) for v in np.ravel(np.asarray(values, dtype=float)))
+
+
+def of_seeds(k: int, n: int) -> str:
+    """``"2 of 3 seeds"``, and ``"1 of 1 seed"``: a count of the seeds out of ``n``."""
+    return f"{int(k)} of {int(n)} seed{'s' if int(n) != 1 else ''}"
 
 
 def compare(a: float, b: float, digits: int = 1, unit: str = "", scale: float = 1.0) -> str:
@@ -219,12 +244,75 @@ def markdown_table(rows: Iterable[Sequence], header: Sequence[str], align: Seque
     return "\n".join(lines)
 
 
-def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "", **kwargs) -> None:
-    """Display :func:`markdown_table` in a notebook (with an optional caption line above)."""
+#: the CSS class of every :func:`folded_table`, and that of a claim ledger's table (the
+#: book's stylesheet reads both, the browser test the second)
+FOLDED_CLASS = "hetfl-folded"
+LEDGER_CLASS = "hetfl-ledger"
+
+_BLOCK_START = re.compile(r"^(\d*)([-+*#>.)])(?=\s|$)")
+
+
+def _block(text) -> str:
+    """A table cell's text as one Markdown paragraph: newlines folded, no leading indent,
+    a leading list, heading or quote marker escaped (the cell holds text, not a list)."""
+    text = " ".join(str(text).split())
+    return _BLOCK_START.sub(r"\1\\\2", text, count=1) or MISSING
+
+
+def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Sequence[Sequence],
+                 detail_header: Sequence[str], summary: str | None = None,
+                 css_class: str = "") -> str:
+    """A table whose every row has a second, full-width row beneath it holding a folded
+    ``<details>``: the row's ``details`` cells, each after its ``detail_header`` name (a
+    ``None`` left out). Each pair of rows is one ``<tbody>`` (so a stylesheet stripes pairs,
+    not rows).
+
+    The skeleton is HTML and every cell's text a Markdown paragraph between blank lines,
+    so MyST (and Jupyter) render the cells' math, emphasis and references; ``summary`` is
+    the folded line's text (default: the detail names joined)."""
+    rows, details = [list(r) for r in rows], [list(d) for d in details]
+    if len(rows) != len(details):
+        raise ValueError(f"{len(rows)} rows but {len(details)} details")
+    summary = html.escape(summary or ", ".join(detail_header[:-1]) + " and " + detail_header[-1])
+    out = [f'<table class="{" ".join(["table", FOLDED_CLASS, css_class]).strip()}">',
+           "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"]
+    for row, detail in zip(rows, details):
+        if len(row) != len(header) or len(detail) != len(detail_header):
+            raise ValueError(f"a row has {len(row)} cells and {len(detail)} details; the header "
+                             f"{len(header)} and {len(detail_header)}")
+        cells = [fmt(v) if isinstance(v, (float, np.floating, int, np.integer)) else v for v in row]
+        out.append('<tbody><tr class="folded-row"><td>\n\n'
+                   + "\n\n</td><td>\n\n".join(map(_block, cells)) + "\n\n</td></tr>")
+        text = "\n\n".join(f"**{name[:1].upper() + name[1:]}:** {' '.join(str(value).split())}"
+                             for name, value in zip(detail_header, detail) if value is not None)
+        out.append(f'<tr class="folded-detail"><td colspan="{len(header)}"><details>'
+                   f"<summary>{summary}</summary>\n\n{text}\n\n</details></td></tr></tbody>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "",
+               css_class: str = "", **kwargs) -> None:
+    """Display :func:`markdown_table` in a notebook (with an optional caption line above);
+    ``css_class`` wraps the table in a ``<div>`` of that class (the book's stylesheet
+    styles, e.g., ``hetfl-numbers``: values that never wrap)."""
     from IPython.display import Markdown, display
 
-    text = markdown_table(rows, header, **kwargs)
+    text = within(markdown_table(rows, header, **kwargs), css_class)
     display(Markdown(f"{caption}\n\n{text}" if caption else text))
+
+
+#: the CSS class of a table of numbers, whose values never wrap (the book's stylesheet)
+NUMBERS_CLASS = "hetfl-numbers"
+
+
+def within(markdown: str, css_class: str = "") -> str:
+    """``markdown`` inside a ``<div>`` of ``css_class`` (blank lines around it, so MyST and
+    Jupyter still parse it as Markdown); unchanged without a class."""
+    if not css_class:
+        return markdown
+    return f'<div class="{html.escape(css_class)}">\n\n{markdown}\n\n</div>'
+
 
 
 # -- source printer ---------------------------------------------------------------------------
@@ -283,6 +371,10 @@ _OPS = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b,
 
 
 def _num(bound: float, unit: str) -> str:
+    """``"3 points"``, and ``"1 point"``: a bound and its unit, the unit's noun singular
+    for a bound of exactly one."""
+    if abs(bound) == 1 and re.fullmatch(r" [a-z]+s", unit):
+        unit = unit[:-1]
     return f"{bound:g}{unit}"
 
 
@@ -559,7 +651,7 @@ class Ledger:
         judgement = judge(values, criterion)
         if measured is None:
             measured = fmt_mean_sd(values, digits, unit, scale) if values.dtype != bool else \
-                f"{sum(passes)} of {len(passes)} seeds"
+                of_seeds(sum(passes), len(passes))
         interval_text = ""
         if judgement.interval is not None:
             lo, hi = judgement.interval
@@ -579,18 +671,26 @@ class Ledger:
                 for v in (*VERDICTS, *UNCOUNTED)}
 
     def rows(self) -> list[list[str]]:
-        """The ledger's rows: claim | paper | this book | interval | criterion | verdict | why."""
+        """The ledger's rows, one per claim: claim | paper | this book | verdict."""
         return [[f"{c.ref}: {c.statement}" + ("" if c.kind == "paper" else f" ({c.kind})"), c.paper,
-                 c.measured, c.interval_text or MISSING, c.criterion, _bold(c.verdict_text), c.why]
-                for c in self.claims]
+                 _measured(c.measured)[0], _bold(c.verdict_text)] for c in self.claims]
 
-    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "90% one-sided bounds of the mean",
-              "criterion", "verdict", "why it differs")
+    def details(self) -> list[list[str]]:
+        """What each row folds away beneath it: criterion | 90% bounds | this book in full
+        (``None`` when the row shows it whole) | why it differs."""
+        return [[c.criterion, c.interval_text or MISSING, _measured(c.measured)[1],
+                 c.why or MISSING] for c in self.claims]
+
+    HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "verdict")
+    DETAIL = ("criterion", "90% one-sided bounds of the mean", "this book in full",
+              "why it differs")
 
     def markdown(self) -> str:
-        """The ledger as one Markdown table, with the counts above it."""
+        """The ledger as one table (:func:`folded_table`), with the counts above it: a row
+        per claim, its criterion, bounds and "why" folded beneath it."""
         return f"**{counts_sentence(self.counts(), len(self.claims))}**\n\n" + \
-            markdown_table(self.rows(), self.HEADER)
+            folded_table(self.rows(), self.HEADER, self.details(), self.DETAIL,
+                         summary="criterion, bounds and why it differs", css_class=LEDGER_CLASS)
 
     def show(self) -> None:
         """Display the ledger in the notebook."""
@@ -611,6 +711,13 @@ class Ledger:
         tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_plain))
         os.replace(tmp, path)
         return path
+
+
+def _measured(text: str) -> tuple[str, str | None]:
+    """A claim's measured text for a ledger row, its headline (up to the first "; "), and
+    the whole text for the fold beneath it (``None`` when the headline is all of it)."""
+    head = text.split("; ", 1)[0]
+    return head, (text if head != text else None)
 
 
 def _plain(value):
@@ -717,11 +824,18 @@ def _values_text(claim: dict) -> str:
     return ", ".join(out)
 
 
+#: what the scorecard folds beneath each claim
+SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the mean",
+                    "this book in full", "why it differs")
+
+
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """The book's scorecard: per paper, the counted verdicts (paper claims on at least
     :data:`MIN_SEEDS` seeds), then the indicative and untestable ones apart; then every
-    claim, grouped by paper and verdict, with its criterion, per-seed values, interval and
-    a link to its evidence; the book's own predictions and the checks apart."""
+    claim, grouped by paper and verdict, as the chapters' ledgers show it (claim with a link
+    to its evidence, paper, this book, verdict), its criterion, per-seed values, interval
+    and "why" folded beneath it (:data:`SCORECARD_DETAIL`); the book's own predictions and
+    the checks apart."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
     total = {v: 0 for v in columns}
@@ -735,7 +849,7 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
-        rows = []
+        rows, details = [], []
         claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
                                                          rank.get(c["verdict"], 9)))
         for c in claims:
@@ -743,11 +857,15 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
             if c.get("section"):
                 claim += " " + _ref("evidence", c["section"])
-            rows.append([claim, c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
-                         _verdict_cell(c)])
+            head, whole = _measured(c["measured"])
+            rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
+            details.append([c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
+                            whole, c.get("why") or MISSING])
         if rows:
-            sections.append(f"### {ledger['title']}\n\n" + markdown_table(
-                rows, ["claim", "criterion", "per-seed values", "90% bounds", "verdict"]))
+            sections.append(f"### {ledger['title']}\n\n" + folded_table(
+                rows, Ledger.HEADER, details, SCORECARD_DETAIL,
+                summary="criterion, per-seed values, bounds and why it differs",
+                css_class=LEDGER_CLASS))
     count_rows.append(["**all papers**", "", *(total[v] for v in columns),
                        sum(r[-1] for r in count_rows)])
     return ("## Counts per paper\n\n"
@@ -755,24 +873,25 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
             "(neither side reached the target) claims are shown but not counted, and neither are "
             "this book's own predictions nor the checks of what the code enforces.\n\n"
-            + markdown_table(count_rows, ["paper", "scale", *columns, "predictions and checks"],
-                             ["l", "l", *["r"] * (len(columns) + 1)])
+            + within(markdown_table(count_rows, ["paper", "scale", *columns,
+                                                 "predictions and checks"],
+                                    ["l", "l", *["r"] * (len(columns) + 1)]), NUMBERS_CLASS)
             + judged_twice_markdown(ledgers, order)
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 
 
 def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """A section listing every comparison ``(method, rival)`` that more than one ledger
-    judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict,
-    seeds, scale and criterion, and what differs between them. Empty when no comparison
-    is judged twice."""
+    judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict, and
+    folded beneath it (:func:`folded_table`) its seeds, scale and criterion and what differs
+    between them. Empty when no comparison is judged twice."""
     order = [c for c in (order or ledgers) if c in ledgers]
     seen: dict[tuple, list] = {}
     for name in order:
         for c in ledgers[name]["claims"]:
             for pair in c.get("pairs") or []:
                 seen.setdefault(tuple(pair), []).append((name, c))
-    rows = []
+    rows, details = [], []
     for (method, rival), entries in sorted(seen.items()):
         if len({name for name, _ in entries}) < 2:
             continue
@@ -788,17 +907,19 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
         for name, c in entries:
             n = len(c["values"])
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
-                         ledgers[name]["title"], f"{c['ref']}: {c['statement']}",
-                         f"{n} seed{'s' if n != 1 else ''}, scale {ledgers[name].get('scale', '')}",
-                         c["criterion"], _verdict_cell(c), ", ".join(differs)])
+                         ledgers[name]["title"], f"{c['ref']}: {c['statement']}", _verdict_cell(c)])
+            scale = ledgers[name].get("scale", "")
+            details.append([f"{n} seed{'s' if n != 1 else ''}, scale {scale}", c["criterion"],
+                            ", ".join(differs)])
     if not rows:
         return ""
     return ("\n\n## The same comparison, judged twice\n\nA chapter and the arena can judge the "
             "same pair of methods in different settings (data, scale, tuning, metric) and on "
-            "different seeds; each row is one ledger's claim, and the last column says what "
-            "differs between them.\n\n"
-            + markdown_table(rows, ["comparison", "ledger", "claim", "seeds", "criterion",
-                                    "verdict", "differs in"]))
+            "different seeds; each row is one ledger's claim, and the line folded beneath it "
+            "says what differs between them.\n\n"
+            + folded_table(rows, ["comparison", "ledger", "claim", "verdict"], details,
+                           ["seeds", "criterion", "differs in"],
+                           summary="seeds, scale and criterion, and what differs"))
 
 
 def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3, unit: str = " points",
@@ -821,6 +942,6 @@ def probe_note(base, stretched, criterion: "Criterion", seeds, factor: float = 3
         trend = "the gap stays"
     else:
         trend = "the gap narrows" if change > 0 else "the gap widens"
-    who = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {list(seeds)}"
+    who = f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ", ".join(map(str, seeds))
     return f"at {factor:g}x the rounds ({who}): {fmt(base.mean())} → {fmt(stretched.mean())}{unit}, {trend}"
 

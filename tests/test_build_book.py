@@ -126,20 +126,37 @@ def test_execution_report_rows_come_from_papermill_and_the_run_logs(tmp_path, mo
     (staging / "book" / "alpha.ipynb").write_text(json.dumps(nb))
     logs = tmp_path / "logs"
     logs.mkdir()
-    (logs / "alpha.jsonl").write_text("\n".join(json.dumps({"seed": s, "cached": c, "method": "m"})
-                                                for s, c in [(3, True), (4, False), (5, False)]))
+    (logs / "alpha.jsonl").write_text("\n".join(
+        json.dumps({"seed": s, "cached": c, "method": "m", "dataset": "digits", "key": k,
+                    "data": "0123456789abcdef"})
+        for s, c, k in [(3, True, "k1"), (4, False, "k2"), (5, False, "k2")]))
     monkeypatch.setattr(build_book, "ROOT", root)
     monkeypatch.setattr(build_book, "RUN_LOGS", logs)
     rows = build_book.execution_rows(staging, [root / "book" / "alpha.ipynb"], "book", "2026-11-24 09:59", {})
-    assert rows == [["{doc}`Alpha: a paper <alpha>`", "2026-11-24 10:00", "61 s", "book", "seed=3", "3, 4, 5", 1, 2]]
+    assert rows == [["{doc}`Alpha <alpha>`", "2026-11-24 10:00", "61 s", "book", "seed=3",
+                     "3, 4, 5", "1 + 2", 2]]
+    assert len(rows[0]) == len(build_book.EXECUTION_HEADER)
+    data = build_book.data_rows(staging, [root / "book" / "alpha.ipynb"])
+    assert data == [["{doc}`Alpha <alpha>`", "digits", "`0123456789abcdef`"]]
     junit = tmp_path / "nbval.xml"
     junit.write_text('<testsuites><testsuite><testcase classname="book.alpha.ipynb" name="Cell 0" time="1.5"/>'
                      '<testcase classname="book.alpha.ipynb" name="Cell 1" time="2.0"/></testsuite></testsuites>')
     assert build_book.chapter_seconds(junit) == {"alpha": 3.5}
-    (staging / "book" / "execution.md").write_text("# Execution report\n<!-- execution-report -->\nold\n")
-    assert build_book.write_execution_report(staging, rows)
+    (staging / "book" / "execution.md").write_text(
+        "# Execution report\n<!-- execution-report -->\nSTALE\n")
+    assert build_book.write_execution_report(staging, rows, data, commit="0123abcd4567")
     page = (staging / "book" / "execution.md").read_text()
-    assert "old" not in page and "| 61 s |" in page and "torch" in page
+    assert "STALE" not in page and "| 61 s |" in page and "torch" in page
+    assert "commit `0123abcd4567`" in page and "| digits | `0123456789abcdef` |" in page
+
+
+def test_the_commit_is_the_checkouts_head(tmp_path):
+    import subprocess
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    assert build_book.git_commit().startswith(head) and len(head) == 12
+    assert build_book.git_commit(tmp_path) == "unknown"          # not a git checkout
 
 
 def test_no_public_repository_means_no_launch_buttons_and_a_checkout_install(tmp_path):

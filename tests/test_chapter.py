@@ -49,7 +49,12 @@ def test_a_caption_names_the_settings_and_the_rerun_command():
     text = caption_text(configs, "heroes", "book", seed=0)
     assert text.startswith("Ran at scale book with digits, cnn, dirichlet, α=0.5, 10 clients, 50% per round, "
                            "5 rounds, 3 local steps, lr 0.05, identical devices, seeds 0–2; methods: fedavg, heterofl.")
-    assert text.endswith("Rerun: `papermill book/heroes.ipynb out.ipynb -p scale paper -p seed 1`.")
+    command = "papermill book/heroes.ipynb out.ipynb -p scale {} -p seed {}"
+    assert f"Rerun as shown: `{command.format('book', 0)}`" in text
+    shown = caption_text([c.replace(seed=c.seed + 5) for c in configs], "heroes", "smoke", seed=5)
+    assert "seeds 5–7" in shown and f"`{command.format('smoke', 5)}`" in shown
+    assert "-p scale paper -p seed" not in shown and "-p scale paper`" in shown    # offered apart
+    assert "`-p scale paper`" not in caption_text(configs, "heroes", "paper")
     results = [{"config": c.to_dict(), "history": []} for c in configs[:1]]
     assert "seed 0;" in caption_text(results, "heroes", "smoke")
     assert "α=" not in caption_text([base.replace(partition="iid")], "x", "book")
@@ -86,3 +91,15 @@ def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
     assert code != 0 and "ConfigError: parameter seed must be in [0, 2**32), got -1" in err
     code, err = run("-p", "sed", "1")
     assert code != 0 and "ConfigError: unknown parameter(s) sed" in err
+
+
+def test_a_caption_counts_one_in_the_singular():
+    from hetfl_core import RunConfig
+    from hetfl_core.chapters import caption_text
+
+    one = RunConfig(dataset="digits", partition="shards", classes_per_client=1, clients=1,
+                    rounds=1, local_steps=None, local_epochs=1)
+    text = caption_text([one], "x", "smoke")
+    assert "1 class per client, 1 client, 100% per round, 1 round, 1 local epoch," in text
+    two = caption_text([one.replace(local_epochs=2, rounds=2)], "x", "smoke")
+    assert "2 rounds, 2 local epochs," in two

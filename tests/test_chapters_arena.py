@@ -123,3 +123,21 @@ def test_server_predictions_read_the_server_model_on_the_pooled_test_splits(tmp_
     p = ch.server_predictions(config)
     assert 1 <= p["distinct"] <= 10 and 0 < p["top_share"] <= 1 and 0.1 <= p["majority"] < 1
     assert p["server_acc"] == pytest.approx(p["acc"], abs=1e-6)    # FedAvg scores its server model
+
+
+def test_a_leaderboard_is_an_accuracy_table_and_a_cost_table_of_at_most_seven_columns():
+    values = {k: [0.5, 0.6, 0.7] for k in arena.COLUMNS}
+    values["time_to_target"] = [10.0, float("inf"), 20.0]
+    rows = [{"scenario": "cell", "rank": i + 1, "label": arena.label(m), "lrs": [0.1],
+             "system": "wireless" if m == "sparse-prune-pfl" else arena.SYSTEM, "values": values}
+            for i, m in enumerate(("fedavg", "sparse-prune-pfl"))]
+    (acc_header, acc_rows), (cost_header, cost_rows) = ch.leaderboard_tables(rows, "cell")
+    assert len(acc_header) <= 7 and len(cost_header) <= 7
+    assert acc_header[:3] == ["#", "method", "lr"] and cost_header[:2] == ["#", "method"]
+    assert acc_header[3:] == [arena.COLUMNS[k][0] for k in ch.ACCURACY]
+    assert cost_header[2:] == [arena.COLUMNS[k][0] for k in ch.COST]
+    assert set(ch.ACCURACY) | set(ch.COST) == set(ch.SHOWN)
+    assert [len(r) for r in acc_rows + cost_rows] == [7] * 2 + [len(cost_header)] * 2
+    assert acc_rows[1][1] == "Lightweight PFL" and acc_rows[0][3] == "60.0 ± 10.0"
+    assert cost_rows[0][cost_header.index("time to target (s)")] == "15.0 ± 7.1 (2/3)"
+    assert ch.leaderboard_tables(rows, "another cell") == []

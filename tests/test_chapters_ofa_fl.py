@@ -68,7 +68,7 @@ def test_stretch_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     assert "widens" in ofa.stretch_note([4.0], [6.0], little, [0], higher_is_better=False)
     assert "narrows" in ofa.stretch_note([8.0], [5.0], little, [0], higher_is_better=False)
     note = ofa.stretch_note([-5.0, -4.0], [-2.0, -1.0], crit, [0, 1])
-    assert note.startswith(f"at {ofa.STRETCH}x the rounds (seeds [0, 1]): -4.5 → -1.5")
+    assert note.startswith(f"at {ofa.STRETCH}x the rounds (seeds 0, 1): -4.5 → -1.5")
 
 
 def test_flops_rows_charge_dense_passes_by_default():
@@ -153,3 +153,17 @@ def test_a_collapsed_network_does_not_win_a_variance_row():
               if c.ref == "Table 2" and "variance" in c.statement][0]
     assert table2.values == ["inf"] * 3 and table2.per_seed == "none"
     assert f"more than {ofa.VARIANCE_GUARD:g} points behind fails" in table2.measured
+
+
+def test_a_table_reproduction_splits_into_three_narrow_readings():
+    ratios = [1.0, 0.5, 0.25]
+    header = ofa.table_header(ratios)
+    row = [5, "OFA-FL", "90", "80", "70", "1.5", "89", "79", "69", "2.5", "85", "3.5"]
+    assert len(row) == len(header) == 12
+    parts = ofa.reading_tables([row], ratios)
+    assert [name for name, _, _ in parts] == ["max-avg round", "final round", "last five rounds"]
+    assert [h for _, h, _ in parts] == [["P", "method", "r=1.0", "r=0.5", "r=0.25", "var"]] * 2 \
+        + [["P", "method", "mean", "var"]]
+    assert [r for _, _, r in parts] == [[[5, "OFA-FL", "90", "80", "70", "1.5"]],
+                                        [[5, "OFA-FL", "89", "79", "69", "2.5"]],
+                                        [[5, "OFA-FL", "85", "3.5"]]]

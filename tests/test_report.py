@@ -2,6 +2,7 @@
 import ast
 import json
 import math
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -160,7 +161,7 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
         ("holds", "inconclusive", "fails", "indicative", "fails")
     assert a.measured == "2.2 ± 0.8 pts (3 seeds)" and a.interval_text.startswith("[1.")
     assert c.measured == "never (4 seeds)"
-    assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seeds"
+    assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seed"
     assert b.why == "B was tuned on 3 learning rates"               # cites a new number: kept
     assert e.why == "conjecture: short runs"                         # no number: labelled
     assert c.why == "conjecture: not investigated"
@@ -172,6 +173,84 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
     assert "4 counted paper claims: 1 holds, 2 fail, 1 is inconclusive; 1 indicative" in text
     assert "1 not the paper's" in text and "(invariant)" in text
     assert "**inconclusive**" in text and "indicative (1 seed)" in text
+
+
+class _Cells(HTMLParser):
+    """The table structure of rendered HTML: per ``<tbody>``, its rows, each a list of
+    ``(tag, colspan, text)`` cells; and the text inside each ``<details>``."""
+
+    def __init__(self):
+        super().__init__()
+        self.bodies, self.header, self.details, self.classes = [], [], [], []
+        self.cell, self.in_details, self.in_body = None, 0, False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self.classes.append(attrs.get("class", ""))
+        elif tag == "tbody":
+            self.bodies.append([])
+            self.in_body = True
+        elif tag == "tr" and self.in_body:
+            self.bodies[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = [tag, int(attrs.get("colspan", 1)), ""]
+        elif tag == "details":
+            self.in_details += 1
+            self.details.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self.cell:
+            (self.bodies[-1][-1] if tag == "td" else self.header).append(tuple(self.cell))
+            self.cell = None
+        elif tag == "details":
+            self.in_details -= 1
+        elif tag == "tbody":
+            self.in_body = False
+
+    def handle_data(self, data):
+        if self.cell:
+            self.cell[2] += data
+        if self.in_details:
+            self.details[-1] += data
+
+
+def rendered(markdown: str) -> _Cells:
+    """``markdown`` rendered as MyST renders a cell's Markdown output (CommonMark, raw HTML
+    kept), then parsed."""
+    from markdown_it import MarkdownIt
+
+    cells = _Cells()
+    cells.feed(MarkdownIt("commonmark").render(markdown))
+    return cells
+
+
+def test_a_ledger_is_a_row_per_claim_with_its_criterion_and_why_folded_beneath():
+    ledger = Ledger("toy", "Toy paper", scale="smoke")
+    ledger.claim("Table I", "A beats B", "+5 points", [2.0, 3.0, 1.5],
+                 at_least(0, " pts", "A − B"), unit=" pts")
+    ledger.claim("Fig. 2", "- a list marker", "1. first", [-1.0, -2.0, -1.5], at_least(0, " pts"),
+                 unit=" pts", why="B was tuned on 3 learning rates")
+    ledger.claim("Fig. 3", "A never misses", "always", [1.0, 2.0, 3.0, math.inf], at_least(0),
+                 measured="2.0 ± 1.0 (3 seeds); never on 1 of 4 seeds")
+    assert [len(r) for r in ledger.rows()] == [len(Ledger.HEADER)] * 3 == [4] * 3
+    assert [len(d) for d in ledger.details()] == [len(Ledger.DETAIL)] * 3 == [4] * 3
+    html = rendered(ledger.markdown())
+    assert html.classes == ["table hetfl-folded " + report.LEDGER_CLASS]
+    assert [c[2] for c in html.header] == list(Ledger.HEADER)
+    assert len(html.bodies) == 3                                  # a <tbody> per claim
+    for body, claim in zip(html.bodies, ledger.claims):
+        row, detail = body                                         # the row, the folded line
+        assert [c[0] for c in row] == ["td"] * 4 and all(c[1] == 1 for c in row)
+        assert [c[2].strip() for c in row] == [f"{claim.ref}: {claim.statement}", claim.paper,
+                                               claim.measured.split("; ")[0], claim.verdict_text]
+        assert len(detail) == 1 and detail[0][1] == 4                # one cell, the full width
+    first, second, third = html.details
+    assert "A − B ≥ 0 pts" in first and ledger.claims[0].interval_text in first
+    assert "B was tuned on 3 learning rates" in second and "≥ 0 pts" in second
+    assert "This book in full:" not in first and "never on 1 of 4 seeds" in third
+    with pytest.raises(ValueError):
+        report.folded_table([["a", "b"]], ["x", "y"], [], ["why"])
 
 
 def test_a_why_that_restates_the_claims_own_values_is_a_conjecture():
@@ -222,9 +301,14 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
     assert "| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 |" in card
-    assert r"a \| b" in card and "{ref}`evidence <alpha-table1>`" in card
+    assert "Eq. 3: a | b" in card and "{ref}`evidence <alpha-table1>`" in card
     assert "our guess (prediction)" in card
-    assert "inf" not in card.split("A is fast")[1].split("\n")[0].replace("info", "")
+    every = rendered(card.split("## Every claim")[1])
+    assert every.classes == ["table hetfl-folded " + report.LEDGER_CLASS] * 2   # one a paper
+    assert [len(b) for b in every.bodies] == [2] * 5                   # a claim: row and fold
+    assert all(len(row) == len(Ledger.HEADER) for row, _ in every.bodies)
+    fast = next(d for d in every.details if "never" in d)               # A is fast: never, 4x
+    assert "never, never, never, never" in fast and "inf" not in fast
 
 
 def test_ratio_keeps_never_reached_apart_and_more_than_is_strict():
@@ -272,7 +356,7 @@ def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
     assert probe_note([-5.0], [1.0], crit, [0]).endswith("the gap closes: the criterion passes")
     assert probe_note([-5.0], [-2.0], crit, [0]).endswith("-5.0 → -2.0 points, the gap narrows")
     assert probe_note([-5.0], [-5.5], crit, [0]).endswith("the gap stays")
-    assert probe_note([-5.0], [-9.0], crit, [1, 2]).startswith("at 3x the rounds (seeds [1, 2])")
+    assert probe_note([-5.0], [-9.0], crit, [1, 2]).startswith("at 3x the rounds (seeds 1, 2)")
     assert probe_note([-5.0], [-9.0], crit, [0]).endswith("the gap widens")
     assert probe_note([2.0], [3.0], crit, [0]).endswith("the criterion passes at both lengths")
     assert probe_note([5.0], [2.0], at_least(-10), [0], higher_is_better=False).endswith("at both lengths")
@@ -294,6 +378,21 @@ def test_a_comparison_judged_by_two_ledgers_is_listed_side_by_side(tmp_path):
     assert text.count("fedlps vs fedavg (**disagree**)") == 2        # one row per ledger
     assert "fedper" not in text                                       # judged once only
     assert "seeds, criterion" not in text and "seeds, setting" in text   # 3 vs 4 seeds
+    twice = rendered(text)
+    assert [len(row) for row, _ in twice.bodies] == [4, 4]             # comparison ... verdict
+    assert all("3 seeds" in d or "4 seeds" in d for d in twice.details)
     assert "The same comparison, judged twice" in report.scorecard_markdown(ledgers)
     alone = {"fedlps": ledgers["fedlps"]}
     assert report.judged_twice_markdown(alone) == ""
+
+
+def test_values_print_as_phrases_not_python_and_one_takes_the_singular():
+    assert report.listing({"FedAvg": "75%", "Heroes": 0.3}) == "FedAvg 75%, Heroes 0.3"
+    assert report.listing({"image": "0.1, 0.3"}, sep="; ", between=": ") == "image: 0.1, 0.3"
+    assert report.listing({}) == "none"
+    assert report.numbers([25.0, 20.0, 3.0]) == "25, 20, 3"
+    assert report.numbers(np.array([[0.1234, 1.0]]), "{:.2f}") == "0.12, 1.00"
+    assert report.of_seeds(1, 1) == "1 of 1 seed" and report.of_seeds(2, 3) == "2 of 3 seeds"
+    assert at_most(1, " points", "gap").text == "gap ≤ 1 point"
+    assert at_least(2, " points", "gap").text == "gap ≥ 2 points"
+    assert at_least(1, "%").text == "value ≥ 1%"

@@ -1,7 +1,8 @@
 """The run log the book build reads for its execution report (HETFL_RUN_LOG)."""
 import json
 
-from hetfl_core.experiments import run_cached, sweep
+from hetfl_core.data.fingerprint import dataset_fingerprint
+from hetfl_core.experiments import cache_path, run_cached, sweep
 
 
 def test_runs_are_logged_as_computed_then_cached(tiny_config, cache, tmp_path, monkeypatch):
@@ -14,6 +15,8 @@ def test_runs_are_logged_as_computed_then_cached(tiny_config, cache, tmp_path, m
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["cached"] for line in lines] == [False, True, True]
     assert {line["method"] for line in lines} == {"fedavg"} and lines[0]["seconds"] > 0
+    assert {line["key"] for line in lines} == {cache_path(config).stem.rsplit("-", 1)[1]}
+    assert {line["data"] for line in lines} == {dataset_fingerprint(config.dataset)}
 
 
 def test_nothing_is_logged_without_the_variable(tiny_config, cache, tmp_path, monkeypatch):

@@ -23,7 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.report import load_ledgers, markdown_table, scorecard_markdown, verdict_box_markdown
+from hetfl_core.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
+                               verdict_box_markdown, within)
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -433,29 +434,86 @@ def chapter_seconds(junit: Path) -> dict[str, float]:
     return seconds
 
 
+def _run_log(chapter: str) -> list[dict]:
+    """The runs ``chapter`` logged during this build (one JSON object a line)."""
+    import json
+
+    log = RUN_LOGS / f"{chapter}.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] \
+        if log.exists() else []
+
+
+def _title(book: dict, stem: str) -> str:
+    """A chapter's title: its first ``# `` heading."""
+    return next((line.lstrip("# ").strip() for c in book["cells"] if c["cell_type"] == "markdown"
+                 for line in "".join(c["source"]).splitlines() if line.startswith("# ")), stem)
+
+
 def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
                    seconds: dict[str, float]) -> list[list]:
-    """One row per chapter: what papermill recorded in the executed notebook and what its
-    runs logged."""
+    """One row per chapter (named by its title's first part, "Heroes"): what papermill
+    recorded in the executed notebook and what its runs logged: the seeds, the runs served
+    from the cache and computed, and how many distinct cache keys (distinct runs) the
+    chapter used."""
     import json
 
     rows = []
     for nb in notebooks:
         book = json.loads((staging / nb.relative_to(ROOT)).read_text())
         meta = book.get("metadata", {}).get("papermill", {})
-        title = next((line.lstrip("# ").strip() for c in book["cells"] if c["cell_type"] == "markdown"
-                      for line in "".join(c["source"]).splitlines() if line.startswith("# ")), nb.stem)
         params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "scale"}
-        log = RUN_LOGS / f"{nb.stem}.jsonl"
-        runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        runs = _run_log(nb.stem)
         seeds = sorted({r["seed"] for r in runs})
         wall = meta.get("duration") or seconds.get(nb.stem)
-        rows.append([f"{{doc}}`{title} <{nb.stem}>`", (meta.get("start_time") or built)[:16].replace("T", " "),
+        keys = {r["key"] for r in runs if r.get("key")}
+        rows.append([f"{{doc}}`{_title(book, nb.stem).split(':')[0]} <{nb.stem}>`",
+                     (meta.get("start_time") or built)[:16].replace("T", " "),
                      "—" if wall is None else f"{wall:,.0f} s", scale,
                      ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults",
                      ", ".join(map(str, seeds)) or "—",
-                     sum(r["cached"] for r in runs), sum(not r["cached"] for r in runs)])
+                     f"{sum(r['cached'] for r in runs)} + {sum(not r['cached'] for r in runs)}",
+                     len(keys)])
     return rows
+
+
+EXECUTION_HEADER = ["chapter", "executed (UTC)", "wall time", "scale", "parameters", "seeds run",
+                    "runs: cached + computed", "cache keys"]
+
+
+def data_rows(staging: Path, notebooks: list[Path]) -> list[list]:
+    """One row per chapter and dataset its runs read: the dataset and its fingerprint (the
+    first 16 hex digits of a SHA-256 of the arrays the runs trained and tested on, as the
+    cache key holds it), "—" for runs logged without one."""
+    import json
+
+    rows = []
+    for nb in notebooks:
+        runs = _run_log(nb.stem)
+        if not runs:
+            continue
+        title = _title(json.loads((staging / nb.relative_to(ROOT)).read_text()),
+                       nb.stem).split(":")[0]
+        seen = dict.fromkeys((r["dataset"], r.get("data") or "—") for r in runs)
+        for dataset, digest in sorted(seen):
+            rows.append([f"{{doc}}`{title} <{nb.stem}>`", dataset, f"`{digest}`"
+                         if digest != "—" else digest])
+    return rows
+
+
+def git_commit(root: Path = ROOT) -> str:
+    """The commit the book was built from, and whether tracked files differ from it
+    (``"1a2b3c4d5e6f (with uncommitted changes)"``); "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=30)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def versions() -> str:
@@ -472,12 +530,21 @@ def versions() -> str:
     return ", ".join(parts) + f"; {platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores"
 
 
-def write_execution_report(staging: Path, rows: list[list]) -> bool:
-    """Fill the staged ``book/execution.md`` below its marker; ``False`` if there is no such page."""
-    table = markdown_table(rows, ["chapter", "executed (UTC)", "wall time", "scale", "parameters", "seeds run",
-                                  "runs from cache", "runs computed"], ["l", "l", "r", "l", "l", "l", "r", "r"])
-    return fill_page(staging / "book" / "execution.md", EXECUTION_MARK,
-                     f"{table}\n\nComputed with {versions()}.")
+def write_execution_report(staging: Path, rows: list[list], data: list[list] = (),
+                           commit: str | None = None) -> bool:
+    """Fill the staged ``book/execution.md`` below its marker: the chapters' rows, the data
+    each read (:func:`data_rows`), the commit (:func:`git_commit`) and the versions;
+    ``False`` if there is no such page."""
+    table = within(markdown_table(rows, EXECUTION_HEADER, ["l", "l", "r", "l", "l", "l", "r", "r"]),
+                   NUMBERS_CLASS)
+    text = (f"{table}\n\nBuilt from commit `{commit or git_commit()}`, computed with "
+            f"{versions()}.")
+    if data:
+        text += ("\n\n**The data each chapter read**: the fingerprint is the first 16 hex "
+                 "digits of a SHA-256 of the arrays its runs trained and tested on, the value "
+                 "the runs' cache keys hold.\n\n"
+                 + markdown_table(data, ["chapter", "dataset", "fingerprint (SHA-256)"]))
+    return fill_page(staging / "book" / "execution.md", EXECUTION_MARK, text)
 
 
 def render(staging: Path, build_dir: Path) -> int:
@@ -558,7 +625,8 @@ def main() -> int:
     write_scorecard(staging, notebooks, ledgers)
     write_totals(staging, ledgers, args.scale)
     seconds = chapter_seconds(build_dir / "nbval.xml") if prepare_only else {}
-    write_execution_report(staging, execution_rows(staging, notebooks, args.scale, built, seconds))
+    write_execution_report(staging, execution_rows(staging, notebooks, args.scale, built, seconds),
+                           data_rows(staging, notebooks))
     rc = render(staging, build_dir)
     if rc or not args.student:
         return rc

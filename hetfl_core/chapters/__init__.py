@@ -142,6 +142,9 @@ _CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partiti
                    ("rounds", "", "{}", " rounds"), ("local_steps", "", "{}", " local steps"),
                    ("local_epochs", "", "{}", " local epochs"), ("lr", "lr ", "{}", ""),
                    ("heterogeneity", "", "{}", " device heterogeneity"))
+#: a count's noun when the count is one
+_SINGULAR = {" classes per client": " class per client", " clients": " client", " rounds": " round",
+             " local steps": " local step", " local epochs": " local epoch"}
 #: which partitions read alpha and classes_per_client
 _USES = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
 
@@ -152,9 +155,10 @@ def _values(configs, name: str) -> list:
 
 def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
     """What a reproduction ran with, from its run configurations, and the papermill command
-    that reruns the chapter at another scale or seed, e.g. ``"Ran at scale book with
-    fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds 0–2; methods: fedavg,
-    heterofl. Rerun: ..."``. A field the runs vary prints its values joined by "/"."""
+    that reruns the chapter as it ran (``scale`` and the chapter's ``seed`` parameter), e.g.
+    ``"Ran at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds
+    0–2; methods: fedavg, heterofl. Rerun as shown: `papermill book/heroes.ipynb out.ipynb
+    -p scale book -p seed 0` (...)"``. A field the runs vary prints its values joined by "/"."""
     from ..config import RunConfig
 
     configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
@@ -169,16 +173,18 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
         if name == "heterogeneity" and values == ["none"]:
             parts.append("identical devices")
         elif values:
+            if values == [1]:
+                suffix = _SINGULAR.get(suffix, suffix)   # "1 local epoch", not "1 local epochs"
             parts.append(prefix + "/".join(form.format(v) for v in values) + suffix)
     seeds = sorted(_values(configs, "seed"))
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else \
         (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
          else "seeds " + ", ".join(map(str, seeds)))
     methods = ", ".join(_values(configs, "method"))
-    other = "paper" if scale != "paper" else "book"
-    command = f"papermill book/{notebook}.ipynb out.ipynb -p scale {other} -p seed {seed + 1}"
+    command = f"papermill book/{notebook}.ipynb out.ipynb -p scale {scale} -p seed {seed}"
+    other = "" if scale == "paper" else " (`-p scale paper` runs it at the paper's scale)"
     return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
-            f"Rerun: `{command}`.")
+            f"Rerun as shown: `{command}`{other}.")
 
 
 def caption(configs, notebook: str, scale: str, seed: int = 0) -> None:

@@ -9,19 +9,24 @@ import torch
 from .. import arena
 from ..arena import LABELS, PAPER_BASELINES, PAPER_METRIC, label
 from ..methods.fedavg import FedAvg, weighted_average
-from ..report import Ledger, fmt, fmt_mean_sd, judge, more_than, show_table
+from ..report import NUMBERS_CLASS, Ledger, fmt, fmt_mean_sd, judge, more_than, show_table
 
-__all__ = ["PAPER_REFS", "rules_rows", "at_grid_edge", "show_rules", "show_leaderboard",
-           "scenario_rows", "plot_pareto", "plot_map", "judged_winners", "win_counts",
-           "show_summary", "gaps", "claims", "levelled_off", "identical_groups",
-           "server_predictions", "plugin_demo", "FedAvgM", "register_example"]
+__all__ = ["PAPER_REFS", "ACCURACY", "COST", "SHOWN", "NUMBERS", "rules_rows", "at_grid_edge",
+           "show_rules", "leaderboard_cell", "leaderboard_tables", "show_leaderboard", "scenario_rows",
+           "plot_pareto", "plot_map", "judged_winners", "win_counts", "show_summary", "gaps", "claims",
+           "levelled_off", "identical_groups", "server_predictions", "plugin_demo", "FedAvgM",
+           "register_example"]
 
 #: where each paper compares its method with the baselines the arena also runs
 PAPER_REFS = {"fedlps": "FedLPS, Table I", "heroes": "Heroes, Table II", "ofafl": "OFA-FL, Figs. 2-3",
               "srp-pfed": "SRP-pFed, Table III", "sparse-prune-pfl": "Lightweight PFL, Figs. 2-3"}
-#: leaderboard columns the chapter shows (all are in the CSV)
-SHOWN = ("acc", "acc_global", "worst10", "acc_at_budget", "time_s", "bits", "energy_j", "time_to_target",
-         "bits_to_target")
+#: leaderboard columns the chapter shows (all are in the CSV), in two tables of at most
+#: seven columns each: what a method reaches, and what it costs
+ACCURACY = ("acc", "acc_global", "worst10", "acc_at_budget")
+COST = ("time_s", "bits", "energy_j", "time_to_target", "bits_to_target")
+SHOWN = ACCURACY + COST
+#: the CSS class of a table of numbers whose values never wrap (the book's stylesheet)
+NUMBERS = NUMBERS_CLASS
 
 
 def rules_rows(runs: arena.ArenaRuns) -> list[list]:
@@ -61,24 +66,54 @@ def scenario_rows(rows: list[dict], name: str) -> list[dict]:
     return [r for r in rows if r["scenario"] == name]
 
 
-def show_leaderboard(rows: list[dict], name: str) -> None:
-    """One scenario's leaderboard: rank, method, lr and the :data:`SHOWN` metrics (mean ±
-    sd over seeds; "never" for a target not reached, "—" for a metric a method lacks)."""
+def leaderboard_cell(values, key: str) -> str:
+    """One leaderboard value: mean ± sd over seeds of metric ``key`` (as
+    :data:`hetfl_core.arena.COLUMNS` formats it); where some seeds never reached a target,
+    the mean is over those that did and ``(2/3)`` says how many did, so the cell stays short."""
+    _, digits, scale, _ = arena.COLUMNS[key]
+    v = np.asarray(list(values), dtype=float)
+    reached = v[np.isfinite(v)]
+    if 0 < reached.size < v.size and np.isposinf(v).any():
+        return f"{fmt_mean_sd(reached, digits, '', scale, seeds=False)} ({reached.size}/{v.size})"
+    return fmt_mean_sd(v, digits, "", scale, seeds=False)
+
+
+def leaderboard_tables(rows: list[dict], name: str) -> list[tuple[list[str], list[list]]]:
+    """One scenario's leaderboard as two tables, ``(header, rows)`` each: accuracy (rank,
+    method, lr and the :data:`ACCURACY` metrics) and cost (rank, method and the :data:`COST`
+    metrics); mean ± sd over seeds, "never" for a target not reached, "—" for a metric a
+    method lacks. Empty without runs."""
     block = scenario_rows(rows, name)
-    if not block:
+    tables = []
+    for keys, lr in ((ACCURACY, True), (COST, False)):
+        out = []
+        for r in block:
+            cells = [r["rank"], r["label"]]
+            if lr:
+                cells.append("/".join(f"{x:g}" for x in r["lrs"]) or "—")
+            cells += [leaderboard_cell(r["values"][key], key) for key in keys]
+            out.append(cells)
+        header = ["#", "method", *(["lr"] if lr else []), *(arena.COLUMNS[k][0] for k in keys)]
+        if block:
+            tables.append((header, out))
+    return tables
+
+
+def show_leaderboard(rows: list[dict], name: str) -> None:
+    """One scenario's leaderboard (:func:`leaderboard_tables`): its accuracy table, then
+    its cost table, under one caption."""
+    tables = leaderboard_tables(rows, name)
+    if not tables:
         print(f"{name}: no runs")
         return
-    out = []
-    for r in block:
-        cells = [r["rank"], r["label"], "/".join(f"{lr:g}" for lr in r["lrs"]) or "—"]
-        for key in SHOWN:
-            _, digits, scale, _ = arena.COLUMNS[key]
-            cells.append(fmt_mean_sd(r["values"][key], digits, "", scale, seeds=False))
-        out.append(cells)
-    r0 = block[0]
-    show_table(out, ["#", "method", "lr", *(arena.COLUMNS[k][0] for k in SHOWN)],
-               caption=f"**{name}** ({r0['seeds']} seed{'s' if r0['seeds'] > 1 else ''}; target "
-                       f"{fmt(r0['target'], 1, '%', 100)}, time budget {fmt(r0['budget_s'], 1)} s)")
+    r0 = scenario_rows(rows, name)[0]
+    caption = (f"**{name}** ({r0['seeds']} seed{'s' if r0['seeds'] > 1 else ''}; target "
+               f"{fmt(r0['target'], 1, '%', 100)}, time budget {fmt(r0['budget_s'], 1)} s; "
+               "a/b: the target reached on a of b seeds, the "
+               "mean over those)")
+    (acc_header, acc_rows), (cost_header, cost_rows) = tables
+    show_table(acc_rows, acc_header, caption=caption + ", accuracy:", css_class=NUMBERS)
+    show_table(cost_rows, cost_header, caption=f"**{name}**, cost:", css_class=NUMBERS)
 
 
 def plot_pareto(rows: list[dict], names) -> None:

@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 from .. import masks, plots, submodel
 from ..config import RunConfig
 from ..methods import METHODS
-from ..report import at_least, final, fmt, fmt_mean_sd, judge, per_seed
+from ..report import at_least, final, fmt, fmt_mean_sd, judge, of_seeds, per_seed
 
 __all__ = ["FAMILIES", "SPLITS", "CLAIM_RUNS", "family_methods", "plot_width_coverage",
            "plot_pruning_densities", "run_grid", "pick", "plot_split",
@@ -155,7 +155,7 @@ def ordering_lines(results: dict, seeds) -> list[str]:
         gap = seed_differences(results, split, a, b, y, seeds)
         passes = gap >= 0
         lines.append(f"{split}, {y}: {a} - {b} = {fmt_mean_sd(gap, unit=' points')}; "
-                     f"{a} >= {b} on {int(passes.sum())} of {len(gap)} seeds "
+                     f"{a} >= {b} on {of_seeds(passes.sum(), len(gap))} "
                      f"({judge(gap, at_least(0)).verdict})")
     return lines
 

@@ -19,7 +19,7 @@ from ..config import ALL, RunConfig, by_scale
 from ..engine import build_simulation
 from ..experiments import sweep
 from ..report import (Criterion, Ledger, at_least, at_most, best_on_average, first_reach, fmt,
-                      more_than, fmt_mean_sd, per_seed, ratio, row_value, value_at)
+                      more_than, fmt_mean_sd, of_seeds, per_seed, ratio, row_value, value_at)
 
 __all__ = ["Y", "GROUPS", "SAME_WIDTHS", "LABELS", "VARIANTS", "HETEROFL_OWN_WIDTHS", "WIDTH_VARIANTS", "FULL_MODEL",
            "BASELINES", "variant", "cnn_setting", "tier_widths", "experiment", "run_grid", "label", "runs", "common_budget", "accuracy_at",
@@ -222,13 +222,13 @@ def ratio_text(values, who: str = "Heroes", other: str = "the baseline") -> str:
     (or neither) reached the target."""
     v = np.asarray(values, float)
     n, finite = v.size, v[np.isfinite(v) & (v > 0)]
-    parts = [fmt_mean_sd(finite, 2, "×", seeds=False) + f" on {finite.size} of {n} seeds"] \
+    parts = [fmt_mean_sd(finite, 2, "×", seeds=False) + f" on {of_seeds(finite.size, n)}"] \
         if finite.size else []
     for count, text in ((np.isposinf(v).sum(), f"only {who} reached it"),
                         ((v == 0).sum(), f"only {other} reached it"),
                         (np.isnan(v).sum(), "neither reached it")):
         if count:
-            parts.append(f"{text} on {int(count)} of {n} seeds")
+            parts.append(f"{text} on {of_seeds(count, n)}")
     return "; ".join(parts)
 
 

@@ -86,7 +86,7 @@ BASELINES = ("FedPer", "LG-FedAvg", "FedAvg")
 
 #: the costs of Tables IV-V: column name -> (history key, digits, scale)
 COSTS = {"latency (s)": ("time_s", 1, 1.0), "energy (J)": ("energy_j", 2, 1.0),
-         "uplink (Mbit)": ("uplink_bits", 1, 1e-6), "TFLOPs": ("flops", 4, 1e-12)}
+         "uplink (Mbit)": ("uplink_bits", 1, 1e-6), "GFLOPs": ("flops", 2, 1e-9)}
 
 #: the paper's Table VI: band -> (k-bar, r-bar)
 PAPER_TABLE6 = {"10 MHz": (0.74, 0.82), "30 MHz": (0.86, 0.91), "50 MHz": (0.98, 0.96),
@@ -324,7 +324,7 @@ def cost_rows(runs: Runs, cases, methods, targets: dict, frac: float) -> list[li
 
 
 def show_cost_tables(runs: Runs, cases, methods, targets: dict) -> None:
-    """Tables IV/V: latency, energy, uplink and TFLOPs to 80% and 90% of FedPer's final
+    """Tables IV/V: latency, energy, uplink and GFLOPs to 80% and 90% of FedPer's final
     accuracy, a row per case and method (seeds in brackets)."""
     header = ["case (target)", "method (seeds)", *COSTS]
     for frac in (0.8, 0.9):
@@ -702,10 +702,12 @@ def _per_case(values: dict, digits: int = 2, unit: str = "") -> str:
 
 
 def _count(values, total: int, what: str) -> str:
-    """``"2 of 4 cases (1 seed)"``, ``"2.7 ± 0.5 of 4 cases (3 seeds)"``."""
+    """``"2 of 4 cases (1 seed)"``, ``"2.7 ± 0.5 of 4 cases (3 seeds)"``, ``"1 of 1 case
+    (1 seed)"``."""
     v = np.asarray(values, dtype=float)
     n = f"{v.size} seed{'s' if v.size != 1 else ''}"
     text = fmt(v[0], 0) if v.size == 1 or v.std() == 0 else fmt_mean_sd(v, seeds=False)
+    what = what[:-1] if total == 1 and what.endswith("s") else what
     return f"{text} of {total} {what} ({n})"
 
 

@@ -22,14 +22,15 @@ from ..experiments import sweep
 from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
-from ..report import (Criterion, Ledger, above_chance, at_least, at_most, fmt, fmt_mean_sd, probe_note,
-                      is_true, more_than)
+from ..report import (NUMBERS_CLASS, Criterion, Ledger, above_chance, at_least, at_most, fmt,
+                      fmt_mean_sd, is_true, more_than, numbers, of_seeds, probe_note, show_table)
 from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
            "STRETCH", "Study", "nesting_holds", "idea_figure", "layer_density_bars",
            "storage_rows", "flops_rows", "ratio_panels", "fig2_rows", "table_rows",
-           "table_header", "curve_panels", "prune_rounds", "drops", "peak_round",
+           "table_header", "reading_tables", "show_reading_tables", "curve_panels",
+           "prune_rounds", "drops", "peak_round",
            "replay_densities", "lead_above_chance", "stretch_note", "stretch_label",
            "build_ledger"]
 
@@ -287,6 +288,27 @@ def table_rows(study: Study, grids: dict, methods) -> list:
     return rows
 
 
+def reading_tables(rows: list, ratios) -> list[tuple[str, list, list]]:
+    """A Table 1/2 reproduction (:func:`table_rows`) as three narrow tables, ``(reading,
+    header, rows)`` each: the max-average round and the final round (per-ratio accuracy and
+    the variance), then the mean and variance of the last five rounds."""
+    n = len(ratios)
+    parts = [(READINGS["max"], range(2, 3 + n), [f"r={r}" for r in ratios] + ["var"]),
+             (READINGS["final"] + " round", range(3 + n, 4 + 2 * n),
+              [f"r={r}" for r in ratios] + ["var"]),
+             ("last five rounds", range(4 + 2 * n, 6 + 2 * n), ["mean", "var"])]
+    return [(name, ["P", "method", *head], [[row[0], row[1], *(row[i] for i in cols)]
+                                            for row in rows])
+            for name, cols, head in parts]
+
+
+def show_reading_tables(rows: list, ratios) -> None:
+    """Display :func:`reading_tables`, each a table of numbers (values never wrap)."""
+    for name, header, part in reading_tables(rows, ratios):
+        show_table(part, header, caption=f"**{name}** (mean over seeds)",
+                   css_class=NUMBERS_CLASS)
+
+
 def prune_rounds(study: Study, method: str, ratios, every: int) -> list:
     """The rounds at which ``method`` prunes (one-shot prunes once, after the warm-up)."""
     if method == "ofa-oneshot":
@@ -347,7 +369,7 @@ def lead_above_chance(ours, theirs, chance: float, margin: float, who: str, riva
     why = ""
     if not all(passes):
         wins = int(sum(a > b for a, b in zip(ours, theirs)))
-        why = f"{who} ahead on {wins} of {len(ours)} seeds"
+        why = f"{who} ahead on {of_seeds(wins, len(ours))}"
         if low:
             why += (f"; {' and '.join(low)} within {fmt(margin)} points of chance "
                     f"({fmt(chance)}%): not learned")
@@ -403,7 +425,7 @@ def _gap_claim(led: Ledger, study: Study, grid: str, ref: str, statement: str, p
     why = ""
     if not all(passes):
         top = best(values, key=lambda m: values[m].mean())
-        why = (f"holds on {sum(passes)} of {len(passes)} seeds; {LABEL[top]} is "
+        why = (f"holds on {of_seeds(sum(passes), len(passes))}; {LABEL[top]} is "
                f"{'highest' if best is max else 'lowest'} on average "
                f"({fmt(values[top].mean(), digits)})" + (f"; {reason}" if reason else ""))
     return led.claim(ref, statement, paper, gap, criterion, why=why, digits=digits, unit=unit,
@@ -512,7 +534,7 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
     led.claim("Fig. 4", "the first pruning causes the largest drop of a_1.0", "sawtooth",
               first, at_least(0, " points", "first drop − largest later drop"),
               unit=" points", section="ofa_fl-fig4", kind="prediction",
-              why=f"drops at rounds {rounds} (mean over seeds): "
+              why=f"drops at rounds {numbers(rounds)} (mean over seeds): "
                   f"{', '.join(fmt(x) for x in d.mean(0))} points, each read after the "
                   "pruning round's own training")
     peaks = [peak_round(r) for r in study.runs("table1-2P", "ofafl")]
@@ -521,9 +543,9 @@ def _fig45_claims(led: Ledger, study: Study) -> None:
               peaks, at_most(w, what="round of a_1.0's peak"), digits=0,
               measured=f"round {fmt_mean_sd(peaks, 0)}",
               section="ofa_fl-fig4",
-              why=f"peak rounds {peaks}, first pruning at round {w + 1}; "
+              why=f"peak rounds {numbers(peaks)}, first pruning at round {w + 1}; "
                   f"{stretch_label(study.seeds[:study.probe_seeds])}: peak rounds "
-                  f"{stretched}, first pruning at round {STRETCH * w + 1}; "
+                  f"{numbers(stretched)}, first pruning at round {STRETCH * w + 1}; "
                   "conjecture: only 2 of 10 clients train in the warm-up, and rewinding is "
                   "partial")
 

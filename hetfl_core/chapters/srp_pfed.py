@@ -914,8 +914,9 @@ def plot_clusters(results: dict, plan: Plan, checkpoints, candidates: int) -> li
                    label=f"cluster {j}", color=colours(j))
             bottom += share[:, j]
         ax.set(title=f"K = {kk}", xlabel="round", ylabel="share of clients seen")
-        lines.append(f"K={kk}: round {checkpoints[0]} shares {share[0].round(2).tolist()}; "
-                     f"round {checkpoints[-1]} shares {share[-1].round(2).tolist()}")
+        first, last = (" / ".join(f"{x:.2f}" for x in share[i]) for i in (0, -1))
+        lines.append(f"K={kk}: the clusters' shares of the clients seen, round {checkpoints[0]} "
+                     f"{first}; round {checkpoints[-1]} {last}")
     history = results[("fig7b", 2)]["history"]
     probs = np.array([row["clients"][0]["probs"] for row in history])
     ax = axes.flat[len(shown)]

@@ -1,8 +1,12 @@
-"""Every rendered page in a real headless Chromium: math typeset, images loaded, a quiet console.
+"""Every rendered page in a real headless Chromium: math typeset, images loaded, a quiet console,
+and tables that fit (at a 1280 px wide window no table is wider than the page's content
+column, and no claim ledger is taller than :data:`LEDGER_MAX_PX`).
 
 Chromium is Debian's (``make setup`` installs it), driven by Playwright; a screenshot of
-each page is saved in ``<build>/screenshots``.
+each page is saved in ``<build>/screenshots``, and every table's size in
+``<build>/screenshots/tables.json``.
 """
+import json
 import shutil
 from pathlib import Path
 
@@ -32,8 +36,45 @@ INSPECT = """() => {
 }"""
 
 
-def inspect_page(page, url: str, screenshot: Path | None = None) -> tuple[list[str], int]:
-    """Open ``url``; return its problems (none for a good page) and how many formulas MathJax typeset."""
+#: the tallest a claim ledger may be, its rows folded, at a 1280 px wide window
+LEDGER_MAX_PX = 2500
+LEDGER_CLASS = "hetfl-ledger"      # hetfl_core.report.LEDGER_CLASS
+
+# Every table in the page's content column: its width (the whole table, also where a scroll
+# container clips it), its height, and whether it is a claim ledger; and the column's width.
+TABLES = """(ledgerClass) => {
+  const article = document.querySelector('article.bd-article') || document.body;
+  const style = getComputedStyle(article);
+  const column = article.clientWidth - parseFloat(style.paddingLeft)
+    - parseFloat(style.paddingRight);
+  const tables = Array.from(article.querySelectorAll('table')).map((t, i) => {
+    const box = t.getBoundingClientRect();
+    const head = t.querySelector('th, td');
+    return {index: i, width: Math.round(box.width), height: Math.round(box.height),
+            ledger: t.classList.contains(ledgerClass),
+            first: head ? head.textContent.trim().slice(0, 40) : ''};
+  });
+  return {column: Math.round(column), tables};
+}"""
+
+
+def table_problems(found: dict) -> list[str]:
+    """The tables of :data:`TABLES`'s answer that do not fit: wider than the column (by more
+    than a pixel of rounding), or a ledger taller than :data:`LEDGER_MAX_PX`."""
+    problems = []
+    for t in found["tables"]:
+        where = f"table {t['index'] + 1} ({t['first']!r})"
+        if t["width"] > found["column"] + 1:
+            problems.append(f"{where} is {t['width']} px wide, the column {found['column']} px")
+        if t["ledger"] and t["height"] > LEDGER_MAX_PX:
+            problems.append(f"ledger {where} is {t['height']} px tall (at most {LEDGER_MAX_PX})")
+    return problems
+
+
+def inspect_page(page, url: str, screenshot: Path | None = None, sizes: dict | None = None
+                 ) -> tuple[list[str], int]:
+    """Open ``url``; return its problems (none for a good page) and how many formulas MathJax
+    typeset; ``sizes`` (if given) gets the page's tables' sizes under ``url``."""
     errors = []
 
     def console(message):
@@ -47,12 +88,16 @@ def inspect_page(page, url: str, screenshot: Path | None = None) -> tuple[list[s
     page.goto(url, wait_until="load")
     page.evaluate("() => window.MathJax && MathJax.startup ? MathJax.startup.promise : null")
     found = page.evaluate(INSPECT)
+    tables = page.evaluate(TABLES, LEDGER_CLASS)
+    if sizes is not None:
+        sizes[url] = tables
     if screenshot:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(screenshot), full_page=False)
     problems = [f"raw math: {t!r}" for t in found["raw"]]
     problems += [f"image did not load: {src}" for src in found["images"]]
     problems += [f"console error: {e}" for e in errors]
+    problems += table_problems(tables)
     return problems, found["typeset"]
 
 
@@ -74,20 +119,24 @@ def pages(html: Path) -> list[Path]:
 def test_every_page_renders_in_chromium(build_dir, browser):
     html = build_dir / "html"
     server, url = serve(html)
-    failures, typeset = {}, 0
+    failures, typeset, sizes = {}, 0, {}
     try:
         for path in pages(html):
             name = path.relative_to(html).as_posix()
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            problems, formulas = inspect_page(page, f"{url}/{name}",
-                                              build_dir / "screenshots" / (name.replace("/", "_") + ".png"))
+            shot = build_dir / "screenshots" / (name.replace("/", "_") + ".png")
+            problems, formulas = inspect_page(page, f"{url}/{name}", shot, sizes)
             typeset += formulas
             page.close()
             if problems:
                 failures[name] = problems[:5]
     finally:
         server.shutdown()
+    (build_dir / "screenshots" / "tables.json").write_text(
+        json.dumps({k.removeprefix(url + "/"): v for k, v in sizes.items()}, indent=1))
     assert not failures, failures
+    ledgers = sum(t["ledger"] for v in sizes.values() for t in v["tables"])
+    assert ledgers >= 5, f"{ledgers} claim ledgers found"
     assert typeset > 100, f"only {typeset} formulas typeset in the whole book"
 
 
@@ -108,3 +157,28 @@ def test_the_check_fails_on_a_page_without_mathjax(tmp_path, browser):
         server.shutdown()
     assert any(p.startswith("raw math") for p in problems)
     assert any(p.startswith("image did not load") for p in problems)
+
+
+def test_the_check_fails_on_a_table_too_wide_or_a_ledger_too_tall(tmp_path, browser):
+    """A table wider than the content column and a ledger taller than the limit are each
+    reported; a narrow table and a short ledger are not."""
+    wide = ("<table><tr>" + "<td style='white-space:nowrap'>1,234.5 ± 67.8</td>" * 12
+            + "</tr></table>")
+    tall = (f"<table class='{LEDGER_CLASS}'><tr>"
+            f"<td style='height:{LEDGER_MAX_PX + 100}px'>x</td></tr></table>")
+    fine = f"<table class='{LEDGER_CLASS}'><tr><td>claim</td><td>holds</td></tr></table>"
+    for name, body in (("bad", wide + tall), ("good", fine)):
+        (tmp_path / f"{name}.html").write_text("<html><body><article class='bd-article' "
+                                              f"style='width:600px'>{body}</article></body></html>")
+    server, url = serve(tmp_path)
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        problems, _ = inspect_page(page, f"{url}/bad.html")
+        page.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        assert inspect_page(page, f"{url}/good.html") == ([], 0)
+        page.close()
+    finally:
+        server.shutdown()
+    assert any("px wide, the column 600 px" in p for p in problems), problems
+    assert any(p.startswith("ledger table 2") and "px tall" in p for p in problems), problems

@@ -4,11 +4,14 @@
   2017"), matching the author-year citations in the text;
 * one copy of each script per page: sphinx-thebe's inline configuration is registered twice
   under Jupyter Book 1.x, which declares ``THEBE_JS_URL`` twice and logs an error in every
-  page's console.
+  page's console;
+* the book's stylesheet, ``static/hetfl.css`` beside this file (the claim ledgers' folded
+  rows, tables of numbers that never wrap a value).
 """
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
@@ -56,7 +59,18 @@ def one_copy_of_each_script(app, pagename, templatename, context, doctree):
     context["script_files"] = scripts
 
 
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def add_static(app, config):
+    """Serve ``static/`` with the book's other static files (after ``_config.yml``'s own
+    ``html_static_path``, which the build may set)."""
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+
+
 def setup(app):
     register_plugin("pybtex.style.formatting", "hetfl", AuthorYearStyle)
+    app.connect("config-inited", add_static)
+    app.add_css_file("hetfl.css")
     app.connect("html-page-context", one_copy_of_each_script, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
