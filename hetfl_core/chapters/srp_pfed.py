@@ -585,7 +585,7 @@ def _table3_claim(ledger: Ledger, results: dict, plan: Plan) -> None:
                  values=np.min(list(lead.values()), axis=0), unit=" points",
                  criterion=at_least(0, " points", "SRP-pFed − the partition's most accurate "
                                                   "rival on the first seed, worst partition"),
-                 measured=f"{text} points ({len(seeds)} seeds)",
+                 measured=f"{text} points ({len(seeds)} seed{'s' if len(seeds) != 1 else ''})",
                  why=f"{plan.base.rounds} rounds instead of 2000; mean shared fraction "
                      f"{fmt(np.mean(rates), 2)} on dir(1): most of the model stays personal "
                      "and is trained on a few hundred local samples; "
