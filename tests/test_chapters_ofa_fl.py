@@ -162,8 +162,31 @@ def test_a_table_reproduction_splits_into_three_narrow_readings():
     assert len(row) == len(header) == 12
     parts = ofa.reading_tables([row], ratios)
     assert [name for name, _, _ in parts] == ["max-avg round", "final round", "last five rounds"]
-    assert [h for _, h, _ in parts] == [["P", "method", "r=1.0", "r=0.5", "r=0.25", "var"]] * 2 \
-        + [["P", "method", "mean", "var"]]
-    assert [r for _, _, r in parts] == [[[5, "OFA-FL", "90", "80", "70", "1.5"]],
-                                        [[5, "OFA-FL", "89", "79", "69", "2.5"]],
-                                        [[5, "OFA-FL", "85", "3.5"]]]
+    assert [h for _, h, _ in parts] == [["method, P", "r=1.0", "r=0.5", "r=0.25", "var"]] * 2 \
+        + [["method, P", "mean", "var"]]
+    assert [r for _, _, r in parts] == [[["OFA-FL, P=5", "90", "80", "70", "1.5"]],
+                                        [["OFA-FL, P=5", "89", "79", "69", "2.5"]],
+                                        [["OFA-FL, P=5", "85", "3.5"]]]
+    five = [row[:2] + row[2:5] * 2 + ["1.5"] + row[2:5] * 2 + ["2.5", "85", "3.5"]]
+    assert all(len(h) <= 7 for _, h, _ in ofa.reading_tables(five, ofa.PAPER_R))
+
+
+def test_table_rows_carry_the_papers_values_beside_the_books():
+    s = study()
+    s.results = fake_results(s)
+    rows = ofa.table_rows(s, {1: "table1-P", 2: "table1-2P"}, ofa.METHODS)
+    assert [r[:2] for r in rows] == [[p, ofa.LABEL[m]] for p in (1, 2) for m in ofa.METHODS]
+    for row, (grid, m) in zip(rows, [(g, m) for g in ("table1-P", "table1-2P")
+                                     for m in ofa.METHODS]):
+        paper = ofa.PAPER_TABLES[grid][m]
+        want = [*paper["max"][0], paper["max"][1], *paper["final"][0], paper["final"][1]]
+        assert [c.split(" (paper ")[1][:-1] for c in row[2:14]] == [f"{v:g}" for v in want]
+        assert all(c.endswith("(paper —)") for c in row[14:])   # no last-five reading
+    ltp = rows[1]
+    assert ltp[2].endswith("(paper 58.95)") and ltp[13].endswith("(paper 0.4227)")
+    assert rows[3][6].endswith("(paper 37.52)")                   # OFA-FL, P=100, r=0.2
+    assert rows[0][2].split(" (paper ")[0] == ofa.fmt(s.summary("table1-P", "ofafl")["acc"][0])
+    two = ofa.table_rows(s, {1: "table2"}, ["ofafl", "ltp"])
+    assert two[1][2].endswith("(paper 79.72)") and two[0][7].endswith("(paper 0.0001)")
+    assert ofa.paper_cells("table2", "ofa-oneshot", 5) == [None] * 14    # not in Table 2
+    assert ofa.with_paper("62.1", None) == "62.1 (paper —)"

@@ -22,15 +22,16 @@ from ..experiments import sweep
 from ..masks import prunable
 from ..methods import ofafl
 from ..models import build_model
-from ..report import (NUMBERS_CLASS, Criterion, Ledger, above_chance, at_least, at_most, fmt,
-                      fmt_mean_sd, is_true, more_than, numbers, of_seeds, probe_note, show_table)
+from ..report import (MISSING, NUMBERS_CLASS, Criterion, Ledger, above_chance, at_least,
+                      at_most, fmt, fmt_mean_sd, is_true, more_than, numbers, of_seeds, probe_note,
+                      show_table)
 from ..system import profile_model, training_flops
 
 __all__ = ["PAPER_R", "STRESS_R", "TABLE2_R", "METHODS", "LABEL", "READINGS", "CHANCE_MARGIN",
-           "STRETCH", "Study", "nesting_holds", "idea_figure", "layer_density_bars",
-           "storage_rows", "flops_rows", "ratio_panels", "fig2_rows", "table_rows",
-           "table_header", "reading_tables", "show_reading_tables", "curve_panels",
-           "prune_rounds", "drops", "peak_round",
+           "STRETCH", "PAPER_SETTING", "PAPER_TABLES", "Study", "nesting_holds", "idea_figure",
+           "layer_density_bars", "storage_rows", "flops_rows", "ratio_panels", "fig2_rows",
+           "table_rows", "table_header", "paper_cells", "with_paper", "reading_tables",
+           "show_reading_tables", "curve_panels", "prune_rounds", "drops", "peak_round",
            "replay_densities", "lead_above_chance", "stretch_note", "stretch_label",
            "build_ledger"]
 
@@ -48,6 +49,34 @@ CHANCE_MARGIN = 20.0
 STRETCH = 3
 #: a probe's change (points) within which a gap "stays"
 STAYS_WITHIN = 1.0
+#: the setting of the paper's Tables 1-2; the book's Table 1-2 runs use a stand-in
+PAPER_SETTING = "CIFAR-10, ResNet50"
+#: the paper's Tables 1-2 (Varma et al., 2023), keyed like the book's grids: per method and
+#: reading (``max``: the epoch of the highest mean accuracy over the ratios; ``final``), the
+#: accuracy (%) at each ratio and the variance across the five ratios, as printed. "Table 1"
+#: prunes every 50 epochs (the book's P) or 100 (2P) after 200; "Table 2" has no one-shot
+#: row. The paper reports no mean of the last five rounds.
+PAPER_TABLES = {
+    "table1-P": {    # Table 1, pruning frequency 50
+        "ofafl": {"max": ([34.67, 34.68, 34.67, 34.66, 34.65], .0001),
+                  "final": ([34.67, 34.68, 34.67, 34.66, 34.65], .0001)},
+        "ltp": {"max": ([58.95, 58.9, 58.79, 53.93, 45.34], 27.89),
+                "final": ([43.49, 43.48, 43.45, 43.18, 41.8], .4227)},
+        "ofa-oneshot": {"max": ([80.78, 80.78, 80.72, 79.32, 66.95], 29.26),
+                        "final": ([39.53, 39.53, 39.53, 38.19, 32.96], 6.489)}},
+    "table1-2P": {   # Table 1, pruning frequency 100
+        "ofafl": {"max": ([49.83, 49.81, 49.8, 44.09, 37.52], 23.79),
+                  "final": ([43.70, 43.70, 43.70, 43.70, 43.61], .0012)},
+        "ltp": {"max": ([53.72, 53.72, 53.63, 46.04, 38.87], 35.44),
+                "final": ([40.27, 40.25, 40.26, 40.11, 38.14], .6973)},
+        "ofa-oneshot": {"max": ([80.78, 80.78, 80.72, 79.32, 66.95], 29.26),
+                        "final": ([36.4, 36.4, 36.39, 34.66, 29.78], 6.568)}},
+    "table2": {      # Table 2, ratios 1.0 to 0.6
+        "ofafl": {"max": ([76.99, 76.99, 76.99, 76.98, 76.96], .0001),
+                  "final": ([76.99, 76.99, 76.99, 76.98, 76.96], .0001)},
+        "ltp": {"max": ([79.72, 79.7, 79.7, 79.65, 79.58], .0026),
+                "final": ([79.17, 79.17, 79.18, 79.19, 79.13], .0004)}},
+}
 
 
 @dataclass
@@ -275,8 +304,26 @@ def table_header(ratios) -> list:
     return head + ["mean, last 5", "var, last 5"]
 
 
+def paper_cells(grid: str, method: str, n: int) -> list:
+    """The paper's values (:data:`PAPER_TABLES`) aligned with a :func:`table_rows` row's
+    cells for ``n`` ratios, as printed; ``None`` where the paper reports none."""
+    entry = PAPER_TABLES.get(grid, {}).get(method, {})
+    cells = []
+    for reading in ("max", "final"):
+        accs, var = entry.get(reading, ([None] * n, None))
+        cells += [*accs, var]
+    return cells + [None, None]
+
+
+def with_paper(book: str, paper) -> str:
+    """A cell: this book's value, then the paper's (``"62.1 (paper 34.67)"``; "—" where
+    the paper has none)."""
+    return f"{book} (paper {MISSING if paper is None else f'{paper:g}'})"
+
+
 def table_rows(study: Study, grids: dict, methods) -> list:
-    """Rows of a Table 1/2 reproduction (means over seeds); ``grids`` maps P to a grid."""
+    """Rows of a Table 1/2 reproduction (means over seeds), each cell beside the paper's
+    value of :data:`PAPER_TABLES`; ``grids`` maps P to a grid."""
     rows = []
     for p, grid in grids.items():
         for m in methods:
@@ -284,29 +331,34 @@ def table_rows(study: Study, grids: dict, methods) -> list:
             cells = []
             for k in ("max", "final"):
                 cells += [fmt(a) for a in s[k]["acc"]] + [fmt(s[k]["var"], 2)]
-            rows.append([p, LABEL[m], *cells, fmt(s["last"]["mean"]), fmt(s["last"]["var"], 2)])
+            cells += [fmt(s["last"]["mean"]), fmt(s["last"]["var"], 2)]
+            paper = paper_cells(grid, m, len(s["max"]["acc"]))
+            rows.append([p, LABEL[m], *map(with_paper, cells, paper)])
     return rows
 
 
 def reading_tables(rows: list, ratios) -> list[tuple[str, list, list]]:
     """A Table 1/2 reproduction (:func:`table_rows`) as three narrow tables, ``(reading,
     header, rows)`` each: the max-average round and the final round (per-ratio accuracy and
-    the variance), then the mean and variance of the last five rounds."""
+    the variance), then the mean and variance of the last five rounds. The first column
+    names the method and its pruning frequency, so five ratios fit in seven columns."""
     n = len(ratios)
     parts = [(READINGS["max"], range(2, 3 + n), [f"r={r}" for r in ratios] + ["var"]),
              (READINGS["final"] + " round", range(3 + n, 4 + 2 * n),
               [f"r={r}" for r in ratios] + ["var"]),
              ("last five rounds", range(4 + 2 * n, 6 + 2 * n), ["mean", "var"])]
-    return [(name, ["P", "method", *head], [[row[0], row[1], *(row[i] for i in cols)]
-                                            for row in rows])
+    return [(name, ["method, P", *head], [[f"{row[1]}, P={row[0]}", *(row[i] for i in cols)]
+                                          for row in rows])
             for name, cols, head in parts]
 
 
-def show_reading_tables(rows: list, ratios) -> None:
-    """Display :func:`reading_tables`, each a table of numbers (values never wrap)."""
+def show_reading_tables(rows: list, ratios, stand_in: str = "") -> None:
+    """Display :func:`reading_tables`, each a table of numbers (values never wrap); the
+    caption names the paper's setting and the book's ``stand_in`` (dataset, model)."""
+    ours = f"; this book: {stand_in}" if stand_in else ""
     for name, header, part in reading_tables(rows, ratios):
-        show_table(part, header, caption=f"**{name}** (mean over seeds)",
-                   css_class=NUMBERS_CLASS)
+        show_table(part, header, caption=f"**{name}** (mean over seeds{ours}; in brackets "
+                   f"the paper's value, {PAPER_SETTING})", css_class=NUMBERS_CLASS)
 
 
 def prune_rounds(study: Study, method: str, ratios, every: int) -> list:
