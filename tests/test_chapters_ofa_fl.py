@@ -180,13 +180,13 @@ def test_table_rows_carry_the_papers_values_beside_the_books():
                                      for m in ofa.METHODS]):
         paper = ofa.PAPER_TABLES[grid][m]
         want = [*paper["max"][0], paper["max"][1], *paper["final"][0], paper["final"][1]]
-        assert [c.split(" (paper ")[1][:-1] for c in row[2:14]] == [f"{v:g}" for v in want]
-        assert all(c.endswith("(paper —)") for c in row[14:])   # no last-five reading
+        assert [c.split(" / ")[1] for c in row[2:14]] == [f"{v:g}" for v in want]
+        assert all(c.endswith(" / —") for c in row[14:])   # no last-five reading
     ltp = rows[1]
-    assert ltp[2].endswith("(paper 58.95)") and ltp[13].endswith("(paper 0.4227)")
-    assert rows[3][6].endswith("(paper 37.52)")                   # OFA-FL, P=100, r=0.2
-    assert rows[0][2].split(" (paper ")[0] == ofa.fmt(s.summary("table1-P", "ofafl")["acc"][0])
+    assert ltp[2].endswith(" / 58.95") and ltp[13].endswith(" / 0.4227")
+    assert rows[3][6].endswith(" / 37.52")                   # OFA-FL, P=100, r=0.2
+    assert rows[0][2].split(" / ")[0] == ofa.fmt(s.summary("table1-P", "ofafl")["acc"][0])
     two = ofa.table_rows(s, {1: "table2"}, ["ofafl", "ltp"])
-    assert two[1][2].endswith("(paper 79.72)") and two[0][7].endswith("(paper 0.0001)")
+    assert two[1][2].endswith(" / 79.72") and two[0][7].endswith(" / 0.0001")
     assert ofa.paper_cells("table2", "ofa-oneshot", 5) == [None] * 14    # not in Table 2
-    assert ofa.with_paper("62.1", None) == "62.1 (paper —)"
+    assert ofa.with_paper("62.1", None) == "62.1 / —"

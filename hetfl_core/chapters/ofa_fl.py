@@ -316,9 +316,9 @@ def paper_cells(grid: str, method: str, n: int) -> list:
 
 
 def with_paper(book: str, paper) -> str:
-    """A cell: this book's value, then the paper's (``"62.1 (paper 34.67)"``; "—" where
-    the paper has none)."""
-    return f"{book} (paper {MISSING if paper is None else f'{paper:g}'})"
+    """A cell: this book's value, then the paper's (``"62.1 / 34.67"``; "—" where the paper
+    has none), short enough that seven columns fit the page."""
+    return f"{book} / {MISSING if paper is None else f'{paper:g}'}"
 
 
 def table_rows(study: Study, grids: dict, methods) -> list:
@@ -357,8 +357,8 @@ def show_reading_tables(rows: list, ratios, stand_in: str = "") -> None:
     caption names the paper's setting and the book's ``stand_in`` (dataset, model)."""
     ours = f"; this book: {stand_in}" if stand_in else ""
     for name, header, part in reading_tables(rows, ratios):
-        show_table(part, header, caption=f"**{name}** (mean over seeds{ours}; in brackets "
-                   f"the paper's value, {PAPER_SETTING})", css_class=NUMBERS_CLASS)
+        show_table(part, header, caption=f"**{name}** (this book / the paper: "
+                   f"mean over seeds{ours}; the paper's value from {PAPER_SETTING})", css_class=NUMBERS_CLASS)
 
 
 def prune_rounds(study: Study, method: str, ratios, every: int) -> list:
