@@ -58,25 +58,31 @@ def efficient_ucbv_radius(variance, pulls, log_term: float, rho: float = 0.5):
 
 
 def index_coverage(pulls: int, x: float, log_term: float, streams: int = 20_000,
-                   rho: float = 0.5, seed: int = 0) -> dict[str, float]:
+                   rho: float = 0.5, seed: int = 0,
+                   concentrations: tuple[float, ...] = (1.0, 10.0, 100.0)) -> dict[str, float]:
     """How often an upper confidence index lies at or above the true mean, on simulated
     rewards: ``streams`` Beta-distributed reward streams in [0, 1] (means uniform in
-    [0.05, 0.95], concentrations 1, 10 or 100, so variances from 1e-3 to 0.23), each
-    pulled ``pulls`` times. Returns the coverage of the empirical mean alone, of the
-    Hoeffding index (UCB1's radius sqrt(2 x / h)), of the empirical Bernstein index at
-    confidence level ``x`` (guaranteed >= 1 - 3 e^-x), and of Eq. (17)'s index with
+    [0.05, 0.95], concentrations drawn from ``concentrations``: 1, 10 or 100 give
+    variances from 1e-3 to 0.23, 0.1 near-Bernoulli streams), each pulled ``pulls``
+    times. Returns the coverage of the empirical mean alone, of the Hoeffding index
+    (UCB1's radius sqrt(2 x / h)), of the empirical Bernstein index at confidence level
+    ``x`` (guaranteed >= 1 - 3 e^-x), of that index without its variance term
+    sqrt(2 v x / h) and without its range term 3 b x / h, and of Eq. (17)'s index with
     ``log_term``."""
-    if pulls < 1 or x <= 0 or streams < 1:
-        raise ConfigError(f"need pulls >= 1, x > 0 and streams >= 1, got {pulls}, {x}, {streams}")
+    if pulls < 1 or x <= 0 or streams < 1 or not concentrations:
+        raise ConfigError(f"need pulls >= 1, x > 0, streams >= 1 and a concentration, got "
+                          f"{pulls}, {x}, {streams}, {concentrations}")
     rng = np.random.default_rng(seed)
     mean = rng.uniform(0.05, 0.95, streams)
-    conc = rng.choice([1.0, 10.0, 100.0], streams)
+    conc = rng.choice(np.asarray(concentrations, float), streams)
     rewards = rng.beta(mean[:, None] * conc[:, None], (1 - mean[:, None]) * conc[:, None],
                        (streams, pulls))
     g, v = rewards.mean(1), rewards.var(1)
     covered = {"empirical mean": g,
                "Hoeffding (UCB1)": g + np.sqrt(2 * x / pulls),
                "empirical Bernstein (UCB-V)": g + bernstein_radius(v, pulls, x),
+               "UCB-V, no variance term": g + bernstein_radius(0.0, pulls, x),
+               "UCB-V, no range term": g + np.sqrt(2 * v * x / pulls),
                "Eq. (17)": g + efficient_ucbv_radius(v, pulls, log_term, rho)}
     return {name: float(np.mean(index >= mean)) for name, index in covered.items()}
 

@@ -135,3 +135,16 @@ def test_empirical_bernstein_covers_at_its_guarantee_and_the_mean_alone_does_not
     assert index_coverage(10, 1.0, log_term=1.0, streams=4000)["Eq. (17)"] > 0.9
     with pytest.raises(ConfigError):
         index_coverage(0, 1.0, 0.0)
+
+
+def test_coverage_check_discriminates_at_x_ln30():
+    """At x = ln 30 (guarantee 0.9) the full empirical Bernstein index covers, and each
+    index with one term removed misses: the range term at few pulls, the variance term
+    at many pulls of near-Bernoulli streams."""
+    x = math.log(30)
+    few = index_coverage(2, x, 0.0, streams=4000)
+    many = index_coverage(1000, x, 0.0, streams=2000, concentrations=(0.1,))
+    for cov in (few, many):
+        assert cov["empirical Bernstein (UCB-V)"] >= 0.9
+    assert few["UCB-V, no range term"] < 0.9 < few["UCB-V, no variance term"]
+    assert many["UCB-V, no variance term"] < 0.9 < many["UCB-V, no range term"]

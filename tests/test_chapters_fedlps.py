@@ -3,6 +3,7 @@ hand-made histories, and its claims' verdicts computed from every seed."""
 import math
 
 import numpy as np
+import pytest
 
 from hetfl_core.chapters import fedlps as ch
 from hetfl_core.report import Ledger
@@ -116,12 +117,19 @@ def test_table2_claims_are_judged_per_seed():
           "RCR-Dyn": col([70, 70], [1.0, 1.0]), "P-UCBV-Dyn": col([71, 71], [0.9, 1.1])}
     explored = {"eps-greedy": col([79, 82], [0.8, 0.8])}
     ch._table2_claims(ledger, t2, {0.5: np.array([0.5]), 1.0: np.array([0.6, 0.7])},
-                      explored, bonus=[0.0], xi=4.0)
+                      explored, bonus=[0.0], xi=4.0, share=1 / 3)
     flops, acc = ledger.claims
     assert flops.per_seed == "some"                     # Dyn used more on seed 2
     assert acc.per_seed == "some" and acc.values == [-1.5, 1.0]
     assert "s = 0.65" in acc.why
     assert "xi = R/(K eps) = 4" in acc.why and "eps-greedy 80.5" in acc.why
+    assert "only for 33% of the clients" in acc.why
+
+
+def test_bandit_share_is_the_share_of_clients_above_half_capability():
+    for heterogeneity, share in (("low", 2 / 3), ("medium", 1 / 3), ("high", 1 / 3)):
+        plan = ch.make_plan("smoke", "digits", 0, heterogeneity)
+        assert ch.bandit_share(plan.side) == pytest.approx(share)
 
 
 def test_table1_probe_says_whether_the_gap_closes():
