@@ -3,6 +3,7 @@ on the server, nor a crafted train message on a node."""
 import io
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,6 +108,17 @@ def _honest_reply() -> dict:
     return dict(reply.content["hetfl"])
 
 
+def _assert_refused(refused, marker: Path, side: str, where: str, name: str) -> None:
+    """``refused`` is a one-line HetflError naming ``where`` and the refused ``name``, and
+    the payload never ran on ``side`` (its ``marker`` file is absent)."""
+    assert not marker.exists(), f"the payload ran code on {side}"
+    assert isinstance(refused, HetflError), refused
+    message = str(refused)
+    assert len(message.splitlines()) == 1, message
+    assert where in message, message
+    assert name in message, message
+
+
 @pytest.mark.parametrize("call", ["system", "open"])
 @pytest.mark.parametrize("part", ["report", "changes"])
 def test_a_crafted_reply_is_refused_by_the_server_and_runs_nothing(tmp_path, flower_task, part,
@@ -115,13 +127,8 @@ def test_a_crafted_reply_is_refused_by_the_server_and_runs_nothing(tmp_path, flo
     hostile = Hostile(marker, call)
     crafted = {"report": hostile, "changes": {"model": ("set", hostile)}}
     reply = {**_honest_reply(), part: _dumps(crafted[part])}
-    refused = _raised(lambda: _server_reads(reply))
-    assert not marker.exists(), "the reply ran code on the server"
-    assert isinstance(refused, HetflError), refused
-    message = str(refused)
-    assert len(message.splitlines()) == 1, message
-    assert f"client 0's {part} from Flower node {NODE}" in message, message
-    assert REFUSED_NAME[call] in message, message
+    _assert_refused(_raised(lambda: _server_reads(reply)), marker, "the server",
+                    f"client 0's {part} from Flower node {NODE}", REFUSED_NAME[call])
 
 
 @pytest.mark.parametrize("call", ["system", "open"])
@@ -135,13 +142,8 @@ def test_a_crafted_train_message_is_refused_by_the_node_and_runs_nothing(tmp_pat
     shipped[part] = _dumps({**state, "evil": Hostile(marker, call)} if part == "state"
                            else Hostile(marker, call))
     message = _train_message(config, shipped["plan"], shipped["state"])
-    refused = _raised(lambda: _node_trains(message))
-    assert not marker.exists(), "the train message ran code on the node"
-    assert isinstance(refused, HetflError), refused
-    text = str(refused)
-    assert len(text.splitlines()) == 1, text
-    assert f"Flower node {NODE}: the server's {part} for client 0" in text, text
-    assert REFUSED_NAME[call] in text, text
+    _assert_refused(_raised(lambda: _node_trains(message)), marker, "the node",
+                    f"Flower node {NODE}: the server's {part} for client 0", REFUSED_NAME[call])
 
 
 def test_an_honest_reply_is_read_and_a_wrong_shape_is_refused(flower_task):

@@ -28,28 +28,13 @@ from hetfl_core.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scor
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))     # the tools beside this file
+from print_pdf import toc_files  # noqa: E402  (one reading of _toc.yml for both tools)
 
 
 def chapters() -> list[Path]:
     """Notebooks listed in ``_toc.yml`` (in order)."""
-    import yaml
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                files.append(e["file"])
-            walk(e.get("sections"))
-            walk(e.get("chapters"))
-            for part in e.get("parts", []) if isinstance(e, dict) else []:
-                walk(part.get("chapters"))
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+    return [ROOT / f"{f}.ipynb" for f in toc_files(ROOT) if (ROOT / f"{f}.ipynb").exists()]
 
 
 MATHJAX = "mathjax@3.2.2"

@@ -73,6 +73,8 @@ def toc_files(root: Path = ROOT) -> list[str]:
                 files.append(entry["file"])
             walk(entry.get("sections"))
             walk(entry.get("chapters"))
+            for part in entry.get("parts", []) if isinstance(entry, dict) else []:
+                walk(part.get("chapters"))
 
     walk(toc.get("chapters"))
     for part in toc.get("parts", []):
