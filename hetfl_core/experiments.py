@@ -911,6 +911,10 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     """Results of every config (any iterable of :class:`RunConfig`), in order: cached ones at
     once, the rest in ``processes`` workers (``None``: the default, 2).
 
+    A ``dict`` of configs (a grid: ``{(method, seed): config, ...}``) comes back as a dict
+    with the same keys; equal configs in it run once and share their result (select from
+    it with :func:`by`).
+
     ``executor="ray"`` sends the missing runs to the Ray cluster at ``address`` instead
     (a local Ray with ``processes`` CPUs when there is none), each task holding one CPU
     and ``gpus_per_run`` GPUs (see :mod:`hetfl_core.ray_executor`). The defaults come from
@@ -935,6 +939,9 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     """
     if _bootstrapping_worker():
         raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
+    if isinstance(configs, dict):
+        return _sweep_grid(configs, processes, directory, desc, progress, executor, address,
+                           gpus_per_run)
     configs, processes = _checked_arguments(configs, processes, directory, executor, address,
                                             gpus_per_run)
     executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
@@ -982,3 +989,37 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
         raise HetflError(f"{len(errors)} of {len(configs)} runs failed (finished runs are cached); "
                          f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]
+
+
+def _sweep_grid(grid: dict, processes, directory, desc, progress, executor, address,
+                gpus_per_run) -> dict:
+    """:func:`sweep` of a dict: each distinct config once, the results under the grid's keys."""
+    import json
+
+    distinct: dict[str, RunConfig] = {}
+    names = {}
+    for key, config in grid.items():
+        if not isinstance(config, RunConfig):
+            raise ConfigError(f"sweep(): the grid's entry {key!r} is {_type_name(config)}, "
+                              "not a RunConfig")
+        names[key] = json.dumps(config.to_dict(), sort_keys=True, default=str)
+        distinct.setdefault(names[key], config)
+    results = sweep(list(distinct.values()), processes, directory, desc, progress, executor,
+                    address, gpus_per_run)
+    by_name = dict(zip(distinct, results))
+    return {key: by_name[names[key]] for key in grid}
+
+
+def by(results: dict, *parts) -> list:
+    """The results of a grid (the dict :func:`sweep` returns) whose key begins with
+    ``parts``, in the grid's order: ``by(runs, "fedlps")`` is every seed's run of
+    ``("fedlps", seed)`` keys; ``None`` in ``parts`` matches anything (``by(runs, None, 0)``
+    is every method's seed-0 run). A key that is not a tuple is a key of one part."""
+    if not parts:
+        raise ValueError("by() needs at least one part of a key to select on")
+    chosen = []
+    for key, value in results.items():
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) >= len(parts) and all(p is None or k == p for k, p in zip(key, parts)):
+            chosen.append(value)
+    return chosen

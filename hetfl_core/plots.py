@@ -20,7 +20,8 @@ import numpy as np
 from .report import evaluated, row_value
 
 __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
-           "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS"]
+           "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS",
+           "panels", "plot_cases"]
 
 #: method key (lower case, letters and digits only) -> (colour, marker). The papers' methods
 #: first, then the baselines family by family.
@@ -145,6 +146,41 @@ def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", 
     ax.set_ylabel(ylabel)
     ax.legend()
     return ax
+
+
+def panels(n: int, height: float = 3.2, width: float = 10.0, cols: int | None = None):
+    """A figure of ``n`` panels, at most three a row (four: two by two), ``width`` inches
+    wide and ``height`` inches a row; returns the figure and the list of its ``n`` axes."""
+    if n < 1:
+        raise ValueError(f"a figure needs at least one panel, got {n}")
+    cols = cols or (2 if n == 4 else min(n, 3))
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows + 0.6),
+                             constrained_layout=True, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.remove()
+    return fig, list(axes.flat[:n])
+
+
+def plot_cases(cases: dict, x: str = "round", y: str = "acc_personal", title: str = "",
+               spread: str = "minmax", style=None, height: float = 3.2):
+    """One panel per case: ``cases`` maps a panel's title to ``{label: runs}`` (the seeds of
+    one method), each drawn by :func:`plot_curves` (mean line, ``spread`` band over seeds)
+    in ``style(label)`` (default :func:`method_style`); one legend under the panels.
+    Returns the figure."""
+    fig, axes = panels(len(cases), height=height)
+    for ax, (case, curves) in zip(axes, cases.items()):
+        for label, runs in curves.items():
+            if runs:
+                plot_curves(runs, x=x, y=y, ax=ax, label=lambda r, name=label: name, spread=spread,
+                            **(style(label) if style else {}))
+        if ax.get_legend():
+            ax.get_legend().remove()
+        ax.set_title(case)
+    legend_below(fig, axes)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | None = None,

@@ -70,10 +70,34 @@ def evaluated(result: dict, y: str = "acc_personal") -> list[dict]:
     return [row for row in result["history"] if row_value(row, y) is not None]
 
 
-def final(result: dict, y: str = "acc_personal") -> float:
-    """The last evaluated value of ``y`` (``nan`` if it was never evaluated)."""
-    rows = evaluated(result, y)
-    return float(row_value(rows[-1], y)) if rows else math.nan
+def final(result: dict, y: str = "acc_personal", last: int = 1) -> float:
+    """The mean of the last ``last`` evaluated values of ``y`` (``nan`` if it was never
+    evaluated); ``last=1`` is the final value."""
+    if last < 1:
+        raise ValueError(f"last must be at least 1, got {last}")
+    rows = evaluated(result, y)[-last:]
+    return float(np.mean([row_value(r, y) for r in rows])) if rows else math.nan
+
+
+def total(result: dict, key: str) -> float:
+    """The end-of-run value of the cumulative ``key`` (``time_s``, ``uplink_bits``,
+    ``traffic_bits``, ``energy_j``, ...): its value in the last row of the history (``nan``
+    for a run with no history or no such value)."""
+    for row in reversed(result["history"]):
+        try:
+            value = row_value(row, key)
+        except KeyError:            # a derived key whose parts this row lacks
+            continue
+        if value is not None:
+            return float(value)
+    return math.nan
+
+
+def mean_finite(values) -> float:
+    """The mean of the finite values (``nan`` and ``inf`` left out; ``nan`` if none is)."""
+    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else math.nan
 
 
 def value_at(result: dict, budget: float, x: str = "time_s", y: str = "acc_personal") -> float:
@@ -408,6 +432,13 @@ def above_chance(chance: float, margin: float, unit: str = "", what: str = "accu
 def more_than(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is strictly above ``bound`` (a drop of 0 is no drop)."""
     return _compared(f"{what} > {_num(bound, unit)}", bound, ">", log)
+
+
+def sooner(what: str = "cost to the target", factor: float = 1.0) -> Criterion:
+    """A criterion on a per-seed ratio ``rival cost / method cost`` to a common target
+    (:func:`ratio`): the method reaches it sooner when the ratio exceeds ``factor`` (1: any
+    saving; 1 / 0.312 = 3.2: "68.8% less time"). Judged on the log scale."""
+    return more_than(factor, "x", f"{what}, rival / method", log=True)
 
 
 def is_true(text: str) -> Criterion:

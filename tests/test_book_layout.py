@@ -1,5 +1,4 @@
 """What every stored chapter looks like (CHAPTERS.md, "What a reader sees")."""
-import json
 import re
 from pathlib import Path
 
@@ -7,12 +6,29 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
+CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md") if p.read_text().startswith("---\njupytext:"))
 PAPERS = ("fedlps", "heroes", "ofa_fl", "srp_pfed", "lightweight_pfl")
 
 
 def cells(path):
-    return json.loads(path.read_text())["cells"]
+    """The cells of a chapter stored as MyST Markdown (as jupytext reads them)."""
+    import jupytext
+
+    return jupytext.read(path)["cells"]
+
+
+def test_every_chapter_is_stored_as_myst_markdown_and_none_as_a_notebook():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import build_book
+
+    assert not list((ROOT / "book").glob("*.ipynb"))
+    stems = [p.stem for p in build_book.chapters()]
+    assert {p.stem for p in CHAPTERS} == set(stems) and len(stems) == 8
+    for path in CHAPTERS:
+        head = path.read_text().split("\n---", 1)[0]
+        assert "format_name: myst" in head and "kernelspec:" in head, path
 
 
 def text(cell):
@@ -48,7 +64,7 @@ def test_code_is_short_stored_clean_and_parameters_typed(path):
 
 @pytest.mark.parametrize("stem", (*PAPERS, "arena"))   # the arena has a ledger too
 def test_a_paper_chapter_has_its_verdict_box_and_ledger(stem):
-    nb = cells(ROOT / "book" / f"{stem}.ipynb")
+    nb = cells(ROOT / "book" / f"{stem}.md")
     boxes = [i for i, c in enumerate(nb) if "verdict-box" in c["metadata"].get("tags", [])]
     first_section = next(i for i, c in enumerate(nb) if c["cell_type"] == "markdown"
                          and re.search(r"^## ", text(c), re.M))

@@ -200,3 +200,26 @@ def test_the_intro_states_the_books_totals(tmp_path):
     assert "1 counted paper claim: 1 holds, 0 fail, 0 are inconclusive; 1 indicative" in text
     assert "The arena adds 1 counted paper claim: 0 hold, 1 fails" in text
     assert text.startswith("before") and text.rstrip().endswith("after")
+
+
+def test_a_chapter_is_myst_markdown_and_is_staged_as_the_notebook_it_holds(tmp_path):
+    """Chapters are stored as MyST Markdown (jupytext); the build runs and renders the
+    notebook each holds, cell for cell, tags kept."""
+    import jupytext
+
+    chapter = tmp_path / "ch.md"
+    header = (ROOT / "book" / "foundations.md").read_text().split("\n---\n", 1)[0]   # a real chapter's
+    chapter.write_text(header + "\n---\n\n# Ch\n\n```{code-cell} ipython3\n:tags: [parameters]\n\n"
+                       "scale: str = \"book\"\n```\n\ntext\n")
+    page = tmp_path / "page.md"
+    page.write_text("---\ntitle: x\n---\n# A page\n")
+    assert build_book.is_chapter(chapter) and not build_book.is_chapter(page)
+    assert not build_book.is_chapter(tmp_path / "missing.md")
+    nb = json.loads(build_book.to_notebook(chapter, tmp_path / "out" / "ch.ipynb").read_text())
+    kinds = [c["cell_type"] for c in nb["cells"]]
+    assert kinds == ["markdown", "code", "markdown"]
+    assert nb["cells"][1]["metadata"]["tags"] == ["parameters"]
+    assert "".join(nb["cells"][1]["source"]) == 'scale: str = "book"'
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert jupytext.read(chapter)["cells"][1]["source"] == 'scale: str = "book"'
+    assert [p.suffix for p in build_book.chapters()] == [".md"] * 8

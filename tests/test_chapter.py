@@ -49,7 +49,7 @@ def test_a_caption_names_the_settings_and_the_rerun_command():
     text = caption_text(configs, "heroes", "book", seed=0)
     assert text.startswith("Ran at scale book with digits, cnn, dirichlet, α=0.5, 10 clients, 50% per round, "
                            "5 rounds, 3 local steps, lr 0.05, identical devices, seeds 0–2; methods: fedavg, heterofl.")
-    command = "papermill book/heroes.ipynb out.ipynb -p scale {} -p seed {}"
+    command = "jupytext --to ipynb -o - book/heroes.md | papermill - out.ipynb -p scale {} -p seed {}"
     assert f"Rerun as shown: `{command.format('book', 0)}`" in text
     shown = caption_text([c.replace(seed=c.seed + 5) for c in configs], "heroes", "smoke", seed=5)
     assert "seeds 5–7" in shown and f"`{command.format('smoke', 5)}`" in shown
@@ -103,3 +103,20 @@ def test_a_caption_counts_one_in_the_singular():
     assert "1 class per client, 1 client, 100% per round, 1 round, 1 local epoch," in text
     two = caption_text([one.replace(local_epochs=2, rounds=2)], "x", "smoke")
     assert "2 rounds, 2 local epochs," in two
+
+
+def test_a_chapter_checks_its_parameters_and_keeps_its_ledger(tmp_path):
+    from hetfl_core.book import Chapter
+    from hetfl_core.errors import ConfigError
+    from hetfl_core.report import at_least
+
+    ns = {"__annotations__": {"scale": "str", "seed": "int"}, "scale": "smoke", "seed": 3, "In": []}
+    book = Chapter("alpha", "Alpha", ns)
+    assert (book.scale, book.seed, book.parameters) == ("smoke", 3, {"scale": "smoke", "seed": 3})
+    assert book.by_scale(smoke=1, book=2, paper=3) == 1
+    with pytest.raises(ConfigError, match="no paper value"):
+        book.by_scale(smoke=1, book=2)
+    claim = book.claim("Fig. 1", "A beats B", "+5", [1.0, 2.0, 3.0], at_least(0))
+    assert book.ledger.claims == [claim] and book.ledger.scale == "smoke"
+    with pytest.raises(ConfigError, match="seed"):
+        Chapter("alpha", "Alpha", {**ns, "seed": -1})

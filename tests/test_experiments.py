@@ -167,3 +167,26 @@ def test_an_unwritable_cache_is_refused_before_training(tiny_config, tmp_path, m
     for attempt in (lambda: run_cached(tiny_config), lambda: sweep([tiny_config], processes=1, progress=False)):
         with pytest.raises(HetflError, match="cache directory"):
             attempt()
+
+
+def test_a_grid_sweeps_each_distinct_config_once_and_comes_back_under_its_keys(tmp_path):
+    import pytest
+
+    from hetfl_core import RunConfig
+    from hetfl_core.experiments import by, sweep
+
+    base = RunConfig(dataset="digits", clients=4, rounds=1, local_steps=1, participation=1.0)
+    grid = {("fedavg", 0): base, ("fedavg", 1): base.replace(seed=1),
+            ("alias", 0): base, ("fedprox", 0): base.replace(method="fedprox")}
+    runs = sweep(grid, processes=1, directory=tmp_path, progress=False)
+    assert list(runs) == list(grid)
+    assert runs[("alias", 0)] is runs[("fedavg", 0)]                  # equal configs ran once
+    assert len(list(tmp_path.rglob("*.json"))) == 3
+    assert by(runs, "fedavg") == [runs[("fedavg", 0)], runs[("fedavg", 1)]]
+    assert by(runs, None, 0) == [runs[k] for k in grid if k[1] == 0]
+    assert by({"a": 1, "b": 2}, "b") == [2]
+    with pytest.raises(ValueError):
+        by(runs)
+    from hetfl_core.errors import ConfigError
+    with pytest.raises(ConfigError, match="entry 'x' is"):
+        sweep({"x": 3}, progress=False)

@@ -139,3 +139,43 @@ def test_every_module_imports_alone():
     assert done.returncode == 0, done.stderr[-2000:]
     failed = done.stdout.strip().rpartition("FAILED:")[2]
     assert not failed, f"these modules fail when imported alone: {failed}\n{done.stderr[-2000:]}"
+
+
+#: where the package is entered from outside: ``import hetfl_core``, ``python -m hetfl_core``
+#: (the command line) and Flower's app loader
+ENTRY_POINTS = ("hetfl_core", "hetfl_core.__main__", "hetfl_core.cli", "hetfl_core.flower_app")
+#: the one module whose users are the chapters: what every chapter shares (its parameters,
+#: sweeps, captions and ledger)
+CHAPTERS_MODULE = "hetfl_core.book"
+
+
+def reachable(starts) -> set[str]:
+    """The modules imported, directly or not, from ``starts`` (a package's ``__init__``
+    counts as imported with any of its modules)."""
+    seen, todo = set(), list(starts)
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo.extend(edges(m))
+        parent = m.rpartition(".")[0]
+        if parent in MODULES:
+            todo.append(parent)
+    return seen
+
+
+def test_no_module_is_imported_only_by_the_chapters():
+    """A module of the package serves the package (the library, its command line, its
+    Flower app), not one notebook: the chapters hold their own experiments, and what they
+    share is the one module :data:`CHAPTERS_MODULE`, which every chapter imports."""
+    import re
+
+    from_package = reachable(ENTRY_POINTS)
+    only_chapters = sorted(m for m in MODULES if m not in from_package and m != CHAPTERS_MODULE)
+    assert not only_chapters, f"modules only the chapters import: {', '.join(only_chapters)}"
+    chapters = [p for p in (ROOT.parent / "book").glob("*.md") if p.read_text().startswith("---\njupytext:")]
+    assert len(chapters) == 8
+    for chapter in chapters:
+        assert re.search(r"from hetfl_core\.book import|import hetfl_core\.book|from hetfl_core import book",
+                         chapter.read_text()), chapter.name

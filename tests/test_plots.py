@@ -158,3 +158,30 @@ def test_plot_of_a_pipe_is_refused_not_waited_on(tmp_path):
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"python -m hetfl_core: error: {fifo}: not a regular file"]
+
+
+def test_panels_and_plot_cases_draw_one_panel_per_case():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hetfl_core import plots
+
+    fig, axes = plots.panels(5)
+    assert len(axes) == 5 and len(fig.axes) == 5
+    fig, axes = plots.panels(4)
+    assert axes[0].get_gridspec().get_geometry() == (2, 2)
+    plt.close("all")
+    run = lambda m, s: {"config": {"method": m}, "history": [
+        {"round": r, "acc_personal": 0.1 * r + 0.01 * s} for r in (1, 2, 3)]}
+    fig = plots.plot_cases({"case A": {"FedAvg": [run("fedavg", 0), run("fedavg", 1)]},
+                            "case B": {"FedAvg": [run("fedavg", 0)], "Ditto": []}}, title="t")
+    assert [ax.get_title() for ax in fig.axes] == ["case A", "case B"]
+    assert all(ax.get_legend() is None for ax in fig.axes) and fig.legends
+    assert len(fig.axes[0].collections) == 1 and not fig.axes[1].collections   # a band over 2 seeds only
+    plt.close("all")
+    import pytest
+
+    with pytest.raises(ValueError):
+        plots.panels(0)

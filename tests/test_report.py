@@ -396,3 +396,31 @@ def test_values_print_as_phrases_not_python_and_one_takes_the_singular():
     assert at_most(1, " points", "gap").text == "gap ≤ 1 point"
     assert at_least(2, " points", "gap").text == "gap ≥ 2 points"
     assert at_least(1, "%").text == "value ≥ 1%"
+
+
+def test_final_total_and_mean_finite_read_a_history():
+    import math
+
+    from hetfl_core.report import final, mean_finite, total
+
+    result = {"history": [{"round": 1, "acc_personal": 0.5, "time_s": 2.0},
+                          {"round": 2, "acc_personal": None, "time_s": 4.0},
+                          {"round": 3, "acc_personal": 0.7, "time_s": 7.0, "uplink_bits": 8.0,
+                           "downlink_bits": 2.0}]}
+    assert final(result) == 0.7 and abs(final(result, last=2) - 0.6) < 1e-12
+    assert abs(final(result, last=5) - 0.6) < 1e-12          # fewer evaluations than asked: all of them
+    assert total(result, "time_s") == 7.0 and total(result, "traffic_bits") == 10.0
+    assert math.isnan(total({"history": []}, "time_s")) and math.isnan(final({"history": []}))
+    with pytest.raises(ValueError):
+        final(result, last=0)
+    assert mean_finite([1.0, math.inf, math.nan, 3.0]) == 2.0 and math.isnan(mean_finite([math.inf]))
+
+
+def test_sooner_judges_a_ratio_of_costs_on_the_log_scale():
+    from hetfl_core.report import judge, ratio, sooner
+
+    crit = sooner("time to 70%")
+    assert crit(1.5) and not crit(1.0) and not crit(0.8)
+    assert sooner(factor=1 / 0.312)(3.3) and not sooner(factor=1 / 0.312)(3.0)
+    assert judge(ratio([4.0, 5.0, 6.0], [2.0, 2.1, 1.9]), crit).verdict == "holds"
+    assert judge(ratio([1.0, 1.0, 1.0], [2.0, 2.1, 1.9]), crit).verdict == "fails"

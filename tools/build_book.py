@@ -32,9 +32,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))     # the tools beside 
 from print_pdf import toc_files  # noqa: E402  (one reading of _toc.yml for both tools)
 
 
+def is_chapter(path: Path) -> bool:
+    """Whether ``path`` is a chapter: a MyST Markdown notebook, whose front matter names
+    jupytext's ``text_representation`` (plain pages such as ``intro.md`` have none)."""
+    if not path.exists() or path.suffix != ".md":
+        return False
+    head = path.read_text().split("\n---", 1)[0]
+    return head.startswith("---") and "jupytext:" in head
+
+
 def chapters() -> list[Path]:
-    """Notebooks listed in ``_toc.yml`` (in order)."""
-    return [ROOT / f"{f}.ipynb" for f in toc_files(ROOT) if (ROOT / f"{f}.ipynb").exists()]
+    """The chapters listed in ``_toc.yml`` (in order): the MyST Markdown notebooks ``book/*.md``."""
+    return [ROOT / f"{f}.md" for f in toc_files(ROOT) if is_chapter(ROOT / f"{f}.md")]
+
+
+def staged(staging: Path, chapter: Path) -> Path:
+    """Where ``chapter`` (``book/heroes.md``) lies in the staging copy: ``book/heroes.ipynb``,
+    the notebook the build executes and renders."""
+    return staging / chapter.relative_to(ROOT).with_suffix(".ipynb")
+
+
+def to_notebook(chapter: Path, target: Path) -> Path:
+    """Write the MyST Markdown ``chapter`` as a Jupyter notebook (``.ipynb``) at ``target``."""
+    import jupytext
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(chapter), target, fmt="ipynb")
+    return target
 
 
 MATHJAX = "mathjax@3.2.2"
@@ -171,15 +195,19 @@ def env(chapter: str | None = None) -> dict:
     return e
 
 
-def papermill(src: Path, dst: Path, scale: str, prepare_only: bool) -> tuple[Path, float, str]:
+def papermill(chapter: Path, src: Path, dst: Path, scale: str,
+              prepare_only: bool) -> tuple[Path, float, str]:
+    """Run (or with ``prepare_only`` only parameterise) the notebook ``src`` of ``chapter``
+    into ``dst``, in the chapter's folder; returns the chapter, the seconds and an error line
+    ("" when it ran)."""
     cmd = [str(BIN / "papermill"), str(src), str(dst), "-p", "scale", scale, "-k", "python3",
-           "--cwd", str(src.parent), "--no-progress-bar"]
+           "--cwd", str(chapter.parent), "--no-progress-bar"]
     if prepare_only:
         cmd.append("--prepare-only")
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env(src.stem), capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env(chapter.stem), capture_output=True, text=True)
     err = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["papermill failed"])[-1]
-    return src, time.perf_counter() - start, err
+    return chapter, time.perf_counter() - start, err
 
 
 PROGRESS = re.compile(r"\d+%\|")
@@ -246,7 +274,7 @@ def fill_verdicts(staging: Path, notebooks: list[Path], ledgers: dict) -> list[s
 
     missing = []
     for nb in notebooks:
-        path = staging / nb.relative_to(ROOT)
+        path = staged(staging, nb)
         book = json.loads(path.read_text())
         cells = [c for c in book["cells"] if VERDICT_TAG in c.get("metadata", {}).get("tags", [])]
         if not cells:
@@ -444,7 +472,7 @@ def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
 
     rows = []
     for nb in notebooks:
-        book = json.loads((staging / nb.relative_to(ROOT)).read_text())
+        book = json.loads((staged(staging, nb)).read_text())
         meta = book.get("metadata", {}).get("papermill", {})
         params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "scale"}
         runs = _run_log(nb.stem)
@@ -476,7 +504,7 @@ def data_rows(staging: Path, notebooks: list[Path]) -> list[list]:
         runs = _run_log(nb.stem)
         if not runs:
             continue
-        title = _title(json.loads((staging / nb.relative_to(ROOT)).read_text()),
+        title = _title(json.loads((staged(staging, nb)).read_text()),
                        nb.stem).split(":")[0]
         seen = dict.fromkeys((r["dataset"], r.get("data") or "—") for r in runs)
         for dataset, digest in sorted(seen):
@@ -573,15 +601,18 @@ def main() -> int:
     url = stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
+    for nb in notebooks:                  # the stored Markdown is staged as the notebook it holds
+        (staging / nb.relative_to(ROOT)).unlink()
+    sources = {nb: to_notebook(nb, build_dir / "notebooks" / f"{nb.stem}.ipynb") for nb in notebooks}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda nb: papermill(nb, staging / nb.relative_to(ROOT), args.scale, prepare_only),
-                             notebooks))
+        done = list(pool.map(lambda nb: papermill(nb, sources[nb], staged(staging, nb), args.scale,
+                                                  prepare_only), notebooks))
     for nb, _, err in done:
         if not err:
-            tidy_outputs(staging / nb.relative_to(ROOT))
-            set_install_cell(staging / nb.relative_to(ROOT), url)
+            tidy_outputs(staged(staging, nb))
+            set_install_cell(staged(staging, nb), url)
     if not prepare_only:
-        done = [(nb, seconds, err or missing_figures(staging / nb.relative_to(ROOT))) for nb, seconds, err in done]
+        done = [(nb, seconds, err or missing_figures(staged(staging, nb))) for nb, seconds, err in done]
     failed = [(nb, err) for nb, _, err in done if err]
     for nb, seconds, err in done:
         print(f"{'FAILED' if err else 'ok    '} {nb.relative_to(ROOT)} ({seconds:.0f} s){': ' + err if err else ''}")
@@ -589,14 +620,14 @@ def main() -> int:
         print(f"{len(failed)} chapter(s) failed at scale {args.scale}", file=sys.stderr)
         return 1
     if prepare_only:
-        staged = [str(staging / nb.relative_to(ROOT)) for nb in notebooks]
-        print(f"executing {len(staged)} chapter(s) at scale smoke under nbval", flush=True)
+        executed = [str(staged(staging, nb)) for nb in notebooks]
+        print(f"executing {len(executed)} chapter(s) at scale smoke under nbval", flush=True)
         # Two chapters at a time; --dist loadscope keeps each chapter's cells in order in one kernel.
-        parallel = ["-n", str(min(args.jobs, len(staged))), "--dist", "loadscope"] if args.jobs > 1 and len(staged) > 1 else []
+        parallel = ["-n", str(min(args.jobs, len(executed))), "--dist", "loadscope"] if args.jobs > 1 and len(executed) > 1 else []
         (staging / "book" / "conftest.py").write_text(NBVAL_CONFTEST)
         junit = build_dir / "nbval.xml"
         rc = subprocess.run([str(BIN / "python"), "-m", "pytest", "-q", "--nbval-lax", "-p", "no:cacheprovider",
-                             *parallel, "--rootdir", str(staging), f"--junitxml={junit}", *staged], env=env(),
+                             *parallel, "--rootdir", str(staging), f"--junitxml={junit}", *executed], env=env(),
                             cwd=str(staging / "book")).returncode
         (staging / "book" / "conftest.py").unlink()
         if rc != 0:

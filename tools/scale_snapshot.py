@@ -70,8 +70,12 @@ def modules() -> dict:
 def notebooks() -> dict:
     """The smoke and book arguments of the notebooks' ``by_scale`` calls, per cell."""
     out = {}
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
-        nb = json.loads(path.read_text())
+    import jupytext
+
+    for path in sorted((ROOT / "book").glob("*.md")):
+        if not path.read_text().startswith("---\njupytext:"):
+            continue                      # a plain page, not a chapter
+        nb = jupytext.read(path)
         ns: dict = {"ALL": getattr(config, "ALL", None), "__builtins__": __builtins__}
         for cell in nb["cells"]:
             if cell["cell_type"] != "code":

@@ -1,0 +1,257 @@
+"""What every chapter of the book shares: its parameters checked, its scale, its sweeps,
+the caption under a reproduction (what it ran with, and how to rerun it) and its ledger
+of claims, all through one :class:`Chapter` object that a chapter makes in its first
+code cell::
+
+    book = Chapter("heroes", "Heroes", globals())
+    runs = book.sweep({(m, s): base.replace(method=m, seed=s) for m in methods for s in seeds})
+    book.caption(runs)
+    book.claim("Table II", "Heroes is more accurate than FedAvg", paper="+10.46 points", ...)
+    ...
+    book.ledger.show(); book.ledger.save()
+
+A chapter declares its parameters with types in its ``parameters`` cell::
+
+    scale: str = "book"
+    dataset: str = "fashion-mnist"
+    seed: int = 0
+
+(papermill's ``--help-notebook`` then shows each type); :func:`check_parameters` fails at
+once, in one line naming the parameter, on a value of the wrong type or out of range, and
+on a parameter papermill injected that the chapter does not declare (papermill itself only
+warns about those).
+"""
+from __future__ import annotations
+
+import ast
+import typing
+from typing import Sequence
+
+from .config import SCALES, SEED_LIMIT
+from .errors import ConfigError
+
+__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError",
+           "caption_text", "caption", "rerun_command", "Chapter"]
+
+_MISSING_PAPER = object()
+
+
+def injected_parameters(history: Sequence[str]) -> set[str]:
+    """Names papermill assigned: the cell it injects starts with ``# Parameters``."""
+    names: set[str] = set()
+    for source in history:
+        if source.lstrip().startswith("# Parameters"):
+            for node in ast.parse(source).body:
+                if isinstance(node, ast.Assign):
+                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _kinds(annotation) -> tuple[type, ...]:
+    """The accepted types of an annotation (``int | None``, ``Optional[int]``, ``float``, ...)."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {"typing": typing})      # from __future__ annotations
+    args = typing.get_args(annotation)
+    if args:
+        if typing.get_origin(annotation) in (list, dict, tuple, set):
+            return (typing.get_origin(annotation),)
+        return tuple(k for a in args for k in _kinds(a))
+    return (type(None),) if annotation is None else (annotation,)
+
+
+def _type_ok(value, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, kinds)
+
+
+def _type_name(kinds: tuple[type, ...]) -> str:
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+
+
+class ParameterError(ConfigError):
+    """A chapter parameter that is wrong. In a notebook (and so in papermill's report of
+    the failed cell) it shows as one line, ``ConfigError: ...``, without a traceback
+    through this module: IPython prints what ``_render_traceback_`` returns in place of a
+    traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ConfigError: {self}"]
+
+
+def check_parameters(namespace: dict, history: Sequence[str] | None = None, **rules) -> None:
+    """Check a chapter's parameters (the annotated names of ``namespace``).
+
+    * each value has its declared type (an ``int`` passes for a ``float``);
+    * ``scale`` is one of :data:`~hetfl_core.config.SCALES`, ``seed`` an integer in
+      ``[0, 2**32)``, ``dataset`` a known dataset;
+    * ``rules`` adds a rule per name: a ``(low, high)`` pair of inclusive bounds (``None``
+      for no bound) or a list of allowed values, e.g. ``lr=(1e-6, 10)``;
+    * a name papermill injected (found in ``history``, default the kernel's ``In``) that
+      is not declared is an error.
+
+    Raises :class:`ParameterError` (a :class:`~hetfl_core.errors.ConfigError`) with one
+    line naming the parameter.
+    """
+    try:
+        _check_parameters(namespace, history, rules)
+    except ConfigError as exc:
+        raise ParameterError(str(exc)) from None
+
+
+def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dict) -> None:
+    declared = dict(namespace.get("__annotations__", {}))
+    if not declared:
+        raise ConfigError("the parameters cell declares no parameters (write 'seed: int = 0')")
+    if history is None:
+        history = namespace.get("In", [])
+    unknown = sorted(injected_parameters(history) - set(declared))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; this chapter takes: "
+                          f"{', '.join(declared)}")
+    for name, annotation in declared.items():
+        if name not in namespace:
+            raise ConfigError(f"parameter {name} is declared but has no value")
+        value, kinds = namespace[name], _kinds(annotation)
+        if not _type_ok(value, kinds):
+            raise ConfigError(f"parameter {name} must be {_type_name(kinds)}, got {value!r}")
+    if "scale" in declared and namespace["scale"] not in SCALES:
+        raise ConfigError(f"parameter scale must be one of {', '.join(SCALES)}, got {namespace['scale']!r}")
+    if "seed" in declared and not 0 <= namespace["seed"] < SEED_LIMIT:
+        raise ConfigError(f"parameter seed must be in [0, 2**32), got {namespace['seed']!r}")
+    if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
+        from .data import canonical_dataset_name
+
+        try:
+            canonical_dataset_name(namespace["dataset"])
+        except ConfigError as exc:
+            raise ConfigError(f"parameter dataset: {exc}") from None
+    for name, rule in rules.items():
+        if name not in declared:
+            raise ValueError(f"a rule for {name!r}, which is not a declared parameter")
+        value = namespace[name]
+        if isinstance(rule, tuple):
+            low, high = rule
+            if value is not None and ((low is not None and not value >= low) or
+                                      (high is not None and not value <= high)):
+                bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+                raise ConfigError(f"parameter {name} must be in {bounds}, got {value!r}")
+        elif value not in rule:
+            raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, got {value!r}")
+
+
+#: RunConfig fields a caption names, in this order: (field, prefix, how a value prints, suffix)
+_CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partition", "", "{}", ""),
+                   ("alpha", "α=", "{}", ""), ("classes_per_client", "", "{}", " classes per client"),
+                   ("clients", "", "{}", " clients"), ("participation", "", "{:.0%}", " per round"),
+                   ("rounds", "", "{}", " rounds"), ("local_steps", "", "{}", " local steps"),
+                   ("local_epochs", "", "{}", " local epochs"), ("lr", "lr ", "{}", ""),
+                   ("heterogeneity", "", "{}", " device heterogeneity"))
+#: a count's noun when the count is one
+_SINGULAR = {" classes per client": " class per client", " clients": " client", " rounds": " round",
+             " local steps": " local step", " local epochs": " local epoch"}
+#: which partitions read alpha and classes_per_client
+_USES = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
+
+
+def _values(configs, name: str) -> list:
+    return list(dict.fromkeys(getattr(c, name) for c in configs))
+
+
+def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
+    """What a reproduction ran with, from its run configurations, and the papermill command
+    that reruns the chapter as it ran (``scale`` and the chapter's ``seed`` parameter), e.g.
+    ``"Ran at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds
+    0–2; methods: fedavg, heterofl. Rerun as shown: `jupytext --to ipynb -o - book/heroes.md
+    | papermill - out.ipynb -p scale book -p seed 0` (...)"``. A field the runs vary prints its values joined by "/"."""
+    from .config import RunConfig
+
+    configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
+    if not configs:
+        raise ValueError("a caption needs the configurations the reproduction ran")
+    parts = []
+    for name, prefix, form, suffix in _CAPTION_FIELDS:
+        used = [c for c in configs if c.partition in _USES.get(name, (c.partition,))]
+        if name == "local_epochs":
+            used = [c for c in used if c.local_steps is None]
+        values = [v for v in _values(used, name) if v is not None]
+        if name == "heterogeneity" and values == ["none"]:
+            parts.append("identical devices")
+        elif values:
+            if values == [1]:
+                suffix = _SINGULAR.get(suffix, suffix)   # "1 local epoch", not "1 local epochs"
+            parts.append(prefix + "/".join(form.format(v) for v in values) + suffix)
+    seeds = sorted(_values(configs, "seed"))
+    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else \
+        (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
+         else "seeds " + ", ".join(map(str, seeds)))
+    methods = ", ".join(_values(configs, "method"))
+    command = rerun_command(notebook, scale, seed)
+    other = "" if scale == "paper" else " (`-p scale paper` runs it at the paper's scale)"
+    return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
+            f"Rerun as shown: `{command}`{other}.")
+
+
+def caption(configs, notebook: str, scale: str, seed: int = 0) -> None:
+    """Display :func:`caption_text` under a reproduction (as a small italic paragraph)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"<small>{caption_text(configs, notebook, scale, seed)}</small>"))
+
+
+def rerun_command(notebook: str, scale: str, seed: int = 0) -> str:
+    """The shell command that reruns chapter ``notebook`` (stored as MyST Markdown,
+    ``book/<notebook>.md``) at ``scale`` with ``seed``, from the repository's root: jupytext
+    writes the notebook to papermill, which runs it into ``out.ipynb``."""
+    return (f"jupytext --to ipynb -o - book/{notebook}.md | papermill - out.ipynb "
+            f"-p scale {scale} -p seed {seed}")
+
+
+class Chapter:
+    """One executed chapter: it checks the chapter's parameters (:func:`check_parameters`),
+    knows its scale and seed, runs its grids (:meth:`sweep`), writes the caption under a
+    reproduction (:meth:`caption`) and keeps its claims (:attr:`ledger`).
+
+    ``namespace`` is the chapter's ``globals()``: its annotated names are its parameters;
+    ``rules`` are passed to :func:`check_parameters` (``rounds=(1, None)``, ...).
+    """
+
+    def __init__(self, name: str, title: str, namespace: dict, **rules):
+        from .report import Ledger
+
+        check_parameters(namespace, **rules)
+        self.name, self.title = name, title
+        self.scale = namespace.get("scale", "book")
+        self.seed = namespace.get("seed", 0)
+        declared = namespace.get("__annotations__", {})
+        self.parameters = {k: namespace[k] for k in declared}
+        self.ledger = Ledger(name, title, self.scale, self.parameters)
+
+    def by_scale(self, *, smoke, book, paper=_MISSING_PAPER):
+        """The value for this chapter's scale (:func:`~hetfl_core.config.by_scale`)."""
+        from .config import by_scale
+
+        if paper is _MISSING_PAPER:
+            return by_scale(self.scale, smoke=smoke, book=book)
+        return by_scale(self.scale, smoke=smoke, book=book, paper=paper)
+
+    def sweep(self, grid, **kwargs):
+        """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
+        :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter;
+        a dict comes back as a dict with the same keys, equal configurations run once."""
+        from .experiments import sweep
+
+        kwargs.setdefault("desc", self.name)
+        return sweep(grid, **kwargs)
+
+    def caption(self, runs) -> None:
+        """The caption under a reproduction (:func:`caption`) for ``runs``: results or
+        configurations, as a list or as the dict :meth:`sweep` returns."""
+        runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
+        caption(runs, self.name, self.scale, self.seed)
+
+    def claim(self, *args, **kwargs):
+        """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
+        return self.ledger.claim(*args, **kwargs)
