@@ -65,12 +65,12 @@ def cache_dir() -> Path:
 #: package files that cannot change a run's numbers: what reads and shows results. A
 #: chapter's machinery only builds configs (which the key holds); a method a chapter defines
 #: (FedAvgM in ``chapters/arena.py``) is keyed by its own file (:func:`method_source_hash`).
-NOT_IN_RUNS = ("chapters", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
+NOT_IN_RUNS = ("chapters", "book.py", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
 
 
 def source_hash() -> str:
     """A hash of the package's ``.py`` files that compute runs (part of every cache key);
-    the chapters' machinery, the report layer, the plots and the command line are left out,
+    the chapters' shared module (book), the report layer, the plots and the command line are left out,
     so editing a chapter does not recompute its runs."""
     global _SOURCE_HASH
     if _SOURCE_HASH is None:
