@@ -1,7 +1,7 @@
 """A chapter's parameter check (hetfl_core.chapter.check_parameters)."""
 import pytest
 
-from hetfl_core.chapters import check_parameters, injected_parameters
+from hetfl_core.book import check_parameters, injected_parameters
 from hetfl_core.errors import ConfigError
 
 
@@ -42,7 +42,7 @@ def test_an_unknown_injected_parameter_fails():
 
 def test_a_caption_names_the_settings_and_the_rerun_command():
     from hetfl_core import RunConfig
-    from hetfl_core.chapters import caption_text
+    from hetfl_core.book import caption_text
 
     base = RunConfig(dataset="digits", clients=10, rounds=5, local_steps=3, participation=0.5)
     configs = [base.replace(method=m, seed=s) for m in ("fedavg", "heterofl") for s in (0, 1, 2)]
@@ -73,7 +73,7 @@ def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
     cells = [{"cell_type": "code", "execution_count": None, "id": "p", "metadata": {"tags": ["parameters"]},
               "outputs": [], "source": "scale: str = \"smoke\"\nseed: int = 0\n"},
              {"cell_type": "code", "execution_count": None, "id": "c", "metadata": {}, "outputs": [],
-              "source": "from hetfl_core.chapters import check_parameters\ncheck_parameters(globals())\n"
+              "source": "from hetfl_core.book import check_parameters\ncheck_parameters(globals())\n"
                         "print('ran with seed', seed)"}]
     nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                        "language": "python"}},
@@ -95,7 +95,7 @@ def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
 
 def test_a_caption_counts_one_in_the_singular():
     from hetfl_core import RunConfig
-    from hetfl_core.chapters import caption_text
+    from hetfl_core.book import caption_text
 
     one = RunConfig(dataset="digits", partition="shards", classes_per_client=1, clients=1,
                     rounds=1, local_steps=None, local_epochs=1)

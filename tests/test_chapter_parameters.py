@@ -2,7 +2,7 @@
 copies the cell's traceback into its own report, so this shortens that report too)."""
 import pytest
 
-from hetfl_core.chapters import ParameterError, check_parameters
+from hetfl_core.book import ParameterError, check_parameters
 from hetfl_core.errors import ConfigError
 
 
@@ -19,7 +19,7 @@ def test_ipython_shows_the_failed_cell_as_that_one_line(capsys):
 
     shell = InteractiveShell.instance()
     try:
-        result = shell.run_cell("from hetfl_core.chapters import check_parameters\n"
+        result = shell.run_cell("from hetfl_core.book import check_parameters\n"
                                 "seed: int = 0\nseed = -1\n"
                                 "check_parameters(globals(), history=[])\n")
     finally:
