@@ -255,3 +255,181 @@ class Chapter:
     def claim(self, *args, **kwargs):
         """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
         return self.ledger.claim(*args, **kwargs)
+
+
+# -- planning a chapter without training it ---------------------------------------------------
+#: the environment variable that puts a chapter's kernel in plan mode: the JSON-lines file
+#: where every run a sweep asks for is recorded (:func:`plan_chapter` sets it)
+PLAN_ENV = "HETFL_PLAN_FILE"
+
+
+def training_samples(config) -> float:
+    """Training samples one run of ``config`` processes: the participants per round times
+    the rounds times the samples each trains on a visit (``local_steps x batch_size``, or
+    ``local_epochs`` times its share of the training pool). Nominal: it ignores the model's
+    size and methods that train twice a visit (Ditto), so it compares plans with each other."""
+    per_round = max(1, round(config.clients * config.participation))
+    if config.local_steps:
+        local = config.local_steps * config.batch_size
+    else:
+        pool = config.train_samples or _pool_size(config.dataset)
+        share = pool * (1 - config.test_fraction - config.val_fraction) / config.clients
+        local = config.local_epochs * share
+    return float(per_round * config.rounds * local)
+
+
+_POOLS: dict[str, int] = {}
+
+
+def _pool_size(dataset: str) -> int:
+    if dataset not in _POOLS:
+        from .data import load_dataset
+
+        _POOLS[dataset] = len(load_dataset(dataset).y_train)
+    return _POOLS[dataset]
+
+
+def _cell() -> str:
+    """"cell N": the execution count of the chapter's cell that is running (plan mode)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        return f"cell {shell.execution_count}" if shell is not None else "script"
+    except ImportError:
+        return "script"
+
+
+def _record(configs, where: str) -> list[dict]:
+    """Plan mode's sweep: append each config to the plan file; return the cached result of
+    each, or an empty one (no history) marked ``planned`` where it would have to train."""
+    import json
+    import os
+
+    from .experiments import load_cached
+
+    results = []
+    with open(os.environ[PLAN_ENV], "a") as out:
+        for c in configs:
+            cached = load_cached(c)
+            out.write(json.dumps({"config": c.to_dict(), "key": c.key(), "cached": cached is not None,
+                                  "where": f"{where}, {_cell()}"}) + "\n")
+            results.append(cached if cached is not None else
+                           {"config": c.to_dict(), "history": [], "planned": True})
+    return results
+
+
+def _planning_sweep(configs, *args, **kwargs):
+    """:func:`~hetfl_core.experiments.sweep` in plan mode: records, never trains."""
+    if isinstance(configs, dict):
+        keys = list(configs)
+        return dict(zip(keys, _record(list(configs.values()), kwargs.get("desc", "sweep"))))
+    return _record(list(configs), kwargs.get("desc", "sweep"))
+
+
+def _planning_run(config, *args, **kwargs):
+    """:func:`~hetfl_core.experiments.run` (or ``run_cached``) in plan mode."""
+    return _record([config], "run")[0]
+
+
+def enter_plan_mode() -> None:
+    """Make every sweep and run of this process record its configs instead of training
+    (the first cell :func:`plan_chapter` runs in a chapter's kernel): each loaded module of
+    the package that holds :func:`~hetfl_core.experiments.sweep`, ``run`` or ``run_cached``
+    gets the recording version, and so does every later ``from ... import``."""
+    import sys
+
+    from . import engine, experiments
+
+    swaps = {id(experiments.sweep): _planning_sweep, id(experiments.run_cached): _planning_run,
+             id(engine.run): _planning_run}
+    if hasattr(experiments, "run"):
+        swaps[id(experiments.run)] = _planning_run
+    for name, module in list(sys.modules.items()):
+        if name == "hetfl_core" or name.startswith("hetfl_core."):
+            for attr, value in list(vars(module).items()):
+                if id(value) in swaps:
+                    setattr(module, attr, swaps[id(value)])
+
+
+def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
+                 timeout: int = 1800) -> tuple[list[dict], list[str]]:
+    """The runs chapter ``chapter`` (``book/<name>.md``) asks for at ``scale``, without
+    training: the chapter is executed in plan mode (:func:`enter_plan_mode`), where every
+    sweep records its configs and returns the cached result of each, or an empty result
+    where it would train; the cells that fail on empty results are passed over, so a grid
+    built from an earlier grid's results may be missed. Returns the recorded runs (one
+    dict per config a sweep asked for: ``config``, ``key``, ``cached``) and the first line
+    of each cell's error."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+    from papermill.parameterize import parameterize_notebook
+
+    path = Path(chapter)
+    if not path.exists():
+        raise ConfigError(f"no chapter at {path}")
+    check_scale_name = scale if scale in SCALES else None
+    if check_scale_name is None:
+        raise ConfigError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    nb = jupytext.read(path)
+    for cell in nb.cells:                 # as papermill's own reader leaves them
+        cell.metadata.setdefault("tags", [])
+    nb.metadata.setdefault("papermill", {})
+    nb = parameterize_notebook(nb, {"scale": scale, **(parameters or {})})
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import hetfl_core.book\nhetfl_core.book.enter_plan_mode()"))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan_file = Path(tmp) / "plan.jsonl"
+        plan_file.touch()
+        saved = {k: os.environ.get(k) for k in (PLAN_ENV, "HETFL_LEDGER_DIR", "HETFL_RUN_LOG")}
+        os.environ[PLAN_ENV] = str(plan_file)
+        os.environ["HETFL_LEDGER_DIR"] = tmp        # a planned chapter's ledger is not the chapter's
+        os.environ.pop("HETFL_RUN_LOG", None)
+        try:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                           resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        records = [json.loads(line) for line in plan_file.read_text().splitlines() if line.strip()]
+    errors = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                errors.append(f"{out.get('ename')}: {str(out.get('evalue')).splitlines()[0] if out.get('evalue') else ''}")
+    return records, errors
+
+
+def samples_per_second(config, steps: tuple[int, int] = (2, 6)) -> float:
+    """Training samples per second of ``config``'s method, model and data on this machine
+    (its device, one torch thread as a sweep's run has), measured: one round of two clients at ``steps[0]`` and at ``steps[1]``
+    local steps, the difference of the two wall times (data loading, set-up and scoring
+    cancel out)."""
+    import time
+
+    from .engine import build_simulation, run_rounds
+
+    import torch
+
+    short = config.replace(rounds=1, participation=min(1.0, 2 / config.clients), local_epochs=1)
+    seconds, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)                  # as a run of a sweep trains: one thread
+    try:
+        for k in steps:
+            sim = build_simulation(short.replace(local_steps=k))
+            start = time.perf_counter()
+            run_rounds(sim)
+            seconds.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    participants = max(1, round(short.clients * short.participation))
+    extra = (steps[1] - steps[0]) * short.batch_size * participants
+    return extra / max(seconds[1] - seconds[0], 1e-6)

@@ -116,6 +116,17 @@ def _add_arena_parsers(sub) -> None:
                       help="the figure to write: its extension names the format (.png is added to a "
                            "name without one); a symbolic link is refused, a file replaced whole")
     plot.add_argument("--y", default="acc_personal", help="what to plot (default: acc_personal)")
+    plan = sub.add_parser("plan", help="list a chapter's runs at a scale and estimate their cost, "
+                                       "without training")
+    plan.add_argument("chapter", help="a chapter's name (heroes, fedlps, ...) or its book/*.md file")
+    plan.add_argument("--scale", choices=("smoke", "book", "paper"), default="paper",
+                      help="the scale to plan (default: paper)")
+    plan.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                      metavar=("NAME", "VALUE"), help="a chapter parameter, as papermill's -p "
+                      "(repeatable; the value is read as Python, else as text)")
+    plan.add_argument("--no-timing", action="store_true",
+                      help="skip measuring each model's training speed on this machine")
+    plan.add_argument("--json", metavar="FILE", help="also write the planned runs as JSON here")
 
 
 def _join_negative(argv: list[str]) -> list[str]:
@@ -251,7 +262,7 @@ def main(argv=None) -> int:
             return 2
         return 0
     try:
-        return {"arena": _arena, "plot": _plot}.get(args.command, _run)(args)
+        return {"arena": _arena, "plot": _plot, "plan": _plan}.get(args.command, _run)(args)
     except (ConfigError, DatasetUnavailable) as exc:   # also after the data loads, before training
         _error(exc)
         return 2
@@ -464,4 +475,87 @@ def _plot(args) -> int:
     except OSError as exc:
         raise HetflError(f"could not write -o {out}: {exc.strerror or exc}") from None
     print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _chapter_path(name: str):
+    """``book/<name>.md`` of the checkout this package runs from, or the file given."""
+    from pathlib import Path
+
+    given = Path(name)
+    if given.suffix == ".md" and given.exists():
+        return given
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        path = root / "book" / f"{name}.md"
+        if path.exists():
+            return path
+    raise ConfigError(f"no chapter {name!r}: give a chapter's name (as book/<name>.md in the "
+                      "checkout) or the path of its .md file")
+
+
+def _parameter_value(text: str):
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _plan(args) -> int:
+    """``plan``: execute a chapter in plan mode (:func:`hetfl_core.book.plan_chapter`), then
+    list its distinct runs per sweep with their training samples and, measured on this
+    machine, an estimate of the time they would take."""
+    import json
+    from collections import OrderedDict
+
+    from .book import plan_chapter, samples_per_second, training_samples
+
+    path = _chapter_path(args.chapter)
+    params = {name: _parameter_value(value) for name, value in args.parameter}
+    print(f"planning {path} at scale {args.scale} (the chapter runs, its sweeps only record)...",
+          file=sys.stderr)
+    records, errors = plan_chapter(path, args.scale, params)
+    distinct = OrderedDict()
+    for r in records:
+        distinct.setdefault(r["key"], r)
+    configs = {key: RunConfig.from_dict(r["config"]) for key, r in distinct.items()}
+    rates: dict[tuple, float] = {}
+    if not args.no_timing:
+        for key, c in configs.items():
+            shape = (c.method, c.model, c.dataset, c.batch_size)
+            if shape not in rates and not distinct[key]["cached"]:
+                rates[shape] = samples_per_second(c)
+    groups: dict[str, list] = OrderedDict()
+    for key, r in distinct.items():
+        groups.setdefault(r["where"], []).append(key)
+    total_samples = total_seconds = 0.0
+    print(f"{'sweep':28s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
+    print(f"{'':28s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
+    for where, keys in groups.items():
+        todo = [k for k in keys if not distinct[k]["cached"]]
+        samples = sum(training_samples(configs[k]) for k in todo)
+        seconds = sum(training_samples(configs[k]) / rates[(configs[k].method, configs[k].model,
+                                                            configs[k].dataset, configs[k].batch_size)]
+                      for k in todo) if rates or not todo else float("nan")
+        total_samples += samples
+        total_seconds += seconds
+        print(f"{where[:28]:28s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
+              f"{seconds / 3600:11.2f}")
+    print(f"{'all':28s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
+          f"{total_samples / 1e6:20.2f} {total_seconds / 3600:11.2f}")
+    import torch
+
+    where = "this machine's GPU" if torch.cuda.is_available() else "this machine's CPU, one thread"
+    print(f"Times are training samples over the speed measured on {where} for each method, model "
+          "and dataset (one round of two clients, the difference of 2 and 6 local steps); a sweep "
+          "runs two at a time by default, so the wall time is about half. On a GPU machine the "
+          "same command measures the GPU.")
+    if errors:
+        print(f"{len(errors)} cell(s) could not run on empty results (a grid built from an "
+              f"earlier grid's results may be missing): {errors[0]}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"chapter": str(path), "scale": args.scale, "runs": list(distinct.values()),
+                       "errors": errors}, out, indent=1)
     return 0

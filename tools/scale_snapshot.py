@@ -1,8 +1,8 @@
 """Every ``by_scale`` call's smoke and book values, as JSON, to compare two versions.
 
-``python tools/scale_snapshot.py OUT.json`` records, for the chapter modules' plan
-functions and the arena's settings, each value ``by_scale`` returns at ``smoke`` and
-``book`` scale (in call order) and the cache keys of the run configs they make; for the
+``python tools/scale_snapshot.py OUT.json`` records the arena's settings (each value
+``by_scale`` returns at ``smoke`` and ``book`` scale, in call order, and the run configs
+they make) and every chapter's planned run configs at both scales; for the
 notebooks, the ``smoke`` and ``book`` arguments of every ``by_scale`` call in their code
 cells (evaluated where they can be, else their source).
 ``python tools/scale_snapshot.py A.json B.json`` compares two such records: a value that
@@ -18,6 +18,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 from hetfl_core import config  # noqa: E402
 
@@ -37,33 +38,36 @@ def _plain(value):
     return None if value is getattr(config, "ALL", object()) else value
 
 
-def _keys(made) -> list:
-    """The cache keys of every run config a plan function made (a plan, settings or config)."""
-    if hasattr(made, "key"):
-        return [made.key()]
-    if hasattr(made, "configs"):
-        return [c.key() for c in made.configs.values()]
-    return [c.key() for c in (made.image, made.text) if c is not None] + [repr(made)]
+def _configs(made) -> list:
+    """The run configs the arena's settings make, as canonical JSON."""
+    found = [made] if hasattr(made, "to_dict") else \
+        list(made.configs.values()) if hasattr(made, "configs") else \
+        [c for c in (getattr(made, "image", None), getattr(made, "text", None)) if c is not None]
+    return [json.dumps(c.to_dict(), sort_keys=True, default=str) for c in found] or [repr(made)]
 
 
 def modules() -> dict:
-    """Values returned by ``by_scale`` inside the plan functions, per entry point and scale."""
-    config.by_scale = _logged
+    """The arena's ``by_scale`` values and configs, and every chapter's planned run configs
+    (:func:`hetfl_core.book.plan_chapter`: the chapter runs, its sweeps only record), at
+    ``smoke`` and ``book`` scale."""
+    from build_book import chapters
+
     from hetfl_core import arena
-    from hetfl_core.chapters import fedlps, heroes, srp_pfed
-    calls = {"arena.settings": lambda s: arena.settings(s),
-             "fedlps.make_plan": lambda s: fedlps.make_plan(s, "digits", 0, "high"),
-             "heroes.cnn_setting": lambda s: heroes.cnn_setting(s),
-             "srp_pfed.make_plan": lambda s: srp_pfed.make_plan(
-                 s, "digits", 0, 4, {"candidates": 10, "k": 2}, cifar100="digits")}
+    from hetfl_core.book import plan_chapter
+
+    config.by_scale = _logged
     out = {}
-    for name, call in calls.items():
-        for scale in ("smoke", "book"):
-            LOG.clear()
-            made = call(scale)
-            out[f"{name}@{scale}"] = list(LOG)
-            out[f"{name}@{scale} configs"] = sorted(_keys(made))
+    for scale in ("smoke", "book"):
+        LOG.clear()
+        made = arena.settings(scale)
+        out[f"arena.settings@{scale}"] = list(LOG)
+        out[f"arena.settings@{scale} configs"] = sorted(_configs(made))
     config.by_scale = _real
+    for chapter in chapters():
+        for scale in ("smoke", "book"):
+            records, _ = plan_chapter(chapter, scale)
+            out[f"{chapter.stem}@{scale} configs"] = sorted(
+                {json.dumps(r["config"], sort_keys=True, default=str) for r in records})
     return out
 
 

@@ -1,0 +1,91 @@
+"""Planning a chapter without training it (``python -m hetfl_core plan``)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = (ROOT / "book" / "foundations.md").read_text().split("\n---\n", 1)[0] + "\n---\n"
+
+CHAPTER = HEADER + '''
+# A chapter
+
+```{code-cell} ipython3
+:tags: [parameters]
+
+scale: str = "book"
+seed: int = 0
+```
+
+```{code-cell} ipython3
+from hetfl_core import RunConfig
+from hetfl_core.book import Chapter
+from hetfl_core.report import final
+
+book = Chapter("tiny", "Tiny", globals())
+rounds = book.by_scale(smoke=1, book=2, paper=3)
+base = RunConfig(dataset="digits", clients=4, rounds=rounds, local_steps=2)
+runs = book.sweep({(m, s): base.replace(method=m, seed=s)
+                   for m in ("fedavg", "fedprox") for s in (seed, seed + 1)})
+```
+
+```{code-cell} ipython3
+best = max(final(r) for r in runs.values())
+assert best == best, "needs trained runs"      # nan on planned (empty) results
+```
+
+```{code-cell} ipython3
+from hetfl_core.experiments import sweep
+
+more = sweep([base.replace(clients=8)])
+```
+'''
+
+
+def test_a_chapter_is_planned_without_training(tmp_path, monkeypatch):
+    from hetfl_core.book import plan_chapter, training_samples
+    from hetfl_core import RunConfig
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    chapter = tmp_path / "tiny.md"
+    chapter.write_text(CHAPTER)
+    records, errors = plan_chapter(chapter, "paper", {"seed": 5})
+    assert [r["config"]["method"] for r in records] == ["fedavg", "fedavg", "fedprox", "fedprox", "fedavg"]
+    assert [r["config"]["seed"] for r in records][:2] == [5, 6]
+    assert {r["config"]["rounds"] for r in records} == {3}              # the paper scale's value
+    assert records[-1]["config"]["clients"] == 8                         # past the failing cell
+    assert not any(r["cached"] for r in records)
+    assert len(errors) == 1 and errors[0].startswith("AssertionError: needs trained runs")
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.json"))
+    config = RunConfig.from_dict(records[0]["config"])
+    assert training_samples(config) == 4 * 3 * 2 * config.batch_size    # all 4 clients a round
+    with pytest.raises(Exception, match="scale must be one of"):
+        plan_chapter(chapter, "huge")
+
+
+def test_the_plan_command_lists_the_runs(tmp_path):
+    chapter = tmp_path / "tiny.md"
+    chapter.write_text(CHAPTER)
+    out = tmp_path / "plan.json"
+    env = {**__import__("os").environ, "HETFL_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", str(chapter), "--scale", "smoke",
+                           "--no-timing", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = [line for line in proc.stdout.splitlines() if line.startswith("all")][0].split()
+    assert last[1:3] == ["5", "0"]                                        # 5 distinct runs, none cached
+    assert json.loads(out.read_text())["scale"] == "smoke"
+    assert "1 cell(s) could not run" in proc.stderr
+    bad = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", "no-such-chapter"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no chapter 'no-such-chapter'" in bad.stderr
+
+
+def test_a_speed_is_measured_not_assumed():
+    from hetfl_core import RunConfig
+    from hetfl_core.book import samples_per_second
+
+    rate = samples_per_second(RunConfig(dataset="digits", clients=4, rounds=5, local_steps=3))
+    assert rate > 0 and rate == rate
