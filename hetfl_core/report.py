@@ -593,6 +593,7 @@ class Claim:
     interval_text: str = ""        # the interval for people, in the claim's unit
     narrow: bool = False           # holds within a fifth of the interval's half-width
     pairs: list = field(default_factory=list)   # (method, rival) comparisons it judges
+    setting: dict = field(default_factory=dict)  # what its runs ran with (setting_of)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -658,7 +659,7 @@ class Ledger:
     def claim(self, ref: str, statement: str, paper: str, values, criterion: Criterion,
               why: str = "", digits: int = 1, unit: str = "", scale: float = 1.0, measured: str | None = None,
               section: str = "", headline: bool = False, kind: str = "paper",
-              pairs=()) -> Claim:
+              pairs=(), runs=None) -> Claim:
         """Add a claim; its verdict comes from :func:`judge` of its per-seed ``values``
         against ``criterion``.
 
@@ -671,7 +672,9 @@ class Ledger:
         shown apart) or ``"invariant"`` (a quantity the code enforces: shown as a check,
         never counted). ``pairs`` names the comparisons the claim judges, as registered
         method names ``(method, rival)``: the scorecard lists a comparison that two
-        ledgers judge, side by side (:func:`judged_twice_markdown`).
+        ledgers judge, side by side (:func:`judged_twice_markdown`); ``runs`` (the results
+        or configs the values came from) records their setting (:func:`setting_of`), so that
+        table can say in what two such claims' runs differ.
         """
         raw = list(np.ravel(np.asarray(values, dtype=object)))
         boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
@@ -692,7 +695,8 @@ class Ledger:
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
                   section, headline, kind, judgement.verdict, judgement.method,
                   list(judgement.interval) if judgement.interval else None, interval_text,
-                  judgement.narrow, [list(pair) for pair in pairs])
+                  judgement.narrow, [list(pair) for pair in pairs],
+                  setting_of(runs) if runs is not None else {})
         self.claims.append(c)
         return c
 
@@ -911,6 +915,43 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 
 
+#: the run settings a claim records (:func:`setting_of`), in the order they are compared
+SETTING_FIELDS = ("dataset", "model", "partition", "alpha", "classes_per_client", "clients",
+                  "participation", "rounds", "local_steps", "local_epochs", "lr", "heterogeneity",
+                  "system")
+
+
+def setting_of(runs) -> dict[str, str]:
+    """What ``runs`` (results, configs, or a dict of either) ran with: each field of
+    :data:`SETTING_FIELDS` that is set, its values joined by "/" where the runs differ
+    (``{"dataset": "digits", "rounds": "20", "lr": "0.03/0.1", ...}``), and ``seeds``."""
+    runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
+    configs = [r["config"] if isinstance(r, dict) else r.to_dict() for r in runs]
+    out = {}
+    for name in (*SETTING_FIELDS, "seed"):
+        values = list(dict.fromkeys(str(c.get(name)) for c in configs if c.get(name) is not None))
+        if name == "alpha" and not any(c.get("partition") in ("dirichlet", "quantity") for c in configs):
+            continue
+        if name == "classes_per_client" and not any(c.get("partition") == "shards" for c in configs):
+            continue
+        if values:
+            out["seeds" if name == "seed" else name] = "/".join(values)
+    return out
+
+
+def _setting_differences(entries) -> list[str]:
+    """The settings in which the claims' runs differ: ``"rounds: 20 (FedLPS) vs 30 (Arena)"``."""
+    known = [(title, c.get("setting") or {}) for title, c in entries]
+    if not all(setting for _, setting in known):
+        return []
+    out = []
+    for name in (*SETTING_FIELDS, "seeds"):
+        values = [(title, setting.get(name, "—")) for title, setting in known]
+        if len({v for _, v in values}) > 1:
+            out.append(f"{name}: " + " vs ".join(f"{v} ({title})" for title, v in values))
+    return out
+
+
 def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """A section listing every comparison ``(method, rival)`` that more than one ledger
     judges (the claims' ``pairs``), each ledger's claim beside the others: its verdict, and
@@ -934,7 +975,8 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
             differs.append("scale")
         if len({c["criterion"] for _, c in entries}) > 1:
             differs.append("criterion")
-        differs.append("setting and metric (see each claim)")
+        specific = _setting_differences([(ledgers[name]["title"].split(":")[0], c) for name, c in entries])
+        differs.extend(specific or ["setting and metric (see each claim)"])
         for name, c in entries:
             n = len(c["values"])
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),

@@ -424,3 +424,29 @@ def test_sooner_judges_a_ratio_of_costs_on_the_log_scale():
     assert sooner(factor=1 / 0.312)(3.3) and not sooner(factor=1 / 0.312)(3.0)
     assert judge(ratio([4.0, 5.0, 6.0], [2.0, 2.1, 1.9]), crit).verdict == "holds"
     assert judge(ratio([1.0, 1.0, 1.0], [2.0, 2.1, 1.9]), crit).verdict == "fails"
+
+
+def test_two_claims_on_one_comparison_say_in_which_settings_their_runs_differ(tmp_path):
+    from hetfl_core import RunConfig
+
+    base = RunConfig(dataset="digits", partition="shards", classes_per_client=2, clients=20,
+                     rounds=20, local_steps=5)
+    chapter_runs = [base.replace(method=m, seed=s) for m in ("fedlps", "fedavg") for s in (0, 1, 2)]
+    arena_runs = {(m, s): base.replace(method=m, seed=s, partition="dirichlet", alpha=0.5, rounds=30,
+                                       lr=lr) for m, lr in (("fedlps", 0.1), ("fedavg", 0.3)) for s in (0,)}
+    setting = report.setting_of(chapter_runs)
+    assert setting["dataset"] == "digits" and setting["classes_per_client"] == "2"
+    assert "alpha" not in setting and setting["seeds"] == "0/1/2" and setting["rounds"] == "20"
+    assert report.setting_of(arena_runs)["lr"] == "0.1/0.3"
+    chapter = Ledger("fedlps", "FedLPS: learnable sparsity", scale="book")
+    chapter.claim("Table I", "FedLPS beats FedAvg", "+8.6", [1.0, 2.0, 1.5], at_least(0),
+                  pairs=[("fedlps", "fedavg")], runs=chapter_runs)
+    arena = Ledger("arena", "Arena", scale="book")
+    arena.claim("A", "FedLPS beats FedAvg", "ahead", [-1.0], at_least(0), pairs=[("fedlps", "fedavg")],
+                runs=arena_runs)
+    chapter.save(tmp_path)
+    arena.save(tmp_path)
+    text = report.judged_twice_markdown(report.load_ledgers(tmp_path), ["fedlps", "arena"])
+    assert "partition: shards (FedLPS) vs dirichlet (Arena)" in text
+    assert "rounds: 20 (FedLPS) vs 30 (Arena)" in text and "seeds: 0/1/2 (FedLPS) vs 0 (Arena)" in text
+    assert "setting and metric (see each claim)" not in text
