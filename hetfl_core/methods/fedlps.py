@@ -168,6 +168,11 @@ class FedLPS(FedAvg):
                     p.sub_(torch.where(weight > 0, step / weight.clamp_min(1e-12), torch.zeros_like(p)))
                 else:
                     p.sub_(step / sum(r.n_samples for r in reports))
+        self.update_agents(reports)
+
+    def update_agents(self, reports) -> None:
+        """Alg. 1 lines 9-15: each participant's P-UCBV agent is rewarded (Eq. 15) for the
+        ratio it proposed and proposes s_k^{r+1}."""
         for r in reports:
             k, acc = r.client_id, r.extra["train_acc"]
             if k in self.agents:

@@ -63,7 +63,6 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from ..bandits import pucbv_reward
 from ..masks import kept_fractions_of_units, pattern_string
 from ..models import structured_units
 from ..options import Option
@@ -226,13 +225,7 @@ class FedLPSCode(FedLPS):
                 if self.options["noise"]:
                     draw = torch.randn(p.shape, generator=noise).to(p.device)
                     p.add_(self.options["noise"] * draw)
-        for r in reports:
-            k, acc = r.client_id, r.extra["train_acc"]
-            if k in self.agents:
-                reward = pucbv_reward(acc, self.previous_accuracy[k], r.extra["cost_s"])
-                self.proposed[k] = self.agents[k].update(r.extra["proposed"], reward,
-                                                         acc - self.previous_accuracy[k])
-            self.previous_accuracy[k] = acc
+        self.update_agents(reports)
 
     def personal_model(self, client_id):
         """The kept sparse model of the client's last visit above ``keep_above``, else the

@@ -6,7 +6,8 @@
   under Jupyter Book 1.x, which declares ``THEBE_JS_URL`` twice and logs an error in every
   page's console;
 * the book's stylesheet, ``static/hetfl.css`` beside this file (the claim ledgers' folded
-  rows, tables of numbers that never wrap a value).
+  rows, tables of numbers that never wrap a value);
+* every display equation numbered (:class:`NumberEveryEquation`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from sphinx.transforms import SphinxTransform
 
 
 def author_year(entry) -> str:
@@ -68,8 +70,35 @@ def add_static(app, config):
     config.html_static_path = [*config.html_static_path, str(STATIC)]
 
 
+class NumberEveryEquation(SphinxTransform):
+    """Number every display equation, as ``math_number_all`` promises: Sphinx numbers the
+    ``{math}`` directive's blocks, but MyST's ``$$ ... $$`` blocks only when they carry a
+    label. Each unlabelled block gets the label Sphinx's directive would give it
+    (``docname:serial``), a number within its chapter, and an anchor to link to."""
+
+    default_priority = 200          # before references to equations are resolved
+
+    def apply(self, **kwargs) -> None:
+        from docutils import nodes
+        from docutils.nodes import make_id
+
+        if not self.config.math_number_all:
+            return
+        domain = self.env.get_domain("math")
+        for node in list(self.document.findall(nodes.math_block)):
+            if node.get("label") or node.get("nowrap"):
+                continue
+            seq = self.env.new_serialno("sphinx.ext.math#equations")
+            node["label"] = f"{self.env.docname}:{seq}"
+            domain.note_equation(self.env.docname, node["label"], location=node)
+            node["number"] = domain.get_equation_number_for(node["label"])
+            target = nodes.target("", "", ids=[make_id(f"equation-{node['label']}")])
+            node.parent.insert(node.parent.index(node), target)
+
+
 def setup(app):
     register_plugin("pybtex.style.formatting", "hetfl", AuthorYearStyle)
+    app.add_transform(NumberEveryEquation)
     app.connect("config-inited", add_static)
     app.add_css_file("hetfl.css")
     app.connect("html-page-context", one_copy_of_each_script, priority=900)
