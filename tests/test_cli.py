@@ -64,27 +64,6 @@ def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
-# Methods that need a particular model or a validation split get them; the rest run the CNN on digits.
-SMOKE_ARGS = {
-    "flanc": ["--dataset", "digits", "--model", "wcnn"],
-    "heroes": ["--dataset", "digits", "--model", "wcnn"],
-    "srp-pfed": ["--dataset", "digits", "--model", "cnn", "--val-fraction", "0.1"],
-}
-
-
-@pytest.mark.parametrize("method", sorted(__import__("hetfl_core").METHODS))
-def test_every_method_runs_from_the_command_line(method, tmp_path, monkeypatch):
-    from hetfl_core.cli import main
-
-    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
-    path = tmp_path / "run.json"
-    args = SMOKE_ARGS.get(method, ["--dataset", "digits", "--model", "cnn"])
-    assert main(["run", method, *args, "--clients", "4", "--rounds", "2", "--local-steps", "2",
-                 "--heterogeneity", "medium", "--quiet", "--out", str(path)]) == 0
-    history = json.loads(path.read_text())["history"]
-    assert len(history) == 2 and history[-1]["acc_personal"] is not None
-
-
 def test_run_help_gives_each_field_its_meaning_and_choices(capsys):
     from hetfl_core.cli import main
 
@@ -193,7 +172,7 @@ def test_ctrl_c_during_a_flower_run_exits_at_once_and_leaves_no_ray_behind(tmp_p
     assert code == 130 and lines[-1] == "python -m hetfl_core: interrupted", err[-3000:]
     assert "Traceback" not in err and sum("interrupted" in line for line in lines) == 1, err[-3000:]
     assert ray, "the Flower run started no Ray processes"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30     # Ray's workers take seconds to go on a loaded machine
     while any(_alive(pid) for pid in ray) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [pid for pid in ray if _alive(pid)]

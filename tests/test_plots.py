@@ -4,14 +4,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 from hetfl_core import plots  # noqa: E402
-from hetfl_core.methods import METHODS  # noqa: E402
 
 
-def test_every_registered_method_has_its_own_style():
-    styles = {name: tuple(plots.method_style(name).values()) for name in METHODS}
-    assert all(plots.method_key(name) in plots.METHOD_STYLES for name in METHODS), \
-        [n for n in METHODS if plots.method_key(n) not in plots.METHOD_STYLES]
-    assert len(set(styles.values())) == len(styles)                       # colour and marker decode
+def test_no_colour_is_used_twice():
+    """(Each registered method's own style is a check of the method contract,
+    tests/methods/test_contract.py.)"""
     colours = [c for c, _ in plots.METHOD_STYLES.values()]
     assert len(set(colours)) == len(colours)                              # no colour used twice
 

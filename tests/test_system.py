@@ -109,24 +109,3 @@ def test_training_flops_of_a_frozen_body(lenet_costs):
     rest = system.training_flops(lenet_costs, 1, trainable={"conv2", "conv3", "fc1", "classifier"})
     assert rest == forward["conv1"] + 2 * forward["conv2"] + 3 * sum(
         forward[n] for n in ("conv3", "fc1", "classifier"))
-
-
-@pytest.mark.parametrize("method", sorted(__import__("hetfl_core.methods", fromlist=["METHODS"]).METHODS))
-def test_every_method_runs_under_either_cost_model(method, method_config):
-    """The cost model is the config's: every method runs on the wireless cell and on the
-    tiers, charged time and energy by the same functions."""
-    from hetfl_core import run
-
-    rows = {}
-    for cost_model in ("compute", "wireless"):
-        if method == "sparse-prune-pfl" and cost_model == "compute":
-            config = method_config(method, system=cost_model, options={"allocation": "fixed"})
-        else:
-            config = method_config(method, system=cost_model, heterogeneity="medium")
-        rows[cost_model] = run(config)["history"][-1]
-        assert rows[cost_model]["time_s"] > 0 and rows[cost_model]["energy_j"] > 0
-        assert all(c["time_s"] > 0 for c in rows[cost_model]["clients"])
-    wireless = rows["wireless"]["clients"]
-    assert sum(c["share"] for c in wireless) == pytest.approx(1.0)
-    if method != "sparse-prune-pfl":    # the cost model charges; it trains nothing (DCA reads it by design)
-        assert rows["compute"]["acc_personal"] == rows["wireless"]["acc_personal"]

@@ -8,6 +8,7 @@ decorates it with :func:`register`; ``python -m hetfl_core list`` prints the reg
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -105,13 +106,19 @@ def seeded_generator(*keys: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-class Method:
-    """Base class of every federated method; FedAvg's behaviour unless a hook is overridden.
+class Method(ABC):
+    """Base class of every federated method.
 
-    Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each option
-    declared once as an :class:`~hetfl_core.config.Option`; ``defaults`` follows from it)
-    and override the hooks the paper changes. A plug-in may give ``defaults`` alone: its
-    options are then typed like their defaults.
+    Two hooks are abstract, since every method says them itself: :meth:`client_update` (a
+    client's local work) and :meth:`aggregate` (the server's fold). The others default to
+    the plain federated round: every sampled client gets the full model for E local epochs
+    (:meth:`configure_round`), the global model is scored for everyone
+    (:meth:`global_model`, :meth:`personal_model`). :class:`~hetfl_core.methods.fedavg.FedAvg`
+    implements the two, and most methods subclass it and override what their paper
+    changes. Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each
+    option declared once as an :class:`~hetfl_core.options.Option`; ``defaults`` follows
+    from it). A plug-in may give ``defaults`` alone: its options are then typed like their
+    defaults.
     """
 
     name = "method"
@@ -183,9 +190,9 @@ class Method:
         """
         return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
 
+    @abstractmethod
     def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Client: train locally and report the update and its costs."""
-        raise NotImplementedError
 
     def client_job(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
         """Client, for the batched trainer: the local update as a
@@ -194,9 +201,9 @@ class Method:
         through :meth:`client_update`. Consulted only for a class with ``batchable = True``."""
         return None
 
+    @abstractmethod
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
         """Server: fold the reports into the global state."""
-        raise NotImplementedError
 
     def global_model(self) -> nn.Module | None:
         """The model scored on the global test set (``None`` if the method has none)."""

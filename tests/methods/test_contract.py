@@ -1,0 +1,112 @@
+"""The method contract: every registered method (a plug-in too, once registered) passes
+every check, in the manner of scikit-learn's ``parametrize_with_checks``.
+
+A check takes the method's name and the ``method_config`` factory (a one-second run on
+digits with what the method requires). The Flower round trip is checked for all methods
+at once in ``tests/test_flower.py`` (one Flower simulation start for all of them).
+"""
+import json
+
+import pytest
+
+from hetfl_core import run
+from hetfl_core.methods import METHODS
+
+
+def runs_from_the_command_line(method, method_config, tmp_path, monkeypatch):
+    """``python -m hetfl_core run METHOD`` trains and writes a history with an accuracy."""
+    from hetfl_core.cli import main
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "runs"))
+    config = method_config(method)
+    path = tmp_path / "run.json"
+    args = ["--dataset", config.dataset, "--model", config.model, "--val-fraction", str(config.val_fraction)]
+    assert main(["run", method, *args, "--clients", "4", "--rounds", "2", "--local-steps", "2",
+                 "--heterogeneity", "medium", "--quiet", "--out", str(path)]) == 0
+    history = json.loads(path.read_text())["history"]
+    assert len(history) == 2 and history[-1]["acc_personal"] is not None
+
+
+def charges_under_both_cost_models(method, method_config, tmp_path, monkeypatch):
+    """The cost model is the config's: the method runs on the wireless cell and on the tiers,
+    charged time and energy by the same functions, and trains the same under both."""
+    rows = {}
+    for cost_model in ("compute", "wireless"):
+        if method == "sparse-prune-pfl" and cost_model == "compute":
+            config = method_config(method, system=cost_model, options={"allocation": "fixed"})
+        else:
+            config = method_config(method, system=cost_model, heterogeneity="medium")
+        rows[cost_model] = run(config)["history"][-1]
+        assert rows[cost_model]["time_s"] > 0 and rows[cost_model]["energy_j"] > 0
+        assert all(c["time_s"] > 0 for c in rows[cost_model]["clients"])
+    assert sum(c["share"] for c in rows["wireless"]["clients"]) == pytest.approx(1.0)
+    if method != "sparse-prune-pfl":    # the cost model charges; it trains nothing (DCA reads it by design)
+        assert rows["compute"]["acc_personal"] == rows["wireless"]["acc_personal"]
+
+
+def runs_on_the_resolved_device(method, method_config, tmp_path, monkeypatch):
+    """``device="auto"`` puts the model and every client's data on one device."""
+    from hetfl_core.devices import resolve_device
+    from hetfl_core.engine import build_simulation
+
+    config = method_config(method, device="auto")
+    sim = build_simulation(config)
+    device = resolve_device("auto")
+    assert {p.device for p in sim.method.model.parameters()} == {device}
+    assert all(c.x_train.device == device and c.y_test.device == device for c in sim.data.clients)
+    row = run(config)["history"][-1]
+    assert row["flops"] > 0 and 0 <= row["acc_personal"] <= 1
+
+
+def gives_the_same_numbers_twice(method, method_config, tmp_path, monkeypatch):
+    """Same config, same history, to the bit, on one machine."""
+    config = method_config(method, rounds=2, heterogeneity="high")
+    assert run(config)["history"] == run(config)["history"]
+
+
+def lists_and_checks_its_options(method, method_config, tmp_path, monkeypatch):
+    """Each option is declared with a description; an unknown one is refused by name."""
+    from hetfl_core.errors import ConfigError
+
+    cls = METHODS[method]
+    assert cls.summary and cls.name == method
+    assert set(cls.defaults) == set(cls.option_specs)
+    assert all(spec.help for spec in cls.option_specs.values()), method
+    with pytest.raises(ConfigError, match="no_such_option"):
+        method_config(method, options={"no_such_option": 1}).validate()
+
+
+def has_a_style_of_its_own(method, method_config, tmp_path, monkeypatch):
+    """The book's figures draw it in its own colour and marker (``plots.METHOD_STYLES``)."""
+    from hetfl_core import plots
+
+    key = plots.method_key(method)
+    assert key in plots.METHOD_STYLES, method
+    others = {plots.METHOD_STYLES[plots.method_key(m)] for m in METHODS if m != method
+              if plots.method_key(m) in plots.METHOD_STYLES}
+    assert plots.METHOD_STYLES[key] not in others
+
+
+CHECKS = [runs_from_the_command_line, charges_under_both_cost_models, runs_on_the_resolved_device,
+          gives_the_same_numbers_twice, lists_and_checks_its_options, has_a_style_of_its_own]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_contract(method, check, method_config, tmp_path, monkeypatch):
+    check(method, method_config, tmp_path, monkeypatch)
+
+
+def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(method_config):
+    """``Method`` is abstract in its two hooks: a subclass missing one cannot be built."""
+    from hetfl_core.engine import build_simulation
+    from hetfl_core.methods.base import Method
+
+    class NoFold(Method):
+        name = "no-fold"
+
+        def client_update(self, client, plan, generator):
+            raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match="aggregate"):
+        NoFold(method_config("fedavg"), build_simulation(method_config("fedavg")).data, [])
