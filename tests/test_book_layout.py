@@ -78,3 +78,15 @@ def test_a_paper_chapter_has_its_verdict_box_and_ledger(stem):
 def test_the_book_cites_papers_not_specs():
     for path in [*CHAPTERS, *(ROOT / "hetfl_core").rglob("*.py")]:
         assert not re.search(r"spec §|paper 00[0-4]|\.\./shared", path.read_text()), path
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
+    """A figure is numbered ("Fig. 3.4") and can be referred to by its name only when its
+    cell gives both (myst-nb's ``mystnb: figure:`` cell option); one figure a cell."""
+    for cell in cells(path):
+        if cell["cell_type"] != "code" or "plt.show()" not in text(cell):
+            continue
+        figure = cell["metadata"].get("mystnb", {}).get("figure", {})
+        assert figure.get("caption") and figure.get("name", "").startswith("fig-"), text(cell)[:300]
+        assert text(cell).count("plt.show()") == 1, text(cell)[:300]
