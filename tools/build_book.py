@@ -7,8 +7,9 @@ At ``book`` (or ``paper``) scale every chapter listed in ``_toc.yml`` runs throu
 papermill with ``-p scale SCALE`` (two chapters at a time, one torch thread each) into a
 staging copy of the sources, which Jupyter Book then renders without re-executing.
 At ``smoke`` scale each chapter runs once under nbval (``pytest --nbval-lax``) with
-``scale="smoke"`` injected, and the book is rendered from the prepared notebooks, so the
-smoke build checks the markup, math, references and exercises without running twice.
+``scale="smoke"`` injected, its cells' outputs kept, and the book is rendered from those
+executed notebooks, so the smoke build checks the chapters as a reader meets them
+(figures, tables, ledgers, markup, math, references and exercises) without running twice.
 """
 from __future__ import annotations
 
@@ -422,15 +423,38 @@ def count_class(html_dir: Path, css_class: str) -> int:
 
 
 # Under nbval every chapter runs in one pytest process: before a chapter's first cell (and
-# its kernel's start) point the run log at that chapter's file.
+# its kernel's start) point the run log at that chapter's file. Each cell's outputs are kept
+# in its notebook, written back when the session ends, so the smoke build renders the
+# chapters as they ran (figures, tables and ledgers), as the book-scale build does.
 NBVAL_CONFTEST = """import os
 
+import nbformat
 import pytest
+
+RAN = {}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     os.environ["HETFL_RUN_LOG"] = os.path.join(os.environ["HETFL_RUN_LOG_DIR"], item.path.stem + ".jsonl")
+
+
+def pytest_runtest_makereport(item, call):
+    outputs = getattr(item, "test_outputs", None)
+    if call.when == "call" and outputs is not None and hasattr(item, "cell"):
+        notebook = item.parent
+        count = RAN.setdefault(str(notebook.fspath), [notebook.nb, 0])
+        count[1] += 1
+        item.cell.outputs = [nbformat.from_dict(dict(o)) for o in outputs]
+        for out in item.cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = count[1]
+        item.cell.execution_count = count[1]
+
+
+def pytest_sessionfinish(session):
+    for path, (nb, _) in RAN.items():
+        nbformat.write(nb, path)
 """
 
 EXECUTION_MARK = "<!-- execution-report -->"
@@ -633,6 +657,14 @@ def main() -> int:
         if rc != 0:
             print("a chapter failed at scale smoke", file=sys.stderr)
             return rc
+        for nb in notebooks:              # as it ran under nbval
+            tidy_outputs(staged(staging, nb))
+        failed = [(nb, missing_figures(staged(staging, nb))) for nb in notebooks]
+        failed = [(nb, err) for nb, err in failed if err]
+        for nb, err in failed:
+            print(f"FAILED {nb.relative_to(ROOT)}: {err}", file=sys.stderr)
+        if failed:
+            return 1
     ledgers = load_ledgers(LEDGERS)
     missing = fill_verdicts(staging, notebooks, ledgers)
     if missing:
