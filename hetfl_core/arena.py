@@ -48,7 +48,8 @@ __all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PA
            "ofa_capacities", "tuning_configs", "pick_lr",
            "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
            "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
-           "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "plot_pareto", "winners",
+           "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto",
+           "winners",
            "label"]
 
 #: the arena's methods: the five papers' first, then the baselines
@@ -615,12 +616,27 @@ def pareto_front(points) -> list[int]:
     return sorted(keep, key=lambda i: pts[i][0])
 
 
+def log_ticks(ax) -> list[float]:
+    """Label the log x-axis of ``ax`` with plain numbers (``0.3``, ``1``, ``20``, not
+    ``3×10⁻¹``) at 1, 2, 3 and 5 times each power of ten over a range of up to 1.5
+    decades, 1, 2 and 5 up to 3 decades, the powers alone beyond; minor ticks unlabelled.
+    Call it once the data are drawn; returns the labelled values within the axis."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    low, high = ax.get_xlim()
+    decades = math.log10(high / low) if low > 0 and high > low else 1.0
+    subs = (1.0, 2.0, 3.0, 5.0) if decades < 1.5 else (1.0, 2.0, 5.0) if decades < 3 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    return [float(v) for v in ax.get_xticks() if low <= v <= high]
+
+
 def plot_pareto(rows: list[dict], axes=None, costs=("time_s", "bits"), y: str = "acc"):
     """Accuracy against each cost in ``costs`` (one panel each), one point per method
     (mean over seeds, in the method's colour and marker), the Pareto front as a dashed
     step line. ``rows`` are the leaderboard rows of one scenario."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
 
     from .plots import method_style
 
@@ -638,13 +654,12 @@ def plot_pareto(rows: list[dict], axes=None, costs=("time_s", "bits"), y: str = 
             ax.step([p[0] for p in front], [p[1] for p in front], where="post", ls="--", color="0.4",
                     lw=1, zorder=2)
         ax.set_xscale("log")
-        low, high = ax.get_xlim()
-        if high > 10 * low:          # labelled decades; minor labels would overlap them
-            ax.xaxis.set_minor_formatter(NullFormatter())
+        log_ticks(ax)
         free = [r["label"] for r, (cx, _) in zip(rows, pts) if cx == 0]
+        label = header.replace("(", "(log, ") if "(" in header else header
         if free:                      # no cost at all (Local sends nothing): off a log axis
-            ax.text(0.02, 0.02, "zero cost: " + ", ".join(free), transform=ax.transAxes, fontsize=8)
-        ax.set_xlabel(header.replace("(", "(log, ") if "(" in header else header)
+            label += "\nnot shown, zero cost: " + ", ".join(free)
+        ax.set_xlabel(label)
         ax.set_ylabel(COLUMNS[y][0])
     return axes
 

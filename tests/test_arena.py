@@ -39,6 +39,25 @@ def test_pareto_front_keeps_the_undominated_points_cheapest_first():
     assert arena.pareto_front([(1, math.nan)]) == []
 
 
+def test_log_ticks_label_plain_numbers_denser_over_a_short_range():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (narrow, wide) = plt.subplots(1, 2)
+    for ax, (low, high) in ((narrow, (0.25, 1.1)), (wide, (0.5, 400.0))):
+        ax.set_xscale("log")
+        ax.set_xlim(low, high)
+    assert arena.log_ticks(narrow) == pytest.approx([0.3, 0.5, 1.0])
+    assert arena.log_ticks(wide) == pytest.approx([0.5, 1, 2, 5, 10, 20, 50, 100, 200])
+    fig.canvas.draw()
+    shown = [t.get_text() for t in narrow.get_xticklabels()
+             if t.get_text() and 0.25 <= t.get_position()[0] <= 1.1]
+    assert shown == ["0.3", "0.5", "1"]                 # not "3×10⁻¹"
+    plt.close(fig)
+
+
 def test_run_metrics_reads_target_budget_and_missing_energy():
     r = run([0.2, 0.6, 0.8], [10.0, 20.0, 30.0], clients=[0.1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.95, 1.0])
     m = arena.run_metrics(r, target=0.6, budget=25.0)
