@@ -62,9 +62,9 @@ def cache_dir() -> Path:
     return Path(value).expanduser()
 
 
-#: package files that cannot change a run's numbers: what reads and shows results. A
-#: chapter's machinery only builds configs (which the key holds); a method a chapter defines
-#: (FedAvgM in ``chapters/arena.py``) is keyed by its own file (:func:`method_source_hash`).
+#: package files that cannot change a run's numbers: what reads and shows results, and what
+#: the chapters share (they only build configs, which the key holds); a method a chapter
+#: defines (the arena's FedAvgM) is keyed by its own code (:func:`method_source_hash`).
 NOT_IN_RUNS = ("chapters", "book.py", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
 
 
