@@ -44,7 +44,7 @@ from .config import ALL, RunConfig, by_scale, check_scale
 from .errors import ConfigError, HetflError
 
 __all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES",
-           "LABELS", "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
+           "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
            "ofa_capacities", "tuning_configs", "pick_lr",
            "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
            "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
@@ -68,10 +68,6 @@ PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"),
 #: its data, which is the arena's personalised accuracy; its server keeps no single model)
 PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_personal",
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
-LABELS = {"fedlps": "FedLPS", "heroes": "Heroes", "ofafl": "OFA-FL", "srp-pfed": "SRP-pFed",
-          "sparse-prune-pfl": "Lightweight PFL", "fedavg": "FedAvg", "fedprox": "FedProx",
-          "heterofl": "HeteroFL", "fedrolex": "FedRolex", "fjord": "FjORD", "fedper": "FedPer",
-          "fedrep": "FedRep", "lg-fedavg": "LG-FedAvg", "ditto": "Ditto", "local": "Local"}
 #: the one cost model every run is charged by (see :mod:`hetfl_core.system`): the wireless
 #: cell, the only one on which the lightweight PFL method's allocation (Alg. 2) exists
 SYSTEM = "wireless"
@@ -92,8 +88,11 @@ def tier_blind(method: str) -> bool:
 
 
 def label(method: str) -> str:
-    """A method's display name (``"sparse-prune-pfl"`` -> ``"Lightweight PFL"``)."""
-    return LABELS.get(method, method)
+    """A registered method's display name, its class's ``label`` (``"sparse-prune-pfl"`` ->
+    ``"Lightweight PFL"``); an unregistered name as it is."""
+    from .methods import METHODS
+
+    return METHODS[method].label if method in METHODS else method
 
 
 @dataclass(frozen=True)

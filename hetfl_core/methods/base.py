@@ -122,6 +122,9 @@ class Method(ABC):
     """
 
     name = "method"
+    #: the method's name in tables, legends and text ("LG-FedAvg"); the registered ``name``
+    #: when a class gives none
+    label = ""
     summary = ""
     option_specs: dict[str, Option] = {}
     defaults: dict = {}
@@ -134,8 +137,10 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs):
         """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
-        reset ``batchable`` unless the class sets it itself."""
+        reset ``label`` and ``batchable`` unless the class sets them itself."""
         super().__init_subclass__(**kwargs)
+        if "label" not in cls.__dict__:          # never a parent's: a subclass is another method
+            cls.label = cls.__dict__.get("name", cls.name)
         if "batchable" not in cls.__dict__:
             cls.batchable = False
         if "option_specs" in cls.__dict__:

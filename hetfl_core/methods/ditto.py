@@ -57,6 +57,7 @@ class Ditto(FedAvg):
     """
 
     name = "ditto"
+    label = "Ditto"
     summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",

@@ -25,6 +25,7 @@ class FedAvg(Method):
     """FedAvg: local SGD from the global model, sample-size-weighted averaging."""
 
     name = "fedavg"
+    label = "FedAvg"
     batchable = True
     summary = "FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"
 
@@ -86,6 +87,7 @@ class FedProx(FedAvg):
     """FedProx: FedAvg with the proximal term (mu/2)||w - w_t||^2 (default mu = 0.01)."""
 
     name = "fedprox"
+    label = "FedProx"
     batchable = True
     summary = "FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",

@@ -43,6 +43,7 @@ class FedBABU(FedPer):
     """Body-only federated training; the whole network fine-tuned per client at the end."""
 
     name = "fedbabu"
+    label = "FedBABU"
     batchable = True
     summary = "FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"
     option_specs = {**FedPer.option_specs,

@@ -71,6 +71,7 @@ class FedLPS(FedAvg):
     """Learnable unit patterns (Eqs. 4-11), sparse residuals (12)-(13), P-UCBV ratios (Alg. 2)."""
 
     name = "fedlps"
+    label = "FedLPS"
     batchable = True
     summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
     option_specs = {

@@ -112,6 +112,7 @@ class FedLPSCode(FedLPS):
     """
 
     name = "fedlps-code"
+    label = "FedLPS (released code)"
     summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)"
     option_specs = {
         **{k: FedLPS.option_specs[k] for k in _SHARED},

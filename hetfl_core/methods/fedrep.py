@@ -22,6 +22,7 @@ class FedRep(FedPer):
     """Head epochs with the body frozen, then body epochs with the head frozen."""
 
     name = "fedrep"
+    label = "FedRep"
     batchable = True
     summary = "FedRep: private head trained first, then the shared body (Collins et al. 2021)"
     option_specs = {**FedPer.option_specs,

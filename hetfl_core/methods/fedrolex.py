@@ -41,6 +41,7 @@ class FedRolex(HeteroFL):
     """
 
     name = "fedrolex"
+    label = "FedRolex"
     summary = "FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)"
     option_specs = {**HeteroFL.option_specs,
                     "direction": Option("forward", "the window's move per round: forward (the "

@@ -43,6 +43,7 @@ class FjORD(HeteroFL):
     """
 
     name = "fjord"
+    label = "FjORD"
     summary = "FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)"
     option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
                                  weighting="samples", personal_eval="submodel")

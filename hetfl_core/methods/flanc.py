@@ -25,6 +25,7 @@ class Flanc(Heroes):
     """
 
     name = "flanc"
+    label = "Flanc"
     summary = "Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)"
     option_specs = {**Heroes.option_specs,
                     "frequency": Option("fixed", "local steps: always fixed in Flanc", choices=("fixed",)),

@@ -55,6 +55,7 @@ class Heroes(FedAvg):
     """
 
     name = "heroes"
+    label = "Heroes"
     summary = "Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)"
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",

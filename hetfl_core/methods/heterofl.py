@@ -108,6 +108,7 @@ class HeteroFL(FedAvg):
     """
 
     name = "heterofl"
+    label = "HeteroFL"
     summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"
     option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
                                  personal_eval="global-masked")

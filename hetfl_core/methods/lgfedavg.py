@@ -38,6 +38,7 @@ class LGFedAvg(FedPer):
     """FedAvg warm start, then private body, shared head."""
 
     name = "lg-fedavg"
+    label = "LG-FedAvg"
     batchable = True
     summary = "LG-FedAvg: private local body, shared global head (Liang et al. 2020)"
     option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",

@@ -18,6 +18,7 @@ class LocalOnly(FedAvg):
     """Each client trains alone; nothing is sent or aggregated."""
 
     name = "local"
+    label = "Local"
     batchable = True
     summary = "Local-only training: no communication, the personalisation floor"
     option_specs = {}

@@ -33,6 +33,7 @@ class LotteryFL(FedAvg):
     """
 
     name = "lotteryfl"
+    label = "LotteryFL"
     summary = "LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)"
     option_specs = {"prune_rate": Option(0.2, "fraction of the remaining weights pruned at each pruning", 0, 1),
                     "target_density": Option(0.5, "density at which a client stops pruning", 0, 1),

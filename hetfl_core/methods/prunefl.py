@@ -62,6 +62,7 @@ class PruneFL(FedAvg):
     """
 
     name = "prunefl"
+    label = "PruneFL"
     summary = "PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)"
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
                                               low_open=True),

@@ -75,6 +75,7 @@ class SparsePrunePFL(FedPer):
     """
 
     name = "sparse-prune-pfl"
+    label = "Lightweight PFL"
     summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)"
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),

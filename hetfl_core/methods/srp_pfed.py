@@ -52,6 +52,7 @@ class SRPpFed(FedAvg):
     """Magnitude-masked partial updates at rates from a reinforced-memory walk, with clustering."""
 
     name = "srp-pfed"
+    label = "SRP-pFed"
     batchable = True
     summary = "SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"
     option_specs = {

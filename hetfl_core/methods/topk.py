@@ -24,6 +24,7 @@ class TopK(FedAvg):
     """Top-k sparsified model updates, no memory."""
 
     name = "topk"
+    label = "Top-k"
     batchable = True
     summary = "FedAvg with top-k sparsified updates (values + indices on the uplink)"
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
@@ -74,6 +75,7 @@ class TopKErrorFeedback(TopK):
     """Top-k with error feedback: the unsent residual joins the next update."""
 
     name = "topk-ef"
+    label = "Top-k + EF"
     batchable = True
     summary = "FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"
     error_feedback = True

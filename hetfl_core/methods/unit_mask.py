@@ -25,6 +25,7 @@ class OrderedMask(FedAvg):
     """First-k units of every hidden layer at the client's ratio."""
 
     name = "ordered-mask"
+    label = "Ordered mask"
     batchable = True
     summary = "Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
@@ -78,6 +79,7 @@ class RandomMask(OrderedMask):
     """A seeded random choice of units per client, fixed for the run."""
 
     name = "random-mask"
+    label = "Random mask"
     batchable = True
     summary = "Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"
 

@@ -69,7 +69,8 @@ def lists_and_checks_its_options(method, method_config, tmp_path, monkeypatch):
     from hetfl_core.errors import ConfigError
 
     cls = METHODS[method]
-    assert cls.summary and cls.name == method
+    assert cls.summary and cls.name == method and cls.label
+    assert cls.label not in {METHODS[m].label for m in METHODS if m != method}   # one name a method
     assert set(cls.defaults) == set(cls.option_specs)
     assert all(spec.help for spec in cls.option_specs.values()), method
     with pytest.raises(ConfigError, match="no_such_option"):
