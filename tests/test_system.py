@@ -44,6 +44,13 @@ def test_structured_keep_scales_outputs_and_next_inputs(lenet_costs):
     assert system.forward_flops(lenet_costs, keep=all_half) == pytest.approx(expected)
 
 
+
+def test_training_flops_with_half_the_hidden_units_by_hand(lenet_costs):
+    # the foundations chapter's exercise: 2 * 117,600 + 3 * 149,880 FLOPs per sample
+    assert system.training_flops(lenet_costs, 1) == 2_263_920
+    half = {c.name: 0.5 for c in lenet_costs[:-1]}
+    assert system.training_flops(lenet_costs, 1, keep=half) == 684_840
+
 def test_unstructured_density_scales_linearly(lenet_costs):
     density = {c.name: 0.3 for c in lenet_costs}
     assert system.training_flops(lenet_costs, 4, density=density) == pytest.approx(
