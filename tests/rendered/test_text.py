@@ -21,7 +21,7 @@ REPRS = {
     "a float's full repr": re.compile(r"\d\.\d{10,}"),
 }
 #: a count of one with a plural noun or verb
-SLIPS = re.compile(r"(?<![\d.,−-])\b1 (?:are|were|have|seeds|local epochs|local steps|rounds"
+SLIPS = re.compile(r"(?<![\d.,−/-])\b1 (?:are|were|have|seeds|local epochs|local steps|rounds"
                    r"|clients|classes|cases|claims|methods|runs|points)\b|\b1 of 1 seeds\b")
 
 
@@ -73,7 +73,7 @@ np.float64(0.5) and tensor([1.]) and array([1, 2])
 <p>Set <code>options={"rule": 1}</code>:</p><div class="highlight"><pre>{'a': [1, 2, 3]}</pre></div>
 <div class="cell_output"><pre>    defaults = {"beta": 0.9}
     values = np.array([1, 2]) + torch.tensor(3)</pre></div>
-<p>90% bounds [0.9, 3.1] points; 1 seed; 2 seeds; 0.1 are rates; 11 rounds; the mean of 21 runs.</p>
+<p>90% bounds [0.9, 3.1] points; 1 seed; 2 seeds; 0.1 are rates; 11 rounds; the mean of 21 runs; 20/1 clients.</p>
 </article></body></html>""")
     found = problems(reader_lines(page))
     kinds = [f.split(":")[0] for f in found]
