@@ -289,15 +289,20 @@ def _pool_size(dataset: str) -> int:
     return _POOLS[dataset]
 
 
+#: code cells run before the chapter's own in plan mode (the plan cell and the injected
+#: parameters), so that :func:`_cell` counts the chapter's code cells
+_PLAN_OFFSET = 0
+
+
 def _cell() -> str:
-    """"cell N": the execution count of the chapter's cell that is running (plan mode)."""
+    """"code cell N": which of the chapter's code cells is running (plan mode)."""
     try:
         from IPython import get_ipython
 
         shell = get_ipython()
-        return f"cell {shell.execution_count}" if shell is not None else "script"
     except ImportError:
-        return "script"
+        shell = None
+    return f"code cell {shell.execution_count - _PLAN_OFFSET}" if shell is not None else "script"
 
 
 def _record(configs, where: str) -> list[dict]:
@@ -332,7 +337,7 @@ def _planning_run(config, *args, **kwargs):
     return _record([config], "run")[0]
 
 
-def enter_plan_mode() -> None:
+def enter_plan_mode(offset: int = 0) -> None:
     """Make every sweep and run of this process record its configs instead of training
     (the first cell :func:`plan_chapter` runs in a chapter's kernel): each loaded module of
     the package that holds :func:`~hetfl_core.experiments.sweep`, ``run`` or ``run_cached``
@@ -341,6 +346,8 @@ def enter_plan_mode() -> None:
 
     from . import engine, experiments
 
+    global _PLAN_OFFSET
+    _PLAN_OFFSET = offset
     swaps = {id(experiments.sweep): _planning_sweep, id(experiments.run_cached): _planning_run,
              id(engine.run): _planning_run}
     if hasattr(experiments, "run"):
@@ -382,7 +389,9 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
         cell.metadata.setdefault("tags", [])
     nb.metadata.setdefault("papermill", {})
     nb = parameterize_notebook(nb, {"scale": scale, **(parameters or {})})
-    nb.cells.insert(0, nbformat.v4.new_code_cell("import hetfl_core.book\nhetfl_core.book.enter_plan_mode()"))
+    # the chapter's code cells come after this one and papermill's injected parameters
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import hetfl_core.book\n"
+                                                 "hetfl_core.book.enter_plan_mode(offset=2)"))
     with tempfile.TemporaryDirectory() as tmp:
         plan_file = Path(tmp) / "plan.jsonl"
         plan_file.touch()

@@ -541,16 +541,9 @@ def _plan(args) -> int:
         total_samples += samples
         total_seconds += seconds
         print(f"{where[:28]:28s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
-              f"{seconds / 3600:11.2f}")
+              f"{_hours(seconds):>11s}")
     print(f"{'all':28s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
-          f"{total_samples / 1e6:20.2f} {total_seconds / 3600:11.2f}")
-    import torch
-
-    where = "this machine's GPU" if torch.cuda.is_available() else "this machine's CPU, one thread"
-    print(f"Times are training samples over the speed measured on {where} for each method, model "
-          "and dataset (one round of two clients, the difference of 2 and 6 local steps); a sweep "
-          "runs two at a time by default, so the wall time is about half. On a GPU machine the "
-          "same command measures the GPU.")
+          f"{total_samples / 1e6:20.2f} {_hours(total_seconds):>11s}")
     if errors:
         print(f"{len(errors)} cell(s) could not run on empty results (a grid built from an "
               f"earlier grid's results may be missing): {errors[0]}", file=sys.stderr)
@@ -558,4 +551,18 @@ def _plan(args) -> int:
         with open(args.json, "w") as out:
             json.dump({"chapter": str(path), "scale": args.scale, "runs": list(distinct.values()),
                        "errors": errors}, out, indent=1)
+    if args.no_timing:
+        return 0
+    import torch
+
+    where = "this machine's GPU" if torch.cuda.is_available() else "this machine's CPU, one thread"
+    print(f"Times are training samples over the speed measured on {where} for each method, model "
+          "and dataset (one round of two clients, the difference of 2 and 6 local steps); a sweep "
+          "runs two at a time by default, so the wall time is about half. On a GPU machine the "
+          "same command measures the GPU.")
     return 0
+
+
+def _hours(seconds: float) -> str:
+    """Seconds as hours for the plan's table; "—" where no speed was measured."""
+    return "—" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
