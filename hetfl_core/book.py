@@ -328,8 +328,8 @@ def _planning_sweep(configs, *args, **kwargs):
     """:func:`~hetfl_core.experiments.sweep` in plan mode: records, never trains."""
     if isinstance(configs, dict):
         keys = list(configs)
-        return dict(zip(keys, _record(list(configs.values()), kwargs.get("desc", "sweep"))))
-    return _record(list(configs), kwargs.get("desc", "sweep"))
+        return dict(zip(keys, _record(list(configs.values()), kwargs.get("desc", "runs"))))
+    return _record(list(configs), kwargs.get("desc", "runs"))
 
 
 def _planning_run(config, *args, **kwargs):
@@ -390,8 +390,9 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     nb.metadata.setdefault("papermill", {})
     nb = parameterize_notebook(nb, {"scale": scale, **(parameters or {})})
     # the chapter's code cells come after this one and papermill's injected parameters
+    # (and IPython counts the running cell as executed)
     nb.cells.insert(0, nbformat.v4.new_code_cell("import hetfl_core.book\n"
-                                                 "hetfl_core.book.enter_plan_mode(offset=2)"))
+                                                 "hetfl_core.book.enter_plan_mode(offset=3)"))
     with tempfile.TemporaryDirectory() as tmp:
         plan_file = Path(tmp) / "plan.jsonl"
         plan_file.touch()

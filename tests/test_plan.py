@@ -56,6 +56,7 @@ def test_a_chapter_is_planned_without_training(tmp_path, monkeypatch):
     assert [r["config"]["seed"] for r in records][:2] == [5, 6]
     assert {r["config"]["rounds"] for r in records} == {3}              # the paper scale's value
     assert records[-1]["config"]["clients"] == 8                         # past the failing cell
+    assert records[0]["where"] == "tiny, code cell 2" and records[-1]["where"] == "runs, code cell 4"
     assert not any(r["cached"] for r in records)
     assert len(errors) == 1 and errors[0].startswith("AssertionError: needs trained runs")
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.json"))
