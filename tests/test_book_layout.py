@@ -59,7 +59,8 @@ def test_code_is_short_stored_clean_and_parameters_typed(path):
     assert len(params) == 1
     assigned = [line for line in text(params[0]).splitlines() if re.match(r"^\w+\s*[:=]", line)]
     assert assigned and all(re.match(r"^\w+: [\w |\[\]]+ = ", line) for line in assigned), assigned
-    assert any("check_parameters(globals()" in text(c) for c in code)
+    assert any(re.search(r"check_parameters\(globals\(\)|Chapter\(.*globals\(\)", text(c))
+               for c in code)
 
 
 @pytest.mark.parametrize("stem", (*PAPERS, "arena"))   # the arena has a ledger too
