@@ -1,16 +1,16 @@
-"""FedLPS: the straight-through scores, masks, Eqs. (12)-(13), the ratio rules, and the paper's claims."""
+"""FedLPS: the straight-through scores, masks, Eqs. (12)-(13) and the ratio rules (the paper's claims are
+judged by the chapter's ledger)."""
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from hetfl_core import RunConfig, run
+from hetfl_core import RunConfig
 from hetfl_core.engine import build_simulation
 from hetfl_core.errors import ConfigError
 from hetfl_core.masks import top_units, unit_magnitudes, unit_masks_to_parameters
@@ -196,67 +196,3 @@ def test_cli_smoke_run(tmp_path):
     assert proc.returncode == 0, proc.stderr
     history = json.loads(out.read_text())["history"]
     assert len(history) == 2 and history[-1]["acc_personal"] is not None
-
-
-# -- the paper's claims at a small fixed scale (digits, 2 classes per client, 3 seeds) ----------------
-
-CLAIM_SEEDS = (0, 1, 2)
-
-
-def claim_config(method, seed, **options):
-    return RunConfig(method=method, dataset="digits", model="cnn", partition="shards", classes_per_client=2,
-                     clients=10, participation=0.5, rounds=6, local_steps=6, batch_size=20, lr=0.1, momentum=0.5,
-                     heterogeneity="medium", eval_every=3, seed=seed, options=options)
-
-
-@pytest.fixture(scope="module")
-def claim_runs():
-    torch.set_num_threads(1)
-    variants = {"fedavg": ("fedavg", {}), "fedlps": ("fedlps", {}), "rcr": ("fedlps", {"ratio_rule": "capability"}),
-                "flst": ("fedlps", {"ratio_rule": "fixed", "ratio": 0.5})}
-    return {name: [run(claim_config(m, s, **o)) for s in CLAIM_SEEDS] for name, (m, o) in variants.items()}
-
-
-def mean_last(runs, key):
-    return float(np.mean([r["history"][-1][key] for r in runs]))
-
-
-def test_claim_fedlps_personalised_accuracy_beats_fedavg(claim_runs):
-    """Table I: FedLPS's personal sparse models beat FedAvg's global model by >= 5 points under 2-class skew."""
-    assert mean_last(claim_runs["fedlps"], "acc_personal") >= mean_last(claim_runs["fedavg"], "acc_personal") + 0.05
-
-
-def test_claim_fedlps_needs_half_the_flops_and_time_of_fedavg(claim_runs):
-    """Table I / Fig. 4: with s <= z on tiers {1, 1/2, 1/4}, at most half FedAvg's FLOPs and simulated time."""
-    for key in ("flops", "time_s"):
-        assert mean_last(claim_runs["fedlps"], key) <= 0.5 * mean_last(claim_runs["fedavg"], key)
-
-
-def test_claim_pucbv_saves_flops_and_time_over_ratio_equals_capability(claim_runs):
-    """Table II / Fig. 5: s = min(s_bandit, z) <= z, so P-UCBV trains with >= 10% fewer FLOPs and less
-    simulated time than RCR. (Its accuracy relative to RCR is not asserted: the chapter reports it.)"""
-    assert mean_last(claim_runs["fedlps"], "flops") <= 0.9 * mean_last(claim_runs["rcr"], "flops")
-    assert mean_last(claim_runs["fedlps"], "time_s") <= mean_last(claim_runs["rcr"], "time_s")
-
-
-def jaccard(a: str, b: str) -> float:
-    x, y = np.array(list(a)) == "1", np.array(list(b)) == "1"
-    return (x & y).sum() / max((x | y).sum(), 1)
-
-
-def test_finding_learned_patterns_stay_near_magnitude(claim_runs):
-    """A finding at this small digits scale, not the paper's claim (the book-scale chapter finds near-random
-    patterns instead): the learned pattern at s = 0.5 stays close to the magnitude pattern that L_ir pulls the
-    scores towards (mean Jaccard >= 0.6, where two random patterns overlap by 1/3), and clients share most kept
-    units (mean overlap >= 0.6)."""
-    between, vs_magnitude = [], []
-    for result in claim_runs["flst"]:
-        last = {}
-        for row in result["history"]:
-            for c in row["clients"]:
-                last[c["id"]] = (c["units"], c["magnitude_units"])
-        ids = sorted(last)
-        between += [jaccard(last[i][0], last[j][0]) for i in ids for j in ids if i < j]
-        vs_magnitude += [jaccard(*last[i]) for i in ids]
-    assert np.mean(vs_magnitude) >= 0.6
-    assert np.mean(between) >= 0.6
