@@ -28,7 +28,7 @@ def test_nothing_is_logged_without_the_variable(tiny_config, cache, tmp_path, mo
 def test_the_cache_key_ignores_code_that_only_reads_results(tmp_path, monkeypatch):
     import hetfl_core.experiments as ex
 
-    files = {"engine.py": "a", "chapters/heroes.py": "b", "report.py": "c", "methods/fedavg.py": "d"}
+    files = {"engine.py": "a", "book.py": "b", "report.py": "c", "methods/fedavg.py": "d"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -39,7 +39,7 @@ def test_the_cache_key_ignores_code_that_only_reads_results(tmp_path, monkeypatc
         return ex.source_hash()
 
     before = fresh()
-    (tmp_path / "chapters" / "heroes.py").write_text("changed")
+    (tmp_path / "book.py").write_text("changed")
     (tmp_path / "report.py").write_text("changed")
     assert fresh() == before
     (tmp_path / "methods" / "fedavg.py").write_text("changed")
