@@ -54,13 +54,20 @@ TABLES = """(ledgerClass) => {
             ledger: t.classList.contains(ledgerClass),
             first: head ? head.textContent.trim().slice(0, 40) : ''};
   });
-  return {column: Math.round(column), tables};
+  const equations = Array.from(article.querySelectorAll('mjx-container[display="true"]'))
+    .map((m, i) => {
+      const body = m.querySelector('mjx-math') || m;
+      return {index: i, width: Math.round(body.getBoundingClientRect().width),
+              tex: (m.closest('.math') || m).id || ''};
+    });
+  return {column: Math.round(column), tables, equations};
 }"""
 
 
 def table_problems(found: dict) -> list[str]:
-    """The tables of :data:`TABLES`'s answer that do not fit: wider than the column (by more
-    than a pixel of rounding), or a ledger taller than :data:`LEDGER_MAX_PX`."""
+    """The tables and display equations of :data:`TABLES`'s answer that do not fit: wider
+    than the column (by more than a pixel of rounding), or a ledger taller than
+    :data:`LEDGER_MAX_PX`."""
     problems = []
     for t in found["tables"]:
         where = f"table {t['index'] + 1} ({t['first']!r})"
@@ -68,6 +75,10 @@ def table_problems(found: dict) -> list[str]:
             problems.append(f"{where} is {t['width']} px wide, the column {found['column']} px")
         if t["ledger"] and t["height"] > LEDGER_MAX_PX:
             problems.append(f"ledger {where} is {t['height']} px tall (at most {LEDGER_MAX_PX})")
+    for e in found.get("equations", []):
+        if e["width"] > found["column"] + 1:
+            problems.append(f"display equation {e['index'] + 1} ({e['tex'] or 'no id'}) is "
+                            f"{e['width']} px wide, the column {found['column']} px")
     return problems
 
 
@@ -151,7 +162,7 @@ def test_the_check_fails_on_a_page_without_mathjax(tmp_path, browser):
         problems, _ = inspect_page(page, f"{url}/raw.html")
         page.close()
         page = browser.new_page()
-        assert inspect_page(page, f"{url}/good.html") == ([], 0)
+        assert inspect_page(page, f"{url}/good.html")[0] == []
         page.close()
     finally:
         server.shutdown()
@@ -159,7 +170,7 @@ def test_the_check_fails_on_a_page_without_mathjax(tmp_path, browser):
     assert any(p.startswith("image did not load") for p in problems)
 
 
-def test_the_check_fails_on_a_table_too_wide_or_a_ledger_too_tall(tmp_path, browser):
+def test_the_check_fails_on_a_table_or_equation_too_wide_or_a_ledger_too_tall(tmp_path, browser):
     """A table wider than the content column and a ledger taller than the limit are each
     reported; a narrow table and a short ledger are not."""
     wide = ("<table><tr>" + "<td style='white-space:nowrap'>1,234.5 ± 67.8</td>" * 12
@@ -167,7 +178,9 @@ def test_the_check_fails_on_a_table_too_wide_or_a_ledger_too_tall(tmp_path, brow
     tall = (f"<table class='{LEDGER_CLASS}'><tr>"
             f"<td style='height:{LEDGER_MAX_PX + 100}px'>x</td></tr></table>")
     fine = f"<table class='{LEDGER_CLASS}'><tr><td>claim</td><td>holds</td></tr></table>"
-    for name, body in (("bad", wide + tall), ("good", fine)):
+    equation = ("<div class='math' id='equation-x'><mjx-container display='true'><mjx-math "
+                "style='display:inline-block;width:{}px'>x</mjx-math></mjx-container></div>")
+    for name, body in (("bad", wide + tall + equation.format(900)), ("good", fine + equation.format(300))):
         (tmp_path / f"{name}.html").write_text("<html><body><article class='bd-article' "
                                               f"style='width:600px'>{body}</article></body></html>")
     server, url = serve(tmp_path)
@@ -176,9 +189,10 @@ def test_the_check_fails_on_a_table_too_wide_or_a_ledger_too_tall(tmp_path, brow
         problems, _ = inspect_page(page, f"{url}/bad.html")
         page.close()
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        assert inspect_page(page, f"{url}/good.html") == ([], 0)
+        assert inspect_page(page, f"{url}/good.html")[0] == []
         page.close()
     finally:
         server.shutdown()
     assert any("px wide, the column 600 px" in p for p in problems), problems
     assert any(p.startswith("ledger table 2") and "px tall" in p for p in problems), problems
+    assert any(p.startswith("display equation 1 (equation-x) is 900 px wide") for p in problems), problems
