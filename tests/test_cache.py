@@ -137,30 +137,6 @@ def test_the_key_covers_a_helper_module_a_plugin_imports(tiny_config, tmp_path, 
     sys.modules.pop("hetfl_test_helper", None)
 
 
-OWN_METHOD = """
-from hetfl_core.methods import register
-from hetfl_core.methods.fedavg import FedAvg
-
-@register
-class Own(FedAvg):
-    name = "own-file-test"
-    summary = "FedAvg, defined in a module file of its own"
-"""
-
-
-def test_the_key_covers_the_file_that_defines_a_method(tmp_path, monkeypatch):
-    module = tmp_path / "hetfl_test_own_method.py"
-    module.write_text(OWN_METHOD)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.import_module("hetfl_test_own_method")
-    read = []
-    real = experiments._file_hash
-    monkeypatch.setattr(experiments, "_file_hash", lambda path: read.append(path) or real(path))
-    experiments.method_source_hash("own-file-test")
-    sys.modules.pop("hetfl_test_own_method", None)
-    assert module.resolve() in {Path(p).resolve() for p in read}
-
-
 def test_a_class_without_a_file_is_keyed_by_its_code(tiny_config):
     def define(step):
         namespace = {"FedAvg": FedAvg, "__name__": "notebook_cell_test"}   # a module without a file
