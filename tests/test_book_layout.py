@@ -84,7 +84,8 @@ def test_the_book_cites_papers_not_specs():
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
     """A figure is numbered ("Fig. 3.4") and can be referred to by its name only when its
-    cell gives both (myst-nb's ``mystnb: figure:`` cell option); one figure a cell."""
+    cell gives both (myst-nb's ``mystnb: figure:`` cell option); one figure a cell, and the
+    cell shows nothing after it."""
     import ast
 
     def shows(statement) -> int:
@@ -104,3 +105,6 @@ def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
         figure = cell["metadata"].get("mystnb", {}).get("figure", {})
         assert figure.get("caption") and figure.get("name", "").startswith("fig-"), text(cell)[:300]
         assert drawn == 1, text(cell)[:300]
+        # nothing after it: myst-nb would wrap a second output in the figure, named again
+        after = text(cell).rsplit("plt.show()", 1)[1].strip()
+        assert not after or after.startswith("else:"), text(cell)[-300:]   # else: no figure
