@@ -118,7 +118,7 @@ def _class_code_hash(cls) -> str:
         h.update(name.encode())
         for code in codes:
             _code_digest(code, h)
-        if not codes and not name.startswith("__"):
+        if not codes and not name.startswith("__") and name != "_abc_impl":   # abc's cache: an address
             h.update(repr(value).encode())
     return h.hexdigest()
 
