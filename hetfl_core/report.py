@@ -608,6 +608,10 @@ class Claim:
                     why, self.measured, self.paper, self.criterion, self.statement):
                 self.why = f"conjecture: {why}"
 
+    def _repr_markdown_(self) -> str:
+        """A claim left as a cell's last value shows as its verdict line."""
+        return f"{self.ref}: {self.statement}: **{self.verdict_text}** ({_measured(self.measured)[0]})"
+
     @property
     def seeds(self) -> int:
         return len(self.values)

@@ -450,3 +450,9 @@ def test_two_claims_on_one_comparison_say_in_which_settings_their_runs_differ(tm
     assert "partition: shards (FedLPS) vs dirichlet (Arena)" in text
     assert "rounds: 20 (FedLPS) vs 30 (Arena)" in text and "seeds: 0/1/2 (FedLPS) vs 0 (Arena)" in text
     assert "setting and metric (see each claim)" not in text
+
+
+def test_a_claim_left_as_a_cells_value_shows_its_verdict_line():
+    ledger = Ledger("a", "A")
+    c = ledger.claim("Table I", "FedLPS beats FedAvg", "+8.6", [1.0, 2.0, 3.0], at_least(0))
+    assert c._repr_markdown_() == "Table I: FedLPS beats FedAvg: **holds** (2.0 ± 1.0 (3 seeds))"
