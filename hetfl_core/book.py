@@ -360,12 +360,14 @@ def enter_plan_mode(offset: int = 0) -> None:
 
 
 def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
-                 timeout: int = 1800) -> tuple[list[dict], list[str]]:
+                 timeout: int = 120) -> tuple[list[dict], list[str]]:
     """The runs chapter ``chapter`` (``book/<name>.md``) asks for at ``scale``, without
     training: the chapter is executed in plan mode (:func:`enter_plan_mode`), where every
     sweep records its configs and returns the cached result of each, or an empty result
     where it would train; the cells that fail on empty results are passed over, so a grid
-    built from an earlier grid's results may be missed. Returns the recorded runs (one
+    built from an earlier grid's results may be missed, and a cell that computes for more
+    than ``timeout`` seconds outside a sweep (a check that trains a model itself) is
+    interrupted and passed over too. Returns the recorded runs (one
     dict per config a sweep asked for: ``config``, ``key``, ``cached``) and the first line
     of each cell's error."""
     import json
@@ -401,7 +403,8 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
         os.environ["HETFL_LEDGER_DIR"] = tmp        # a planned chapter's ledger is not the chapter's
         os.environ.pop("HETFL_RUN_LOG", None)
         try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+            NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, kernel_name="python3",
+                           allow_errors=True,
                            resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
         finally:
             for k, v in saved.items():
@@ -413,8 +416,13 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     errors = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                errors.append(f"{out.get('ename')}: {str(out.get('evalue')).splitlines()[0] if out.get('evalue') else ''}")
+            if out.get("output_type") != "error":
+                continue
+            if out.get("ename") == "KeyboardInterrupt":
+                errors.append(f"interrupted after {timeout} s of computing outside a sweep")
+            else:
+                evalue = str(out.get("evalue") or "").splitlines()
+                errors.append(f"{out.get('ename')}: {evalue[0] if evalue else ''}")
     return records, errors
 
 

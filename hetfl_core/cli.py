@@ -127,6 +127,8 @@ def _add_arena_parsers(sub) -> None:
     plan.add_argument("--no-timing", action="store_true",
                       help="skip measuring each model's training speed on this machine")
     plan.add_argument("--json", metavar="FILE", help="also write the planned runs as JSON here")
+    plan.add_argument("--cell-timeout", type=int, default=120, metavar="SECONDS",
+                      help="interrupt a cell that computes this long outside a sweep (default: 120)")
 
 
 def _join_negative(argv: list[str]) -> list[str]:
@@ -515,7 +517,9 @@ def _plan(args) -> int:
     params = {name: _parameter_value(value) for name, value in args.parameter}
     print(f"planning {path} at scale {args.scale} (the chapter runs, its sweeps only record)...",
           file=sys.stderr)
-    records, errors = plan_chapter(path, args.scale, params)
+    if args.cell_timeout < 1:
+        raise ConfigError(f"--cell-timeout must be at least 1 second, got {args.cell_timeout}")
+    records, errors = plan_chapter(path, args.scale, params, timeout=args.cell_timeout)
     distinct = OrderedDict()
     for r in records:
         distinct.setdefault(r["key"], r)
@@ -545,8 +549,9 @@ def _plan(args) -> int:
     print(f"{'all':28s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
           f"{total_samples / 1e6:20.2f} {_hours(total_seconds):>11s}")
     if errors:
-        print(f"{len(errors)} cell(s) could not run on empty results (a grid built from an "
-              f"earlier grid's results may be missing): {errors[0]}", file=sys.stderr)
+        print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
+              "results of planned runs, or a cell interrupted while computing outside a sweep); "
+              f"a grid built from their results may be missing. First: {errors[0]}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"chapter": str(path), "scale": args.scale, "runs": list(distinct.values()),

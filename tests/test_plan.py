@@ -78,7 +78,7 @@ def test_the_plan_command_lists_the_runs(tmp_path):
     last = [line for line in proc.stdout.splitlines() if line.startswith("all")][0].split()
     assert last[1:3] == ["5", "0"]                                        # 5 distinct runs, none cached
     assert json.loads(out.read_text())["scale"] == "smoke"
-    assert "1 cell(s) could not run" in proc.stderr
+    assert "1 cell(s) did not finish in plan mode" in proc.stderr
     bad = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", "no-such-chapter"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no chapter 'no-such-chapter'" in bad.stderr
@@ -90,3 +90,16 @@ def test_a_speed_is_measured_not_assumed():
 
     rate = samples_per_second(RunConfig(dataset="digits", clients=4, rounds=5, local_steps=3))
     assert rate > 0 and rate == rate
+
+
+def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp_path, monkeypatch):
+    from hetfl_core.book import plan_chapter
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    slow = CHAPTER.replace('assert best == best, "needs trained runs"      # nan on planned (empty) results',
+                           "import time\ntime.sleep(60)                 # a check that trains by itself")
+    chapter = tmp_path / "slow.md"
+    chapter.write_text(slow)
+    records, errors = plan_chapter(chapter, "smoke", timeout=3)
+    assert errors == ["interrupted after 3 s of computing outside a sweep"]
+    assert records[-1]["config"]["clients"] == 8                         # the cell after it ran
