@@ -378,6 +378,9 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     import jupytext
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    from .errors import HetflError
     from papermill.parameterize import parameterize_notebook
 
     path = Path(chapter)
@@ -406,6 +409,9 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
             NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, kernel_name="python3",
                            allow_errors=True,
                            resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+        except (DeadKernelError, AssertionError) as exc:   # nbclient asserts as it cleans up
+            raise HetflError(f"the kernel planning {path.name} died (killed, or out of "
+                             f"memory): {type(exc).__name__}") from None
         finally:
             for k, v in saved.items():
                 if v is None:
