@@ -534,8 +534,9 @@ def _plan(args) -> int:
     for key, r in distinct.items():
         groups.setdefault(r["where"], []).append(key)
     total_samples = total_seconds = 0.0
-    print(f"{'sweep':28s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
-    print(f"{'':28s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
+    w = max([28, *(len(where) for where in groups)])
+    print(f"{'sweep':{w}s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
+    print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
     for where, keys in groups.items():
         todo = [k for k in keys if not distinct[k]["cached"]]
         samples = sum(training_samples(configs[k]) for k in todo)
@@ -544,9 +545,9 @@ def _plan(args) -> int:
                       for k in todo) if rates or not todo else float("nan")
         total_samples += samples
         total_seconds += seconds
-        print(f"{where[:28]:28s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
+        print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
               f"{_hours(seconds):>11s}")
-    print(f"{'all':28s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
+    print(f"{'all':{w}s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
           f"{total_samples / 1e6:20.2f} {_hours(total_seconds):>11s}")
     if errors:
         print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
