@@ -108,3 +108,22 @@ def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
         # nothing after it: myst-nb would wrap a second output in the figure, named again
         after = text(cell).rsplit("plt.show()", 1)[1].strip()
         assert not after or after.startswith("else:"), text(cell)[-300:]   # else: no figure
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_claim_is_made_in_a_visible_cell(path):
+    """A claim and its criterion are read where they are made: no collapsed cell makes one
+    (a collapsed cell may define a helper that visible cells call)."""
+    import ast
+
+    def makes_a_claim(statement) -> bool:
+        if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+            return False
+        return any(isinstance(n, ast.Call) and (getattr(n.func, "id", "") or getattr(n.func, "attr", ""))
+                   .endswith("claim") for n in ast.walk(statement))
+
+    for cell in cells(path):
+        if cell["cell_type"] != "code" or not set(cell["metadata"].get("tags", [])) & {
+                "hide-input", "remove-input", "remove-cell"}:
+            continue
+        assert not any(makes_a_claim(s) for s in ast.parse(text(cell)).body), text(cell)[:300]
