@@ -423,15 +423,33 @@ def count_class(html_dir: Path, css_class: str) -> int:
 
 
 # Under nbval every chapter runs in one pytest process: before a chapter's first cell (and
-# its kernel's start) point the run log at that chapter's file. Each cell's outputs are kept
+# its kernel's start) point the run log at that chapter's file; a kernel that dies as it
+# starts is started again. Each cell's outputs are kept
 # in its notebook, written back when the session ends, so the smoke build renders the
 # chapters as they ran (figures, tables and ledgers), as the book-scale build does.
 NBVAL_CONFTEST = """import os
 
 import nbformat
+import nbval.kernel
 import pytest
 
 RAN = {}
+_start_kernel = nbval.kernel.start_new_kernel
+
+
+def _start_kernel_again_if_it_dies(*args, **kwargs):
+    # A kernel that dies before its first reply is started again, up to three times
+    # (two chapters start kernels at once; nbval sends a kernel's stderr to /dev/null,
+    # so why one died is not recorded).
+    for attempt in range(3):
+        try:
+            return _start_kernel(*args, **kwargs)
+        except RuntimeError:
+            if attempt == 2:
+                raise
+
+
+nbval.kernel.start_new_kernel = _start_kernel_again_if_it_dies
 
 
 @pytest.hookimpl(tryfirst=True)
