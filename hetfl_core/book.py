@@ -33,8 +33,6 @@ from .errors import ConfigError
 __all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter"]
 
-_MISSING_PAPER = object()
-
 
 def injected_parameters(history: Sequence[str]) -> set[str]:
     """Names papermill assigned: the cell it injects starts with ``# Parameters``."""
@@ -229,13 +227,12 @@ class Chapter:
         self.parameters = {k: namespace[k] for k in declared}
         self.ledger = Ledger(name, title, self.scale, self.parameters)
 
-    def by_scale(self, *, smoke, book, paper=_MISSING_PAPER):
-        """The value for this chapter's scale (:func:`~hetfl_core.config.by_scale`)."""
+    def by_scale(self, **values):
+        """The value for this chapter's scale (:func:`~hetfl_core.config.by_scale`, which
+        checks the ``smoke``, ``book`` and ``paper`` values)."""
         from .config import by_scale
 
-        if paper is _MISSING_PAPER:
-            return by_scale(self.scale, smoke=smoke, book=book)
-        return by_scale(self.scale, smoke=smoke, book=book, paper=paper)
+        return by_scale(self.scale, **values)
 
     def sweep(self, grid, **kwargs):
         """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
