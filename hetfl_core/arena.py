@@ -124,6 +124,7 @@ class Settings:
     map_seeds: int              # seeds in the other image cells
     lr_grid: dict               # task -> the learning rates every method is tuned over
     extra: dict = field(default_factory=dict)
+    baselines: str = "authors"  # how the baselines run (:data:`hetfl_core.book.BASELINES`)
 
 
 def settings(scale: str, seed: int = 0) -> Settings:
@@ -220,8 +221,10 @@ def _base(s: Settings, scenario: Scenario) -> RunConfig:
 
 
 def _config(s: Settings, scenario: Scenario, method: str, lr: float, seed: int) -> RunConfig:
+    from .book import with_baselines
+
     c = _base(s, scenario).replace(method=method, lr=lr, seed=seed, system=SYSTEM)
-    return c.replace(options=method_options(method, c))
+    return with_baselines(c.replace(options=method_options(method, c)), s.baselines)
 
 
 def _supported(config: RunConfig) -> bool:
@@ -408,16 +411,23 @@ def check_arguments(scale: str, processes: int, seed: int) -> None:
 
 
 def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int = 0, directory=None,
-              progress: bool = True) -> ArenaRuns:
+              progress: bool = True, baselines: str = "authors") -> ArenaRuns:
     """Tune, then run the whole arena at ``scale`` (cached and resumable: a rerun reads
     every finished run from the cache). ``methods`` defaults to :data:`METHODS`; any
     registered method (a plug-in) may be named. A method that cannot run a task's model is
     left out of that task. A run that fails (diverges) is run again at the next smaller
-    rate of the grid, for every method alike; one that still fails is reported in ``failed``."""
+    rate of the grid, for every method alike; one that still fails is reported in ``failed``.
+    ``baselines="simplified"`` runs the baselines simplified
+    (:data:`hetfl_core.book.SIMPLIFIED_BASELINES`)."""
+    import dataclasses
+
+    from .book import BASELINES
     from .methods import get_method
 
     check_arguments(scale, processes, seed)
-    s = settings(scale, seed)
+    if baselines not in BASELINES:
+        raise ConfigError(f"baselines must be one of {', '.join(BASELINES)}, got {baselines!r}")
+    s = dataclasses.replace(settings(scale, seed), baselines=baselines)
     methods = tuple(dict.fromkeys(methods or METHODS))
     if not methods:
         raise ConfigError("name at least one method")

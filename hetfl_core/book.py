@@ -30,8 +30,42 @@ from typing import Sequence
 from .config import SCALES, SEED_LIMIT
 from .errors import ConfigError
 
-__all__ = ["SEED_LIMIT", "injected_parameters", "check_parameters", "ParameterError",
+__all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
+           "injected_parameters", "check_parameters", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter"]
+
+#: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
+#: ``authors``, as the methods' authors ran them (every method's default), or
+#: ``simplified``, without the parts of their training and scoring that the papers leave
+#: to the authors' code (:data:`SIMPLIFIED_BASELINES`), to show what those parts change
+BASELINES = ("authors", "simplified")
+
+#: the options that run a baseline simplified: HeteroFL and FedRolex without the masking
+#: trick, the Scaler and clipping, averaged by data size and scored with each client's
+#: width sub-model; FedBABU fine-tuning the head only (10 plain SGD steps before every
+#: evaluation) instead of the whole network; Ditto's personal models starting from the
+#: first global model a client receives; LG-FedAvg without its FedAvg warm start. (FjORD's
+#: epoch passes with one optimizer have no simplified option: it runs as its authors ran it.)
+_WIDTH_SIMPLIFIED = {"label_mask": False, "scaler": False, "clip_norm": None,
+                     "weighting": "samples", "personal_eval": "submodel"}
+SIMPLIFIED_BASELINES = {
+    "heterofl": _WIDTH_SIMPLIFIED,
+    "fedrolex": _WIDTH_SIMPLIFIED,
+    "fedbabu": {"finetune": "head", "finetune_steps": 10, "finetune_momentum": 0.0,
+                "finetune_when": "every"},
+    "ditto": {"personal_start": "global"},
+    "lg-fedavg": {"fedavg_share": 0.0},
+}
+
+
+def with_baselines(config, baselines: str = "authors"):
+    """``config`` as the ``baselines`` setting (:data:`BASELINES`) runs it: unchanged for
+    ``authors`` and for a method that is not a simplified baseline; otherwise with the
+    options of :data:`SIMPLIFIED_BASELINES` (over the config's own)."""
+    if baselines not in BASELINES:
+        raise ConfigError(f"baselines must be one of {', '.join(BASELINES)}, got {baselines!r}")
+    options = SIMPLIFIED_BASELINES.get(config.method) if baselines == "simplified" else None
+    return config.replace(options=options) if options else config
 
 
 def injected_parameters(history: Sequence[str]) -> set[str]:
@@ -119,6 +153,9 @@ def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dic
         raise ConfigError(f"parameter scale must be one of {', '.join(SCALES)}, got {namespace['scale']!r}")
     if "seed" in declared and not 0 <= namespace["seed"] < SEED_LIMIT:
         raise ConfigError(f"parameter seed must be in [0, 2**32), got {namespace['seed']!r}")
+    if "baselines" in declared and namespace["baselines"] not in BASELINES:
+        raise ConfigError(f"parameter baselines must be one of {', '.join(BASELINES)}, "
+                          f"got {namespace['baselines']!r}")
     if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
         from .data import canonical_dataset_name
 
@@ -158,7 +195,7 @@ def _values(configs, name: str) -> list:
     return list(dict.fromkeys(getattr(c, name) for c in configs))
 
 
-def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
+def caption_text(configs, notebook: str, scale: str, seed: int = 0, baselines: str = "authors") -> str:
     """What a reproduction ran with, from its run configurations, and the papermill command
     that reruns the chapter as it ran (``scale`` and the chapter's ``seed`` parameter), e.g.
     ``"Ran at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds
@@ -186,25 +223,27 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0) -> str:
         (f"seeds {seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1))
          else "seeds " + ", ".join(map(str, seeds)))
     methods = ", ".join(_values(configs, "method"))
-    command = rerun_command(notebook, scale, seed)
+    command = rerun_command(notebook, scale, seed, baselines)
     other = "" if scale == "paper" else " (`-p scale paper` runs it at the paper's scale)"
     return (f"Ran at scale {scale} with {', '.join(parts)}, {seed_text}; methods: {methods}. "
             f"Rerun as shown: `{command}`{other}.")
 
 
-def caption(configs, notebook: str, scale: str, seed: int = 0) -> None:
+def caption(configs, notebook: str, scale: str, seed: int = 0, baselines: str = "authors") -> None:
     """Display :func:`caption_text` under a reproduction (as a small italic paragraph)."""
     from IPython.display import Markdown, display
 
-    display(Markdown(f"<small>{caption_text(configs, notebook, scale, seed)}</small>"))
+    display(Markdown(f"<small>{caption_text(configs, notebook, scale, seed, baselines)}</small>"))
 
 
-def rerun_command(notebook: str, scale: str, seed: int = 0) -> str:
+def rerun_command(notebook: str, scale: str, seed: int = 0, baselines: str = "authors") -> str:
     """The shell command that reruns chapter ``notebook`` (stored as MyST Markdown,
-    ``book/<notebook>.md``) at ``scale`` with ``seed``, from the repository's root: jupytext
-    writes the notebook to papermill, which runs it into ``out.ipynb``."""
+    ``book/<notebook>.md``) at ``scale`` with ``seed`` (and ``baselines`` where it is not
+    the default), from the repository's root: jupytext writes the notebook to papermill,
+    which runs it into ``out.ipynb``."""
+    other = "" if baselines == "authors" else f" -p baselines {baselines}"
     return (f"jupytext --to ipynb -o - book/{notebook}.md | papermill - out.ipynb "
-            f"-p scale {scale} -p seed {seed}")
+            f"-p scale {scale} -p seed {seed}{other}")
 
 
 class Chapter:
@@ -223,6 +262,7 @@ class Chapter:
         self.name, self.title = name, title
         self.scale = namespace.get("scale", "book")
         self.seed = namespace.get("seed", 0)
+        self.baselines = namespace.get("baselines", "authors")
         declared = namespace.get("__annotations__", {})
         self.parameters = {k: namespace[k] for k in declared}
         self.ledger = Ledger(name, title, self.scale, self.parameters)
@@ -237,17 +277,23 @@ class Chapter:
     def sweep(self, grid, **kwargs):
         """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
         :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter;
-        a dict comes back as a dict with the same keys, equal configurations run once."""
+        a dict comes back as a dict with the same keys, equal configurations run once.
+        Every configuration runs as the chapter's ``baselines`` parameter says
+        (:func:`with_baselines`)."""
         from .experiments import sweep
 
         kwargs.setdefault("desc", self.name)
+        if isinstance(grid, dict):
+            grid = {key: with_baselines(c, self.baselines) for key, c in grid.items()}
+        else:
+            grid = [with_baselines(c, self.baselines) for c in grid]
         return sweep(grid, **kwargs)
 
     def caption(self, runs) -> None:
         """The caption under a reproduction (:func:`caption`) for ``runs``: results or
         configurations, as a list or as the dict :meth:`sweep` returns."""
         runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
-        caption(runs, self.name, self.scale, self.seed)
+        caption(runs, self.name, self.scale, self.seed, self.baselines)
 
     def claim(self, *args, **kwargs):
         """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""

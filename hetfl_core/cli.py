@@ -109,6 +109,9 @@ def _add_arena_parsers(sub) -> None:
     arena.add_argument("--out", default="arena", help="directory for leaderboard.csv/.json and pareto.png")
     arena.add_argument("--processes", type=int, default=2, help="worker processes (default: 2)")
     arena.add_argument("--seed", type=int, default=0, help="the first seed (default: 0)")
+    arena.add_argument("--baselines", choices=("authors", "simplified"), default="authors",
+                       help="the baselines as their authors ran them (default) or simplified "
+                            "(hetfl_core.book.SIMPLIFIED_BASELINES)")
     arena.add_argument("--quiet", action="store_true", help="no progress bar")
     plot = sub.add_parser("plot", help="draw accuracy against rounds, time and traffic for saved runs")
     plot.add_argument("runs", nargs="+", metavar="RUN.json", help="files written by 'run --out'")
@@ -370,7 +373,7 @@ def _arena(args) -> int:
     check_writable(out, "--out")
     processes = 1 if args.plugin else args.processes    # spawned workers would not know a plug-in
     runs = arena.run_arena(args.scale, args.methods, processes=processes, seed=args.seed,
-                           progress=not args.quiet)
+                           progress=not args.quiet, baselines=args.baselines)
     rows = arena.leaderboard(runs)
     csv_path, json_path = arena.write_leaderboard(rows, out)
     reference = [r for r in rows if r["scenario"] == runs.settings.reference.name]

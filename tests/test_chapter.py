@@ -120,3 +120,26 @@ def test_a_chapter_checks_its_parameters_and_keeps_its_ledger(tmp_path):
     assert book.ledger.claims == [claim] and book.ledger.scale == "smoke"
     with pytest.raises(ConfigError, match="seed"):
         Chapter("alpha", "Alpha", {**ns, "seed": -1})
+
+
+def test_simplified_baselines_change_only_the_corrected_baselines():
+    from hetfl_core import RunConfig
+    from hetfl_core.book import SIMPLIFIED_BASELINES, Chapter, rerun_command, with_baselines
+
+    base = RunConfig(dataset="digits", clients=4, rounds=1, local_steps=1)
+    for method, options in SIMPLIFIED_BASELINES.items():
+        c = base.replace(method=method)
+        assert with_baselines(c) == c
+        simple = with_baselines(c, "simplified")
+        assert simple.options == {**c.options, **options} and simple.key() != c.key()
+        simple.validate()                                   # every option is one the method takes
+    assert with_baselines(base, "simplified") == base       # FedAvg has nothing to simplify
+    with pytest.raises(ConfigError, match="baselines must be one of authors, simplified"):
+        with_baselines(base, "old")
+    ns = {"__annotations__": {"scale": "str", "baselines": "str"}, "scale": "smoke",
+          "baselines": "simplified", "In": []}
+    assert Chapter("alpha", "Alpha", ns).baselines == "simplified"
+    with pytest.raises(ConfigError, match="parameter baselines"):
+        Chapter("alpha", "Alpha", {**ns, "baselines": "old"})
+    assert rerun_command("x", "book").endswith("-p seed 0")
+    assert rerun_command("x", "book", 0, "simplified").endswith("-p seed 0 -p baselines simplified")
