@@ -51,11 +51,11 @@ def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
 
 @register
 class OFAFL(FedAvg):
-    """Progressive lottery-ticket pruning into nested masks, joint loss over sub-networks."""
+    """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)
+    """
 
     name = "ofafl"
     label = "OFA-FL"
-    summary = "OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
                          low_open=True),
@@ -217,12 +217,12 @@ class OFAFL(FedAvg):
 
 @register
 class OFAOneShot(OFAFL):
-    """The one-shot baseline: every ratio pruned at once by one magnitude ranking, then OFA training."""
+    """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)
+    """
 
     name = "ofa-oneshot"
     label = "OFA-FL (one-shot)"
     batchable = True
-    summary = "One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}
 
