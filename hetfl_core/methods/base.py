@@ -137,6 +137,13 @@ class Method(ABC):
     #: body, never inherited: a subclass that changes the local step must opt in again
     batchable = False
 
+    @classmethod
+    def arena_options(cls, config) -> dict:
+        """The options the method runs with in the arena (:mod:`hetfl_core.arena`), where
+        its defaults do not fit the arena's run of ``config`` (a schedule tied to the
+        paper's rounds, a split for another model); none by default."""
+        return {}
+
     def __init_subclass__(cls, **kwargs):
         """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
         reset ``label`` and ``batchable`` unless the class sets them itself, and take

@@ -100,6 +100,12 @@ class SparsePrunePFL(FedPer):
     default_system = "wireless"
 
     @classmethod
+    def arena_options(cls, config) -> dict:
+        """On the character LSTM the shared base is the embedding and the LSTM and the
+        classifier stays private (``split="first:2"``; the default splits convolutions)."""
+        return {"split": "first:2"} if config.model.startswith("charlstm") else {}
+
+    @classmethod
     def check_options(cls, options):
         super().check_options(options)
         o = {**cls.defaults, **options}
