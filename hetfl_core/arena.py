@@ -45,7 +45,7 @@ from .errors import ConfigError, HetflError
 
 __all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES",
            "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
-           "ofa_capacities", "tuning_configs", "pick_lr",
+           "tuning_configs", "pick_lr",
            "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
            "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
            "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto",
@@ -179,39 +179,14 @@ def scenarios(s: Settings) -> list[Scenario]:
     return cells + ([Scenario("text", "natural", "medium")] if s.text is not None else [])
 
 
-def ofa_capacities(config: RunConfig, ratios) -> list[float]:
-    """OFA-FL's capacity C[i] of each client: the largest density in ``ratios`` not above
-    its device's compute factor (the sub-network its device affords; the slowest tier
-    gets the smallest ratio). The devices are those the engine draws for ``config``."""
-    from .system import REFERENCE_DEVICE, make_devices
-
-    devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
-    caps = []
-    for d in devices:
-        factor = d.flops_per_s / REFERENCE_DEVICE.flops_per_s
-        fits = [r for r in ratios if r <= factor + 1e-9]
-        caps.append(max(fits) if fits else min(ratios))
-    if 1.0 not in caps:        # OFA-FL's warm-up needs one full-model client
-        caps[int(np.argmax([d.flops_per_s for d in devices]))] = 1.0
-    return caps
-
-
 def method_options(method: str, config: RunConfig) -> dict:
-    """The options a method runs with in the arena: its paper's defaults, except where the
-    arena has to set them. OFA-FL: capacities from the device tiers (:func:`ofa_capacities`)
-    and its pruning schedule (the paper's W=200, P=50 of a 500-round run) scaled to the
-    arena's rounds, W = rounds/5 and P = rounds/10, so every ratio is pruned by half-way;
-    the lightweight PFL method on the character LSTM shares the embedding and the LSTM and
-    keeps the classifier private (``split="first:2"``: its default splits convolutions)."""
-    if method == "ofafl":
-        from .methods.ofafl import OFAFL
+    """The options a method runs with in the arena: its defaults, except where the method
+    says otherwise for the arena's run of ``config`` (:meth:`Method.arena_options
+    <hetfl_core.methods.base.Method.arena_options>`: OFA-FL's capacities by device tier and
+    its schedule scaled to the rounds; the lightweight PFL method's split on the LSTM)."""
+    from .methods import get_method
 
-        ratios = OFAFL.defaults["ratios"]
-        return {"capacities": ofa_capacities(config, ratios), "warmup": max(1, config.rounds // 5),
-                "every": max(1, config.rounds // 10)}
-    if method == "sparse-prune-pfl" and config.model.startswith("charlstm"):
-        return {"split": "first:2"}
-    return {}
+    return get_method(method).arena_options(config)
 
 
 def _base(s: Settings, scenario: Scenario) -> RunConfig:

@@ -174,19 +174,25 @@ def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
 
 
 def test_ofa_capacities_follow_the_device_tiers():
-    from hetfl_core.system import REFERENCE_DEVICE, make_devices
+    from hetfl_core.engine import build_simulation
+    from hetfl_core.system import REFERENCE_DEVICE
 
     s = arena.settings("book")
     for het in ("low", "medium", "high"):
-        config = s.image.replace(heterogeneity=het, method="ofafl")
-        caps = arena.ofa_capacities(config, [1.0, 0.8, 0.6, 0.4, 0.2])
-        devices = make_devices(config.clients, het, np.random.default_rng([config.seed, 2]))
-        by_tier = {d.tier: c for d, c in zip(devices, caps)}
+        config = s.image.replace(heterogeneity=het, method="ofafl", dataset="digits", train_samples=300)
+        options = arena.method_options("ofafl", config)
+        assert options["capacities"] == "by-tier" and options["warmup"] == config.rounds // 5
+        method = build_simulation(config.replace(options=options)).method
+        caps = [method.capacity[k] for k in range(config.clients)]
+        by_tier = {d.tier: c for d, c in zip(method.devices, caps)}
         assert by_tier["high"] == 1.0 and by_tier["mid"] >= by_tier["low"]
-        for d, c in zip(devices, caps):    # never more than the device affords, but the smallest ratio
+        for d, c in zip(method.devices, caps):  # never more than the device affords, but the smallest ratio
             assert c <= d.flops_per_s / REFERENCE_DEVICE.flops_per_s + 1e-9 or c == 0.2
-    caps = arena.ofa_capacities(s.image.replace(heterogeneity="medium"), [1.0, 0.8, 0.6, 0.4, 0.2])
-    assert sorted(set(caps)) == [0.2, 0.4, 1.0] and caps.count(1.0) == 4    # tiers 1, 1/2, 1/4
+        if het == "medium":
+            assert sorted(set(caps)) == [0.2, 0.4, 1.0] and caps.count(1.0) == 4    # tiers 1, 1/2, 1/4
+    assert arena.method_options("sparse-prune-pfl", s.text.replace(method="sparse-prune-pfl")) == \
+        {"split": "first:2"}
+    assert arena.method_options("fedavg", s.image) == {}
 
 
 def test_text_task_leaves_out_methods_that_cannot_run_an_lstm():

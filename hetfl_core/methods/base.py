@@ -115,7 +115,8 @@ class Method(ABC):
     (:meth:`configure_round`), the global model is scored for everyone
     (:meth:`global_model`, :meth:`personal_model`). :class:`~hetfl_core.methods.fedavg.FedAvg`
     implements the two, and most methods subclass it and override what their paper
-    changes. Subclasses set ``name``, a one-line ``summary`` and ``option_specs`` (each
+    changes. Subclasses set ``name``, a docstring whose first line is the method's one-line
+    ``summary`` (what ``list`` shows), and ``option_specs`` (each
     option declared once as an :class:`~hetfl_core.options.Option`; ``defaults`` follows
     from it). A plug-in may give ``defaults`` alone: its options are then typed like their
     defaults.
@@ -125,6 +126,7 @@ class Method(ABC):
     #: the method's name in tables, legends and text ("LG-FedAvg"); the registered ``name``
     #: when a class gives none
     label = ""
+    #: the first line of the class's docstring (a class may set it instead)
     summary = ""
     option_specs: dict[str, Option] = {}
     defaults: dict = {}
@@ -135,14 +137,24 @@ class Method(ABC):
     #: body, never inherited: a subclass that changes the local step must opt in again
     batchable = False
 
+    @classmethod
+    def arena_options(cls, config) -> dict:
+        """The options the method runs with in the arena (:mod:`hetfl_core.arena`), where
+        its defaults do not fit the arena's run of ``config`` (a schedule tied to the
+        paper's rounds, a split for another model); none by default."""
+        return {}
+
     def __init_subclass__(cls, **kwargs):
         """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
-        reset ``label`` and ``batchable`` unless the class sets them itself."""
+        reset ``label`` and ``batchable`` unless the class sets them itself, and take
+        ``summary`` from the docstring's first line."""
         super().__init_subclass__(**kwargs)
         if "label" not in cls.__dict__:          # never a parent's: a subclass is another method
             cls.label = cls.__dict__.get("name", cls.name)
         if "batchable" not in cls.__dict__:
             cls.batchable = False
+        if "summary" not in cls.__dict__:
+            cls.summary = (cls.__dict__.get("__doc__") or "").strip().split("\n", 1)[0]
         if "option_specs" in cls.__dict__:
             cls.defaults = {key: spec.default for key, spec in cls.option_specs.items()}
         elif "defaults" in cls.__dict__:

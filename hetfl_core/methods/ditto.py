@@ -49,7 +49,7 @@ PERSONAL_STARTS = ("initial", "global")
 
 @register
 class Ditto(FedAvg):
-    """FedAvg for the global model, a proximally regularised personal model per client.
+    """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     Trains its clients sequentially: a visit trains two models (the global copy, then v_k
     replaying the same minibatches from a copy of the generator's state), where a batched
@@ -58,7 +58,6 @@ class Ditto(FedAvg):
 
     name = "ditto"
     label = "Ditto"
-    summary = "Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)"
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
                                               0, 10_000, low_open=True, kind=float),

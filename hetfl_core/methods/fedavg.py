@@ -22,12 +22,11 @@ from .base import ClientPlan, ClientReport, Method, register
 
 @register
 class FedAvg(Method):
-    """FedAvg: local SGD from the global model, sample-size-weighted averaging."""
+    """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
 
     name = "fedavg"
     label = "FedAvg"
     batchable = True
-    summary = "FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                     params=None, masks: dict | None = None, loss_fn=None) -> LocalResult:
@@ -84,11 +83,10 @@ class FedAvg(Method):
 
 @register
 class FedProx(FedAvg):
-    """FedProx: FedAvg with the proximal term (mu/2)||w - w_t||^2 (default mu = 0.01)."""
+    """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
     name = "fedprox"
     label = "FedProx"
     batchable = True
-    summary = "FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",
                                  0, 1e4)}

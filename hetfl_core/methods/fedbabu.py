@@ -40,12 +40,11 @@ from .fedper import FedPer
 
 @register
 class FedBABU(FedPer):
-    """Body-only federated training; the whole network fine-tuned per client at the end."""
+    """FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"""
 
     name = "fedbabu"
     label = "FedBABU"
     batchable = True
-    summary = "FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"
     option_specs = {**FedPer.option_specs,
                     "finetune": Option("full", "what personalisation fine-tunes: full (body and "
                                        "head, the paper) or head", choices=("full", "head")),

@@ -68,12 +68,11 @@ def pucbv_horizon(config) -> float:
 
 @register
 class FedLPS(FedAvg):
-    """Learnable unit patterns (Eqs. 4-11), sparse residuals (12)-(13), P-UCBV ratios (Alg. 2)."""
+    """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
 
     name = "fedlps"
     label = "FedLPS"
     batchable = True
-    summary = "FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
         "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),

@@ -102,7 +102,9 @@ def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 @register
 class FedLPSCode(FedLPS):
-    """FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
+    """FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)
+
+    FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
     unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule).
 
     Trains its clients sequentially: its own optimiser loop trains the scores Q with the
@@ -113,7 +115,6 @@ class FedLPSCode(FedLPS):
 
     name = "fedlps-code"
     label = "FedLPS (released code)"
-    summary = "FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)"
     option_specs = {
         **{k: FedLPS.option_specs[k] for k in _SHARED},
         "lam": Option(1.0, "lambda of the released importance loss: mean over unit pairs (i, j) of "

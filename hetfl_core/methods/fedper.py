@@ -20,12 +20,11 @@ from .fedavg import FedAvg
 
 @register
 class FedPer(FedAvg):
-    """Shared body averaged by FedAvg; the last ``head_layers`` layers stay on the client."""
+    """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
 
     name = "fedper"
     label = "FedPer"
     batchable = True
-    summary = "FedPer: shared body, private head (Arivazhagan et al. 2019)"
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
     def __init__(self, config, data, devices):

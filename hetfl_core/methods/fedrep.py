@@ -19,12 +19,11 @@ from .fedper import FedPer
 
 @register
 class FedRep(FedPer):
-    """Head epochs with the body frozen, then body epochs with the head frozen."""
+    """FedRep: private head trained first, then the shared body (Collins et al. 2021)"""
 
     name = "fedrep"
     label = "FedRep"
     batchable = True
-    summary = "FedRep: private head trained first, then the shared body (Collins et al. 2021)"
     option_specs = {**FedPer.option_specs,
                     "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
                                           low_open=True)}

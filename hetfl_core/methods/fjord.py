@@ -35,7 +35,7 @@ from .heterofl import HeteroFL, width_options
 
 @register
 class FjORD(HeteroFL):
-    """Per-batch sampled nested widths (ordered dropout), one optimiser per visit.
+    """FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)
 
     Trains its clients sequentially: every minibatch draws its own width from a second
     generator and drops units through a forward hook, so clients at one step run different
@@ -44,7 +44,6 @@ class FjORD(HeteroFL):
 
     name = "fjord"
     label = "FjORD"
-    summary = "FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)"
     option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
                                  weighting="samples", personal_eval="submodel")
 

@@ -18,7 +18,7 @@ from .heroes import Heroes
 
 @register
 class Flanc(Heroes):
-    """Shared basis, one coefficient per width, fixed local frequency.
+    """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
     Trains its clients sequentially, for Heroes' reasons: composed models whose block
     selection is an attribute, not a parameter, and differs by width.
@@ -26,7 +26,6 @@ class Flanc(Heroes):
 
     name = "flanc"
     label = "Flanc"
-    summary = "Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)"
     option_specs = {**Heroes.option_specs,
                     "frequency": Option("fixed", "local steps: always fixed in Flanc", choices=("fixed",)),
                     "selection": Option("free", "blocks: always the width's own in Flanc", choices=("free",))}

@@ -47,7 +47,7 @@ TAU_MODES = ("calibrated", "raw", "eps")
 
 @register
 class Heroes(FedAvg):
-    """Enhanced neural composition with least-trained blocks and adaptive local frequencies.
+    """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
     Trains its clients sequentially: a client's composed model runs the block selection it
     holds as an attribute (not a parameter), which differs between clients, and the
@@ -56,7 +56,6 @@ class Heroes(FedAvg):
 
     name = "heroes"
     label = "Heroes"
-    summary = "Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)"
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
                             1, 1024),

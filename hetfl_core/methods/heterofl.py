@@ -100,7 +100,7 @@ class LabelMasked(nn.Module):
 
 @register
 class HeteroFL(FedAvg):
-    """Width by capability, first-k units, averaging over holders.
+    """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
     Trains its clients sequentially: each width is a model of its own shape, the Scaler
     rescales hidden outputs through forward hooks, the label mask gives every client its own
@@ -109,7 +109,6 @@ class HeteroFL(FedAvg):
 
     name = "heterofl"
     label = "HeteroFL"
-    summary = "HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)"
     option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
                                  personal_eval="global-masked")
 

@@ -15,12 +15,11 @@ from .fedavg import FedAvg
 
 @register
 class LocalOnly(FedAvg):
-    """Each client trains alone; nothing is sent or aggregated."""
+    """Local-only training: no communication, the personalisation floor"""
 
     name = "local"
     label = "Local"
     batchable = True
-    summary = "Local-only training: no communication, the personalisation floor"
     option_specs = {}
 
     def __init__(self, config, data, devices):

@@ -15,10 +15,10 @@ from .ofafl import OFAFL
 
 @register
 class LTP(OFAFL):
-    """OFA-FL's pruning and aggregation, each client training only its own sub-network."""
+    """Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)
+    """
 
     name = "ltp"
     label = "LTP"
-    summary = "Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)"
     joint = False
     batchable = True

@@ -49,17 +49,34 @@ def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
     return [ratios[i * len(ratios) // n_clients] for i in range(n_clients)]
 
 
+def capacities_by_tier(ratios: list[float], devices) -> list[float]:
+    """Each client's capacity from its device: the largest ratio not above its compute
+    factor (FLOP/s over the reference device's; the slowest tier gets the smallest ratio),
+    and the fastest client holds the full model when no device reaches it (OFA-FL's
+    warm-up needs one full-model client)."""
+    from ..system import REFERENCE_DEVICE
+
+    caps = []
+    for d in devices:
+        fits = [r for r in ratios if r <= d.flops_per_s / REFERENCE_DEVICE.flops_per_s + 1e-9]
+        caps.append(max(fits) if fits else min(ratios))
+    if 1.0 not in caps:
+        caps[max(range(len(devices)), key=lambda i: devices[i].flops_per_s)] = 1.0
+    return caps
+
+
 @register
 class OFAFL(FedAvg):
-    """Progressive lottery-ticket pruning into nested masks, joint loss over sub-networks."""
+    """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)
+    """
 
     name = "ofafl"
     label = "OFA-FL"
-    summary = "OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
                          low_open=True),
-        "capacities": Option(None, "each client's capacity C[i], one of the ratios (None: spread evenly)"),
+        "capacities": Option(None, "each client's capacity C[i], one of the ratios; by-tier: from its "
+                             "device's speed; None: spread evenly"),
         "scope": Option("global", "prune over the whole model or layer by layer", choices=("global", "layer")),
         "schedule": Option("fixed", "prune on a fixed schedule or when the validation loss converges",
                            choices=("fixed", "convergence")),
@@ -77,17 +94,27 @@ class OFAFL(FedAvg):
     batchable = True
 
     @classmethod
+    def arena_options(cls, config) -> dict:
+        """Capacities by device tier, and the paper's schedule (W=200, P=50 of a 500-round
+        run) scaled to the run's rounds, W = rounds/5 and P = rounds/10, so every ratio is
+        pruned by half-way."""
+        return {"capacities": "by-tier", "warmup": max(1, config.rounds // 5),
+                "every": max(1, config.rounds // 10)}
+
+    @classmethod
     def check_options(cls, options):
         super().check_options(options)
         o = {**cls.defaults, **options}
         ratios = check_ratios(o["ratios"])
-        if o["capacities"] is not None and not all(float(c) in ratios for c in o["capacities"]):
+        if o["capacities"] not in (None, "by-tier") and (isinstance(o["capacities"], str) or
+                                                        not all(float(c) in ratios for c in o["capacities"])):
             raise ConfigError(f"every capacity must be one of the ratios {ratios}, got {o['capacities']}")
 
     @classmethod
     def check_config(cls, config):
         super().check_config(config)
         caps = config.options.get("capacities")
+        caps = None if caps == "by-tier" else caps
         if caps is not None and len(caps) != config.clients:
             raise ConfigError(f"capacities lists {len(caps)} clients, the run has {config.clients}")
         if caps is not None and 1.0 not in [float(c) for c in caps]:
@@ -99,7 +126,8 @@ class OFAFL(FedAvg):
         super().__init__(config, data, devices)
         o = self.options
         self.ratios = check_ratios(o["ratios"])
-        caps = o["capacities"] or default_capacities(self.ratios, config.clients)
+        caps = capacities_by_tier(self.ratios, devices) if o["capacities"] == "by-tier" else \
+            o["capacities"] or default_capacities(self.ratios, config.clients)
         self.capacity = {k: float(c) for k, c in enumerate(caps)}
         self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.prunable = prunable(self.model)
@@ -217,12 +245,12 @@ class OFAFL(FedAvg):
 
 @register
 class OFAOneShot(OFAFL):
-    """The one-shot baseline: every ratio pruned at once by one magnitude ranking, then OFA training."""
+    """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)
+    """
 
     name = "ofa-oneshot"
     label = "OFA-FL (one-shot)"
     batchable = True
-    summary = "One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}
 

@@ -54,7 +54,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 
 @register
 class PruneFL(FedAvg):
-    """Initial magnitude pruning by a strong client, then adaptive importance-per-time pruning.
+    """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
     Trains its clients sequentially: no batched job is written yet; the masked local SGD
     would fit one, but the reconfiguration rounds' dense squared gradients, drawn from the
@@ -63,7 +63,6 @@ class PruneFL(FedAvg):
 
     name = "prunefl"
     label = "PruneFL"
-    summary = "PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)"
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
                                               low_open=True),
                     "reconfigure_every": Option(5, "rounds between adaptive reconfigurations", 1, 1_000_000),

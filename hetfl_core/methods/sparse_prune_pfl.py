@@ -67,7 +67,7 @@ def _check_split(option: str, split: str) -> None:
 
 @register
 class SparsePrunePFL(FedPer):
-    """Shared base with top-k gradients, pruned private part, DCA allocation (Alg. 1 + Alg. 2).
+    """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
     Trains its clients sequentially: no batched job is written yet; each client prunes its
     private part to its own ratio r_n before training and, in warm-up rounds, measures
@@ -76,7 +76,6 @@ class SparsePrunePFL(FedPer):
 
     name = "sparse-prune-pfl"
     label = "Lightweight PFL"
-    summary = "Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)"
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
         "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",
@@ -99,6 +98,12 @@ class SparsePrunePFL(FedPer):
     }
 
     default_system = "wireless"
+
+    @classmethod
+    def arena_options(cls, config) -> dict:
+        """On the character LSTM the shared base is the embedding and the LSTM and the
+        classifier stays private (``split="first:2"``; the default splits convolutions)."""
+        return {"split": "first:2"} if config.model.startswith("charlstm") else {}
 
     @classmethod
     def check_options(cls, options):

@@ -21,12 +21,11 @@ from .fedavg import FedAvg
 
 @register
 class TopK(FedAvg):
-    """Top-k sparsified model updates, no memory."""
+    """FedAvg with top-k sparsified updates (values + indices on the uplink)"""
 
     name = "topk"
     label = "Top-k"
     batchable = True
-    summary = "FedAvg with top-k sparsified updates (values + indices on the uplink)"
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
                                 low_open=True)}
     error_feedback = False
@@ -72,10 +71,9 @@ class TopK(FedAvg):
 
 @register
 class TopKErrorFeedback(TopK):
-    """Top-k with error feedback: the unsent residual joins the next update."""
+    """FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"""
 
     name = "topk-ef"
     label = "Top-k + EF"
     batchable = True
-    summary = "FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"
     error_feedback = True

@@ -22,12 +22,11 @@ from .aggregate import average_over_holders, masked_upload
 
 @register
 class OrderedMask(FedAvg):
-    """First-k units of every hidden layer at the client's ratio."""
+    """Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"""
 
     name = "ordered-mask"
     label = "Ordered mask"
     batchable = True
-    summary = "Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
 
@@ -76,12 +75,11 @@ class OrderedMask(FedAvg):
 
 @register
 class RandomMask(OrderedMask):
-    """A seeded random choice of units per client, fixed for the run."""
+    """Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"""
 
     name = "random-mask"
     label = "Random mask"
     batchable = True
-    summary = "Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"
 
     def pattern(self, client_id, ratio):
         return random_units(self.model, ratio, seeded_generator(self.config.seed, 11, client_id))
