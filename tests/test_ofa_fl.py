@@ -288,3 +288,15 @@ def test_cli_runs_ofafl(tmp_path):
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "global accuracy" in out.stderr
+
+
+def test_a_warm_up_round_that_samples_no_full_client_keeps_the_model():
+    """Before the first pruning only full-capacity clients train; a round whose sample holds
+    none of them sends nothing, and the model stays as it was (it used to fail to aggregate)."""
+    sim = simulation(warmup=5)
+    before = {n: p.detach().clone() for n, p in sim.method.model.named_parameters()}
+    slow = [k for k in range(10) if sim.method.capacity[k] < 1.0][:2]
+    plans = sim.method.configure_round(0, slow)
+    assert not plans
+    sim.method.aggregate(0, [])
+    assert all(torch.equal(before[n], p) for n, p in sim.method.model.named_parameters())

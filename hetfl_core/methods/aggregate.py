@@ -21,6 +21,8 @@ def average_over_holders(model, reports, weights: list[float] | None = None) -> 
     ``submodel.embed``); entries no report holds keep their value. ``weights`` gives each
     report's weight (default: its ``n_samples``; all ones: the plain mean over holders).
     """
+    if not reports:              # a round nobody could train in (OFA-FL's warm-up without a full client)
+        return
     weights = [r.n_samples for r in reports] if weights is None else weights
     with torch.no_grad():
         for name, p in model.named_parameters():
