@@ -526,13 +526,15 @@ def _plan(args) -> int:
     distinct = OrderedDict()
     for r in records:
         distinct.setdefault(r["key"], r)
-    configs = {key: RunConfig.from_dict(r["config"]) for key, r in distinct.items()}
     rates: dict[tuple, float] = {}
-    if not args.no_timing:
-        for key, c in configs.items():
-            shape = (c.method, c.model, c.dataset, c.batch_size)
-            if shape not in rates and not distinct[key]["cached"]:
-                rates[shape] = samples_per_second(c)
+    cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to train)
+    for key, r in distinct.items():
+        c = RunConfig.from_dict(r["config"])
+        shape = (c.method, c.model, c.dataset, c.batch_size)
+        if not args.no_timing and shape not in rates and not r["cached"]:
+            rates[shape] = samples_per_second(c)
+        samples = training_samples(c)
+        cost[key] = samples, samples / rates[shape] if shape in rates else float("nan")
     groups: dict[str, list] = OrderedDict()
     for key, r in distinct.items():
         groups.setdefault(r["where"], []).append(key)
@@ -542,10 +544,8 @@ def _plan(args) -> int:
     print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
     for where, keys in groups.items():
         todo = [k for k in keys if not distinct[k]["cached"]]
-        samples = sum(training_samples(configs[k]) for k in todo)
-        seconds = sum(training_samples(configs[k]) / rates[(configs[k].method, configs[k].model,
-                                                            configs[k].dataset, configs[k].batch_size)]
-                      for k in todo) if rates or not todo else float("nan")
+        samples = sum(cost[k][0] for k in todo)
+        seconds = sum(cost[k][1] for k in todo)
         total_samples += samples
         total_seconds += seconds
         print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
