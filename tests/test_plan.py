@@ -97,9 +97,9 @@ def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp
 
     monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
     slow = CHAPTER.replace('assert best == best, "needs trained runs"      # nan on planned (empty) results',
-                           "import time\ntime.sleep(60)                 # a check that trains by itself")
+                           "import time\ntime.sleep(300)                # a check that trains by itself")
     chapter = tmp_path / "slow.md"
     chapter.write_text(slow)
-    records, errors = plan_chapter(chapter, "smoke", timeout=3)
-    assert errors == ["interrupted after 3 s of computing outside a sweep"]
+    records, errors = plan_chapter(chapter, "smoke", timeout=20)     # importing torch on a loaded machine: s
+    assert errors == ["interrupted after 20 s of computing outside a sweep"]
     assert records[-1]["config"]["clients"] == 8                         # the cell after it ran
