@@ -29,6 +29,7 @@ from typing import Sequence
 
 from .config import SCALES, SEED_LIMIT
 from .errors import ConfigError
+from .options import check_value
 
 __all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "ParameterError",
@@ -79,28 +80,18 @@ def injected_parameters(history: Sequence[str]) -> set[str]:
     return names
 
 
-def _kinds(annotation) -> tuple[type, ...]:
-    """The accepted types of an annotation (``int | None``, ``Optional[int]``, ``float``, ...)."""
+def declaration(name: str, annotation) -> dict:
+    """A parameter's annotation (``int``, ``str | None``, or their text) as the declaration
+    that :func:`~hetfl_core.options.check_value` checks, as it checks config fields and
+    method options: its one type and whether ``None`` is allowed."""
     if isinstance(annotation, str):
         annotation = eval(annotation, {"typing": typing})      # from __future__ annotations
-    args = typing.get_args(annotation)
-    if args:
-        if typing.get_origin(annotation) in (list, dict, tuple, set):
-            return (typing.get_origin(annotation),)
-        return tuple(k for a in args for k in _kinds(a))
-    return (type(None),) if annotation is None else (annotation,)
-
-
-def _type_ok(value, kinds: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) and bool not in kinds:
-        return False
-    if isinstance(value, int) and float in kinds:
-        return True
-    return isinstance(value, kinds)
-
-
-def _type_name(kinds: tuple[type, ...]) -> str:
-    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+    args = typing.get_args(annotation) or (annotation,)
+    kinds = [a for a in args if a not in (None, type(None))]
+    if len(kinds) != 1 or kinds[0] not in (int, float, str, bool):
+        raise ValueError(f"parameter {name}: declare one of int, float, str or bool, optionally "
+                         f"'| None', not {annotation!r}")
+    return {"kind": kinds[0], "optional": len(kinds) < len(args)}
 
 
 class ParameterError(ConfigError):
@@ -146,16 +137,16 @@ def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dic
     for name, annotation in declared.items():
         if name not in namespace:
             raise ConfigError(f"parameter {name} is declared but has no value")
-        value, kinds = namespace[name], _kinds(annotation)
-        if not _type_ok(value, kinds):
-            raise ConfigError(f"parameter {name} must be {_type_name(kinds)}, got {value!r}")
-    if "scale" in declared and namespace["scale"] not in SCALES:
-        raise ConfigError(f"parameter scale must be one of {', '.join(SCALES)}, got {namespace['scale']!r}")
-    if "seed" in declared and not 0 <= namespace["seed"] < SEED_LIMIT:
-        raise ConfigError(f"parameter seed must be in [0, 2**32), got {namespace['seed']!r}")
-    if "baselines" in declared and namespace["baselines"] not in BASELINES:
-        raise ConfigError(f"parameter baselines must be one of {', '.join(BASELINES)}, "
-                          f"got {namespace['baselines']!r}")
+        meta = declaration(name, annotation)
+        if name == "seed":
+            meta.update(low=0, high=SEED_LIMIT, high_open=True)
+        if isinstance(rules.get(name), tuple):
+            meta["low"], meta["high"] = rules[name]
+        check_value(f"parameter {name}", namespace[name], meta)
+    for name, allowed in (("scale", SCALES), ("baselines", BASELINES)):
+        if name in declared and namespace[name] not in allowed:
+            raise ConfigError(f"parameter {name} must be one of {', '.join(allowed)}, "
+                              f"got {namespace[name]!r}")
     if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
         from .data import canonical_dataset_name
 
@@ -166,15 +157,9 @@ def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dic
     for name, rule in rules.items():
         if name not in declared:
             raise ValueError(f"a rule for {name!r}, which is not a declared parameter")
-        value = namespace[name]
-        if isinstance(rule, tuple):
-            low, high = rule
-            if value is not None and ((low is not None and not value >= low) or
-                                      (high is not None and not value <= high)):
-                bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
-                raise ConfigError(f"parameter {name} must be in {bounds}, got {value!r}")
-        elif value not in rule:
-            raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, got {value!r}")
+        if not isinstance(rule, tuple) and namespace[name] not in rule:
+            raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, "
+                              f"got {namespace[name]!r}")
 
 
 #: RunConfig fields a caption names, in this order: (field, prefix, how a value prints, suffix)

@@ -135,14 +135,15 @@ def _json_default(value):
 
 def _field(default, help: str, kind, low=None, high=None, *, low_open=False, high_open=False,
            optional=False):
-    """A config field declared once: its default, one-line meaning, type and range.
+    """A config field declared once, as a method option is: an :class:`Option` (its default,
+    one-line meaning, type and range) in the field's metadata, with its declaration beside it.
 
     ``kind`` is ``int``, ``float``, ``str`` or ``bool``; ``low``/``high`` bound a number
     (open where ``low_open``/``high_open``); ``optional`` also allows ``None``. The command
     line's ``--help`` and :meth:`RunConfig.validate` both read these.
     """
-    return field(default=default, metadata={"help": help, "kind": kind, "low": low, "high": high,
-                                            "low_open": low_open, "high_open": high_open, "optional": optional})
+    option = Option(default, help, low, high, low_open, high_open, optional=optional, kind=kind)
+    return field(default=default, metadata={"help": help, "option": option, **option.meta})
 
 
 @dataclass

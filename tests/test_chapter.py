@@ -88,7 +88,7 @@ def test_papermill_stops_a_chapter_at_a_bad_or_unknown_parameter(tmp_path):
 
     assert run("-p", "seed", "3")[0] == 0
     code, err = run("-p", "seed", "-1")
-    assert code != 0 and "ConfigError: parameter seed must be in [0, 2**32), got -1" in err
+    assert code != 0 and "ConfigError: parameter seed must be an integer in [0, 2**32), got -1" in err
     code, err = run("-p", "sed", "1")
     assert code != 0 and "ConfigError: unknown parameter(s) sed" in err
 

@@ -10,7 +10,7 @@ def test_a_bad_parameter_is_a_config_error_that_renders_as_one_line():
     with pytest.raises(ConfigError) as err:
         check_parameters({"__annotations__": {"seed": "int"}, "seed": -1}, history=[])
     assert isinstance(err.value, ParameterError)
-    line = "ConfigError: parameter seed must be in [0, 2**32), got -1"
+    line = "ConfigError: parameter seed must be an integer in [0, 2**32), got -1"
     assert err.value._render_traceback_() == [line]
 
 
@@ -26,4 +26,4 @@ def test_ipython_shows_the_failed_cell_as_that_one_line(capsys):
         InteractiveShell.clear_instance()
     assert isinstance(result.error_in_exec, ConfigError)
     shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert shown == ["ConfigError: parameter seed must be in [0, 2**32), got -1"]
+    assert shown == ["ConfigError: parameter seed must be an integer in [0, 2**32), got -1"]
