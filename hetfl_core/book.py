@@ -33,7 +33,8 @@ from .options import check_value
 
 __all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "ParameterError",
-           "caption_text", "caption", "rerun_command", "Chapter"]
+           "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
+           "paper_results_dir", "paper_scale_markdown"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
 #: ``authors``, as the methods' authors ran them (every method's default), or
@@ -283,6 +284,61 @@ class Chapter:
     def claim(self, *args, **kwargs):
         """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
         return self.ledger.claim(*args, **kwargs)
+
+    def show_paper_scale(self) -> None:
+        """Display the chapter's paper-scale ledger beside this run's
+        (:func:`paper_scale_markdown`), where one is recorded."""
+        from IPython.display import Markdown, display
+
+        display(Markdown(paper_scale_markdown(self.name, self.ledger.to_dict())))
+
+
+# -- a paper-scale run, recorded with where and when it ran ------------------------------------
+#: where paper-scale results live: ``$HETFL_PAPER_RESULTS``, or ``results/paper`` of the
+#: repository (written by ``tools/paper_run.py``)
+PAPER_RESULTS_ENV = "HETFL_PAPER_RESULTS"
+
+
+def paper_results_dir() -> "pathlib.Path":
+    """The directory of recorded paper-scale runs (:data:`PAPER_RESULTS_ENV`)."""
+    import os
+    import pathlib
+
+    default = pathlib.Path(__file__).resolve().parents[1] / "results" / "paper"
+    return pathlib.Path(os.environ.get(PAPER_RESULTS_ENV) or default)
+
+
+def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:
+    """Markdown for a chapter's recorded paper-scale run beside ``ledger`` (this run's):
+    where, when and how it ran (device, date, commit, source hash, command, wall time), a
+    warning when the package's source has changed since (its results are then stale), and
+    per claim the verdict here and at paper scale; or a line saying none is recorded."""
+    import json
+    import pathlib
+
+    from .experiments import source_hash
+    from .report import markdown_table
+
+    path = pathlib.Path(directory or paper_results_dir()) / f"{chapter}.json"
+    if not path.is_file():
+        return (f"*No paper-scale run of this chapter is recorded yet: "
+                f"`python tools/paper_run.py {chapter}` runs it (on a GPU, hours) and records "
+                f"it in `results/paper/{chapter}.json`.*")
+    record = json.loads(path.read_text())
+    how = record["provenance"]
+    text = (f"**At the paper's scale** ({how['device']}, {how['date']}, commit "
+            f"`{how['commit'][:10]}`, {how['wall_s'] / 3600:.1f} h; `{how['command']}`).")
+    if how["source_hash"] != source_hash():
+        text += (f" **Stale:** the package's source has changed since it ran (source hash "
+                 f"`{how['source_hash']}`, now `{source_hash()}`); rerun it to trust it.")
+    here = {(c["ref"], c["statement"]): c for c in ledger["claims"]}
+    rows = [[f"{c['ref']}: {c['statement']}",
+             here[(c["ref"], c["statement"])]["verdict"] if (c["ref"], c["statement"]) in here else "—",
+             c["verdict"], c["measured"].split("; ", 1)[0]]
+            for c in record["ledger"]["claims"] if c.get("kind", "paper") == "paper"]
+    return text + "\n\n" + markdown_table(
+        rows, ["claim", f"{ledger.get('scale', 'this')} scale", "paper scale",
+               "measured at paper scale"])
 
 
 # -- planning a chapter without training it ---------------------------------------------------
