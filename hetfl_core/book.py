@@ -328,12 +328,12 @@ def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:
     how = record["provenance"]
     text = (f"**At the paper's scale** ({how['device']}, {how['date']}, commit "
             f"`{how['commit'][:10]}`, {how['wall_s'] / 3600:.1f} h; `{how['command']}`).")
-    if how["source_hash"] != source_hash():
+    now = source_hash()
+    if how["source_hash"] != now:
         text += (f" **Stale:** the package's source has changed since it ran (source hash "
-                 f"`{how['source_hash']}`, now `{source_hash()}`); rerun it to trust it.")
-    here = {(c["ref"], c["statement"]): c for c in ledger["claims"]}
-    rows = [[f"{c['ref']}: {c['statement']}",
-             here[(c["ref"], c["statement"])]["verdict"] if (c["ref"], c["statement"]) in here else "—",
+                 f"`{how['source_hash']}`, now `{now}`); rerun it to trust it.")
+    here = {(c["ref"], c["statement"]): c["verdict"] for c in ledger["claims"]}
+    rows = [[f"{c['ref']}: {c['statement']}", here.get((c["ref"], c["statement"]), "—"),
              c["verdict"], c["measured"].split("; ", 1)[0]]
             for c in record["ledger"]["claims"] if c.get("kind", "paper") == "paper"]
     return text + "\n\n" + markdown_table(

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .book import BASELINES
 from .config import RunConfig
 from .errors import ConfigError, DatasetUnavailable, HetflError
 
@@ -109,7 +110,7 @@ def _add_arena_parsers(sub) -> None:
     arena.add_argument("--out", default="arena", help="directory for leaderboard.csv/.json and pareto.png")
     arena.add_argument("--processes", type=int, default=2, help="worker processes (default: 2)")
     arena.add_argument("--seed", type=int, default=0, help="the first seed (default: 0)")
-    arena.add_argument("--baselines", choices=("authors", "simplified"), default="authors",
+    arena.add_argument("--baselines", choices=BASELINES, default="authors",
                        help="the baselines as their authors ran them (default) or simplified "
                             "(hetfl_core.book.SIMPLIFIED_BASELINES)")
     arena.add_argument("--quiet", action="store_true", help="no progress bar")
