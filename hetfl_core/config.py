@@ -166,7 +166,9 @@ class RunConfig:
 
     Evaluation: every ``eval_every`` rounds and after the last; ``eval_global=False`` skips
     scoring the global model on the dataset's whole test set (the costliest part of an
-    evaluation) where only personalised accuracy is read.
+    evaluation) where only personalised accuracy is read, and ``eval_global_every`` scores
+    it less often than the personalised models (only at the end, for instance, where only
+    its final accuracy is read).
 
     ``device`` is where models and data live (``cpu``, ``cuda``, ``cuda:N``, ``mps``,
     ``auto``; see :mod:`hetfl_core.devices`). ``batched_clients`` trains a round's clients
@@ -220,6 +222,9 @@ class RunConfig:
                                "per round under the compute cost model (0: the device model's exact times)", float, 0, 10)
     eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
     eval_global: bool = _field(True, "score the global model on the whole test set", bool)
+    eval_global_every: int | None = _field(None, "score the global model every this many rounds (and after "
+                                           "the last; None: at every evaluation)", int, 1, 1_000_000,
+                                           optional=True)
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
                        high_open=True)
     device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)

@@ -110,9 +110,12 @@ class Simulation:
                "loss": float(np.mean([r.loss for r in reports])),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
-        due = round_idx % config.eval_every == 0 or round_idx == config.rounds
+        last = round_idx == config.rounds
+        due = round_idx % config.eval_every == 0 or last
         if due if evaluate is None else evaluate:
-            row.update(evaluate_method(self))
+            every = config.eval_global_every
+            row.update(evaluate_method(self, score_global=config.eval_global and (
+                every is None or round_idx % every == 0 or last)))
         else:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
         row["clients"] = records
@@ -188,12 +191,14 @@ def f1_score(counts: dict) -> float | None:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
 
 
-def evaluate_method(sim: Simulation) -> dict:
-    """Global accuracy on the global test set (unless ``eval_global`` is off); personalised accuracy
-    pooled over client test sets."""
+def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
+    """Personalised accuracy pooled over client test sets; and, where ``score_global`` (default:
+    the config's ``eval_global``), the global model's accuracy on the global test set with the
+    method's own scores (:meth:`~hetfl_core.methods.base.Method.extra_metrics`)."""
     method, data = sim.method, sim.data
     binary = data.dataset.num_classes == 2
-    model = method.global_model() if sim.config.eval_global else None
+    score_global = sim.config.eval_global if score_global is None else score_global
+    model = method.global_model() if score_global else None
     acc_global = loss_global = None
     global_counts, personal_counts = ({}, {}) if binary else (None, None)
     if model is not None:
@@ -208,7 +213,7 @@ def evaluate_method(sim: Simulation) -> dict:
     if binary:  # MRPC-style tasks report F1 of the positive class too
         row["f1_global"] = f1_score(global_counts) if model is not None else None
         row["f1_personal"] = f1_score(personal_counts)
-    extra = method.extra_metrics()
+    extra = method.extra_metrics() if score_global else {}
     clash = sorted(set(extra) & set(row))
     if clash:
         raise TypeError(f"{method.name}.extra_metrics() must not overwrite the engine's {', '.join(clash)}: "

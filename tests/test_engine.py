@@ -88,10 +88,22 @@ def test_eval_global_off_skips_only_the_global_score(tiny_config):
     assert [r["acc_personal"] for r in off["history"]] == [r["acc_personal"] for r in on["history"]]
 
 
+def test_eval_global_every_scores_the_global_model_less_often(tiny_config):
+    config = tiny_config.replace(method="fjord", rounds=4, eval_every=1)
+    every, sparse = run(config), run(config.replace(eval_global_every=3))
+    scored = [row["round"] for row in sparse["history"] if row["acc_global"] is not None]
+    assert scored == [3, 4]                     # every third round, and after the last
+    assert [("acc_widths" in row) for row in sparse["history"]] == [False, False, True, True]
+    for a, b in zip(every["history"], sparse["history"]):
+        assert a["acc_personal"] == b["acc_personal"]
+        if b["acc_global"] is not None:
+            assert (a["acc_global"], a["acc_widths"]) == (b["acc_global"], b["acc_widths"])
+
+
 def test_invalid_configs_fail_before_training():
     for bad in [dict(rounds=0), dict(alpha=0.0), dict(participation=1.5), dict(lr=-1), dict(method="nope"),
                 dict(dataset="nope"), dict(options={"foo": 1}), dict(heterogeneity="extreme"),
-                dict(eval_global="no")]:
+                dict(eval_global="no"), dict(eval_global_every=0)]:
         with pytest.raises(ConfigError):
             RunConfig(**{"dataset": "digits", **bad}).validate()
 

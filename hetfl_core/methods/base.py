@@ -231,7 +231,8 @@ class Method(ABC):
         return self.model
 
     def extra_metrics(self) -> dict:
-        """Method-specific scores added to each evaluated history row (default: none)."""
+        """Method-specific scores of the global model, added to each history row that scores
+        it (``eval_global``, ``eval_global_every``; default: none)."""
         return {}
 
 

@@ -90,10 +90,8 @@ class FjORD(HeteroFL):
                             local_steps=plan.local_steps, width=plan.width)
 
     def extra_metrics(self) -> dict:
-        """``acc_widths``: the global model at every width level on the whole test set
-        (none when ``eval_global`` is off), in the order of ``widths``."""
-        if not self.config.eval_global:
-            return {}
+        """``acc_widths``: the global model at every width level on the whole test set, in
+        the order of ``widths``."""
         x, y = self.data.dataset.x_test, self.data.dataset.y_test
         accs = [evaluate(self.width_model(p), x, y)[0] / len(y) for p in self.levels]
         return {"acc_widths": accs, "widths": list(self.levels)}
