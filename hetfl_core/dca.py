@@ -84,6 +84,7 @@ class RoundSystem:
 
     @property
     def n(self) -> int:
+        """The number of clients N."""
         return len(self.gamma)
 
     @property
