@@ -31,14 +31,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import ConfigError, InfeasibleError
-from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, calibrate_cycles_per_sample, min_round_time,
-                     min_shares, shannon_rate, shannon_rates)
+from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, compute_seconds, cpu_energy, min_round_time,
+                     min_shares)
 from .system import topk_upload_bits as upload_bits
 
-__all__ = ["NOISE_PSD", "RoundSystem", "WirelessScenario", "Allocation", "upload_bits", "objective",
-           "latency", "min_share", "min_deadline", "feasible_start", "solve_dca", "best_for_shares",
-           "uniform_allocation", "grid_search", "fixed_allocation", "round_system", "with_state",
-           "calibrate_deadline"]
+__all__ = ["NOISE_PSD", "RoundSystem", "Allocation", "upload_bits", "objective", "latency", "min_share",
+           "min_deadline", "feasible_start", "solve_dca", "best_for_shares", "uniform_allocation", "grid_search",
+           "fixed_allocation", "calibrate_deadline"]
 
 K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # the gradients of (39) are singular at k=0, r=1
 
@@ -52,17 +51,15 @@ def _upload_bits_slope(k, d_base: int, value_bits: int = FLOAT_BITS):
 class RoundSystem:
     """One round's system state: what the server knows when it allocates (Sec. III).
 
-    Per client: data weight ``gamma`` (sums to 1), transmit power ``tx_power_w``, channel
-    power gain ``gain``, CPU frequency ``cpu_hz``; shared: band ``bandwidth_hz``, model split
-    ``d_base``/``d_private``, ``batch`` b, ``cycles_per_sample`` C, ``energy_coeff`` zeta,
-    the deadline ``deadline_s`` and optional per-round energy budgets ``energy_budget_j``.
+    ``state`` is the round of the cell (:class:`~hetfl_core.system.CellState`: the band W
+    and per client the channel gain h, transmit power p and CPU frequency omega); per
+    client the data weight ``gamma`` (sums to 1) and optional per-round energy budgets
+    ``energy_budget_j``; shared, the model split ``d_base``/``d_private``, ``batch`` b,
+    ``cycles_per_sample`` C, ``energy_coeff`` zeta and the deadline ``deadline_s``.
     """
 
+    state: CellState
     gamma: np.ndarray
-    tx_power_w: np.ndarray
-    gain: np.ndarray
-    cpu_hz: np.ndarray
-    bandwidth_hz: float
     d_base: int
     d_private: int
     batch: int
@@ -70,38 +67,59 @@ class RoundSystem:
     deadline_s: float
     energy_coeff: float = 1e-28
     energy_budget_j: np.ndarray | None = None
-    noise_psd: float = NOISE_PSD
     value_bits: int = FLOAT_BITS
+
+    @classmethod
+    def mean_of(cls, cost_model, gamma, d_base: int, d_private: int, batch: int, *, seed: int,
+                deadline_s: float | None = None, deadline_position: float = 0.5) -> RoundSystem:
+        """The mean round of a wireless cost model's cell (``cost_model.cell`` without fading,
+        with its C) for this split and data weights; the deadline is ``deadline_s`` or
+        calibrated at ``deadline_position`` (:func:`calibrate_deadline`)."""
+        cell = cost_model.cell
+        system = cls(cell.mean_state(), np.asarray(gamma, float), d_base, d_private, batch,
+                     cost_model.cycles_per_sample, 1.0, cell.energy_coeff)
+        if deadline_s is None:
+            deadline_s = calibrate_deadline(cell, system, deadline_position, seed)
+        return replace(system, deadline_s=float(deadline_s))
 
     @property
     def n(self) -> int:
+        """The number of clients N."""
         return len(self.gamma)
 
     @property
+    def bandwidth_hz(self) -> float:
+        """The band W."""
+        return self.state.bandwidth_hz
+
+    @property
     def snr(self) -> np.ndarray:
-        """a_n = h_n p_n / (N0 W): the SNR a client would have on the whole band."""
-        return self.gain * self.tx_power_w / (self.noise_psd * self.bandwidth_hz)
+        """Each client's SNR on the whole band (:attr:`CellState.snr`)."""
+        return self.state.snr
+
+    def rates(self, share) -> np.ndarray:
+        """Eq. (7) for every client at its bandwidth share (:meth:`CellState.rates`)."""
+        return self.state.rates(share)
 
     def compute_time(self, r) -> np.ndarray:
-        """Eq. (12): tau_comp = b C (d_B + r d_P) / (omega d)."""
-        d = self.d_base + self.d_private
-        return self.batch * self.cycles_per_sample * (self.d_base + np.asarray(r, float) * self.d_private) \
-            / (self.cpu_hz * d)
+        """Eq. (12): tau_comp = b C (d_B + r d_P) / (omega d) (:func:`~hetfl_core.system.compute_seconds`)."""
+        return compute_seconds(self.batch * self.cycles_per_sample, self.state.cpu_hz,
+                               self.d_base + np.asarray(r, float) * self.d_private, self.d_base + self.d_private)
 
     def compute_energy(self, r) -> np.ndarray:
-        """Eq. (13): E_comp = zeta omega^3 tau_comp."""
-        return self.energy_coeff * self.cpu_hz ** 3 * self.compute_time(r)
+        """Eq. (13): E_comp = zeta omega^3 tau_comp (:func:`~hetfl_core.system.cpu_energy`)."""
+        return cpu_energy(self.energy_coeff, self.state.cpu_hz, self.compute_time(r))
 
-    def rate(self, share) -> np.ndarray:
-        """Eq. (7) for every client at its bandwidth share (``system.shannon_rate``)."""
-        share = np.broadcast_to(np.asarray(share, float), (self.n,))
-        return np.array([shannon_rate(s * self.bandwidth_hz, p, h, self.noise_psd)
-                         for s, p, h in zip(share, self.tx_power_w, self.gain)])
+    def with_state(self, state: CellState, energy_budget_j: float | None = None) -> RoundSystem:
+        """This system on another draw of the cell (and per-client energy budgets, if any)."""
+        budget = None if energy_budget_j is None else np.full(len(state.gain), energy_budget_j)
+        return replace(self, state=state, energy_budget_j=budget)
 
-
-def _rate(system: RoundSystem, share):
-    """Eq. (7) vectorised (the bisections call it many times); equals :meth:`RoundSystem.rate`."""
-    return shannon_rates(share, system.bandwidth_hz, system.snr)
+    def subset(self, idx) -> RoundSystem:
+        """The round of the clients ``idx`` alone: their state, budgets and data weights (renormalised)."""
+        gamma = self.gamma[idx]
+        budget = None if self.energy_budget_j is None else np.asarray(self.energy_budget_j)[idx]
+        return replace(self, state=self.state.subset(idx), gamma=gamma / gamma.sum(), energy_budget_j=budget)
 
 
 def objective(k, r, system: RoundSystem, theta1: float, theta2: float = 1.0) -> float:
@@ -112,13 +130,13 @@ def objective(k, r, system: RoundSystem, theta1: float, theta2: float = 1.0) -> 
 
 def latency(k, r, share, system: RoundSystem) -> np.ndarray:
     """Eqs. (10), (12), (14): tau_all = tau_comp(r) + S(k) / R(l), per client."""
-    return system.compute_time(r) + upload_bits(k, system.d_base, system.value_bits) / _rate(system, share)
+    return system.compute_time(r) + upload_bits(k, system.d_base, system.value_bits) / system.rates(share)
 
 
 def energy(k, r, share, system: RoundSystem) -> np.ndarray:
     """Eqs. (11), (13): E = zeta omega^3 tau_comp + p tau_comm, per client and round."""
-    comm = upload_bits(k, system.d_base, system.value_bits) / _rate(system, share)
-    return system.compute_energy(r) + system.tx_power_w * comm
+    comm = upload_bits(k, system.d_base, system.value_bits) / system.rates(share)
+    return system.compute_energy(r) + system.state.tx_power_w * comm
 
 
 def min_share(system: RoundSystem, bits, seconds) -> np.ndarray:
@@ -241,7 +259,7 @@ def largest_k(system: RoundSystem, budget, lo, hi, iters: int = 60):
 
 def _repair(system: RoundSystem, k, r, share, k_min):
     """Lower k where solver tolerance left tau_all a hair above the deadline (S increases in k)."""
-    budget = _rate(system, share) * (system.deadline_s - system.compute_time(r))
+    budget = system.rates(share) * (system.deadline_s - system.compute_time(r))
     bad = upload_bits(np.asarray(k, float), system.d_base, system.value_bits) > budget
     if not bad.any():
         return k
@@ -294,21 +312,21 @@ def solve_dca(system: RoundSystem, theta1: float, theta2: float = 1.0, *, max_it
         relaxed = True
         k, r, share = feasible_start(system, k_min, r_min)
     bits0 = upload_bits(k, system.d_base, system.value_bits) / 1e6
-    z = bits0 / (_rate(system, share) / 1e6)
+    z = bits0 / (system.rates(share) / 1e6)
     v = np.sqrt(share * z)
     history = [objective(k, r, system, theta1, theta2)]
     sub = _subproblem(system.n, system.energy_budget_j is not None, k_min, r_min, r_max)
     W = system.bandwidth_hz / 1e6
-    d = system.d_base + system.d_private
+    cpu_hz = system.state.cpu_hz
     sub.ainv.value, sub.lna.value = 1 / system.snr, np.log(system.snr)
-    sub.A.value = system.batch * system.cycles_per_sample * system.d_base / (system.cpu_hz * d)
-    sub.B.value = system.batch * system.cycles_per_sample * system.d_private / (system.cpu_hz * d)
+    sub.A.value = system.compute_time(0.0)                                   # (12): tau_comp = A + B r
+    sub.B.value = compute_seconds(system.batch * system.cycles_per_sample, cpu_hz, system.d_private,
+                                  system.d_base + system.d_private)
     sub.tau.value = system.deadline_s
     sub.wk.value = theta2 * system.gamma
-    if system.energy_budget_j is not None:
-        zw3 = system.energy_coeff * system.cpu_hz ** 3
-        sub.eA.value, sub.eB.value = zw3 * sub.A.value, zw3 * sub.B.value
-        sub.p.value, sub.E.value = system.tx_power_w, np.asarray(system.energy_budget_j, float)
+    if system.energy_budget_j is not None:                                   # (13) of A and B
+        sub.eA.value, sub.eB.value = (cpu_energy(system.energy_coeff, cpu_hz, t) for t in (sub.A.value, sub.B.value))
+        sub.p.value, sub.E.value = system.state.tx_power_w, np.asarray(system.energy_budget_j, float)
     share_best, status, it = share, "optimal", 0
     for it in range(1, max_iter + 1):
         slope = _upload_bits_slope(k, system.d_base, system.value_bits) / 1e6
@@ -357,7 +375,7 @@ def best_for_shares(system: RoundSystem, share, theta1: float, theta2: float = 1
     fits.
     """
     share = np.broadcast_to(np.asarray(share, float), (system.n,))
-    rate = _rate(system, share)[:, None]
+    rate = system.rates(share)[:, None]
     s_lo, s_hi = math.sqrt(1 - r_max), math.sqrt(1 - r_min)
 
     def evaluate(s):                                     # s: (N, G) values of sqrt(1 - r)
@@ -446,78 +464,13 @@ def grid_search(system: RoundSystem, theta1: float, theta2: float = 1.0, points:
     return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s)
 
 
-def round_system(state: CellState, gamma, d_base: int, d_private: int, batch: int, cycles_per_sample: float,
-                 deadline_s: float, energy_coeff: float = 1e-28, energy_budget_j=None,
-                 value_bits: int = FLOAT_BITS) -> RoundSystem:
-    """The DCA's view of one round of the cell: its draw plus the model split and deadline."""
-    return RoundSystem(np.asarray(gamma, float), state.tx_power_w, state.gain, state.cpu_hz, state.bandwidth_hz,
-                       d_base, d_private, batch, cycles_per_sample, deadline_s, energy_coeff,
-                       energy_budget_j, state.noise_psd, value_bits)
-
-
-def with_state(system: RoundSystem, state: CellState, energy_budget_j: float | None = None) -> RoundSystem:
-    """``system`` with a new draw of the cell (and per-client energy budgets, if any)."""
-    budget = None if energy_budget_j is None else np.full(len(state.gain), energy_budget_j)
-    return replace(system, tx_power_w=state.tx_power_w, gain=state.gain, cpu_hz=state.cpu_hz,
-                   bandwidth_hz=state.bandwidth_hz, energy_budget_j=budget)
-
-
 def calibrate_deadline(cell: WirelessCell, mean_system: RoundSystem, position: float, seed: int,
                        draws: int = 30) -> float:
     """tau_max at ``position`` between the smallest feasible deadlines at (k_min, r_min) and
     at (1, 1) under the best shares, each the median over ``draws`` probe rounds (CPU speeds
     are redrawn every round, so the slowest client of a round, not the mean one, sets them)."""
     probe = np.random.default_rng([seed, 404, 1])
-    rounds = [with_state(mean_system, cell.draw(probe)) for _ in range(draws)]
+    rounds = [mean_system.with_state(cell.draw(probe)) for _ in range(draws)]
     lo = np.median([min_deadline(s, K_MIN, R_MIN) for s in rounds])
     hi = np.median([min_deadline(s, 1.0, 1.0) for s in rounds])
     return float(lo + position * (hi - lo))
-
-
-class WirelessScenario:
-    """Table II's cell with the book's CPU-scaled constants, drawing one :class:`RoundSystem` per round.
-
-    Clients sit uniformly in a disc of ``radius_m`` (at least ``min_distance_m`` from the
-    base station) for the whole run; every round redraws Rayleigh fading (Exp(1) power
-    gain), transmit power U[20, 28] dBm and CPU frequency U[0.5, 3] GHz. ``bandwidth_hz``
-    is a number or a ``(low, high)`` range drawn uniformly per round (dynamic bandwidth).
-    C is calibrated so that at k = r = 1 and l = 1/N the median compute time equals the
-    median upload time on the mean channel, for a base of ``calibration_d_base``
-    weights (default ``d_base``). C belongs to the model and the devices: methods that
-    split the same model differently should share one ``calibration_d_base`` (the paper's
-    split), or a method with a small shared part would also be given a faster CPU. The
-    deadline sits at ``deadline_position`` between the smallest feasible deadlines at (k_min, r_min) and at
-    (1, 1) under the best shares; since CPU speeds are redrawn every round, the slowest
-    client of a round, not the mean one, sets those, so both are medians over
-    ``calibration_draws`` rounds (on the mean channel the deadline misses almost every
-    round).
-    """
-
-    def __init__(self, gamma, d_base: int, d_private: int, bandwidth_hz=2e6, *, batch: int = 32,
-                 seed: int = 0, deadline_s: float | None = None, deadline_position: float = 0.5,
-                 energy_budget_j: float | None = None, radius_m: float = 200.0, min_distance_m: float = 10.0,
-                 power_dbm=(20.0, 28.0), cpu_hz=(0.5e9, 3.0e9), energy_coeff: float = 1e-28,
-                 value_bits: int = FLOAT_BITS, calibration_draws: int = 30,
-                 calibration_d_base: int | None = None):
-        self.gamma = np.asarray(gamma, float) / np.sum(gamma)
-        n = len(self.gamma)
-        self.cell = WirelessCell(n, seed, bandwidth_hz, radius_m=radius_m, min_distance_m=min_distance_m,
-                                 power_dbm=power_dbm, cpu_hz=cpu_hz, energy_coeff=energy_coeff)
-        self.path_gain, self.bandwidth = self.cell.path_gain, bandwidth_hz
-        self.energy_budget_j = energy_budget_j
-        reference = d_base if calibration_d_base is None else calibration_d_base
-        self.cycles_per_sample = calibrate_cycles_per_sample(self.cell, reference, batch, value_bits)
-        self.mean_system = round_system(self.cell.mean_state(), self.gamma, d_base, d_private, batch,
-                                        self.cycles_per_sample, 1.0, energy_coeff, None, value_bits)
-        if deadline_s is None:
-            deadline_s = calibrate_deadline(self.cell, self.mean_system, deadline_position, seed,
-                                            calibration_draws)
-        self.deadline_s = float(deadline_s)
-        self.mean_system = replace(self.mean_system, deadline_s=self.deadline_s)
-
-    def _draw(self, rng) -> RoundSystem:
-        return with_state(self.mean_system, self.cell.draw(rng), self.energy_budget_j)
-
-    def draw(self) -> RoundSystem:
-        """The next round's channel, power, CPU and (if dynamic) band."""
-        return self._draw(self.cell.rng)

@@ -28,10 +28,7 @@ from .data import FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
 from .errors import DivergenceError
 from .methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
-from .personalization import paper_split, split_parameter_names
-from .models import build_model
-from .system import (ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, profile_model, round_time,
-                     training_flops)
+from .system import SYSTEMS, CostModel, DeviceProfile, make_devices, round_time
 from .training import evaluate
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
@@ -127,25 +124,6 @@ def system_of(config: RunConfig) -> str:
     return config.system if config.system is not None else get_method(config.method).default_system
 
 
-def build_cost_model(config: RunConfig, data: FederatedData, devices: list[DeviceProfile],
-                     method: Method) -> CostModel:
-    """The run's :class:`~hetfl_core.system.CostModel` (``compute`` or ``wireless``)."""
-    if system_of(config) == "compute":
-        return ComputeCost(devices, seed=config.seed, time_noise=config.time_noise)
-    band = 0.1e6 * config.clients if config.bandwidth_mhz is None else config.bandwidth_mhz * 1e6
-    if config.bandwidth_high_mhz is not None:
-        band = (band, config.bandwidth_high_mhz * 1e6)
-    with torch.random.fork_rng():      # the plain architecture (a method may train another, e.g. composed)
-        plain = build_model(config.model, data.input_shape, data.num_classes)
-    params = dict(plain.named_parameters())
-    reference = split_parameter_names(plain, paper_split(config.model, plain))
-    batch = method.local_steps(max(data.clients, key=lambda c: c.n_train)) * config.batch_size
-    flops_per_sample = training_flops(profile_model(plain, data.input_shape, dtype=data.dataset.x_train.dtype), 1)
-    return WirelessCost(devices, seed=config.seed, bandwidth_hz=band, flops_per_sample=flops_per_sample,
-                        d_reference=sum(params[n].numel() for n in reference), batch=batch,
-                        policy=config.bandwidth_policy)
-
-
 def build_data(config: RunConfig) -> FederatedData:
     """The run's dataset dealt to its clients, on the run's device."""
     dataset = load_dataset(config.dataset)
@@ -163,7 +141,7 @@ def build_simulation(config: RunConfig) -> Simulation:
     devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
-    method.cost_model = build_cost_model(config, data, devices, method)
+    method.cost_model = SYSTEMS[system_of(config)].from_run(config, data, method)
     return Simulation(config, data, devices, method, method.cost_model)
 
 

@@ -79,7 +79,7 @@ def shipped_types() -> tuple:
     from .bandits import PUCBV, UCB1, UCBV, Interval
     from .compression import ErrorFeedback
     from .config import RunConfig
-    from .dca import Allocation, RoundSystem, WirelessScenario
+    from .dca import Allocation, RoundSystem
     from .lottery import ConvergenceTrigger, FixedSchedule
     from .methods import heterofl
     from .personalization import PrivateStore
@@ -91,7 +91,7 @@ def shipped_types() -> tuple:
     from .training import LocalResult
 
     hetfl = [ClientPlan, ClientReport, RunConfig, DeviceProfile, LayerCost, Charge, ComputeCost,
-             WirelessCost, CellState, WirelessCell, RoundSystem, Allocation, WirelessScenario, UCB1,
+             WirelessCost, CellState, WirelessCell, RoundSystem, Allocation, UCB1,
              UCBV, Interval, PUCBV, ErrorFeedback, FixedSchedule, ConvergenceTrigger, PrivateStore,
              ReinforcedRateWalk, LocalResult, composition.Selection]
     hetfl_models = [value for module in (models, composition, masks, transformer, heterofl)

@@ -12,9 +12,16 @@ from hetfl_core.errors import InfeasibleError
 D_BASE, D_PRIVATE = 50_692, 11_014   # LeNet-5: conv1-3 / fc1-2 (Table III)
 
 
-def scenario(n, seed=0, band_per_client=0.1e6, **kw):
-    gamma = np.random.default_rng([seed, 7]).uniform(0.5, 1.5, n)
-    return dca.WirelessScenario(gamma, D_BASE, D_PRIVATE, band_per_client * n, seed=seed, **kw)
+def rounds(n, seed=0, band_per_client=0.1e6, d_base=D_BASE, d_private=D_PRIVATE, gamma=None, **deadline):
+    """Successive rounds of the wireless cell a run of ``n`` clients is charged on
+    (``WirelessCost``, C calibrated on the base), as the server sees them when it allocates."""
+    cost = system.WirelessCost(system.make_devices(n, "none", np.random.default_rng(0)), seed=seed,
+                               bandwidth_hz=band_per_client * n, flops_per_sample=1.0, d_reference=d_base, batch=32)
+    gamma = np.random.default_rng([seed, 7]).uniform(0.5, 1.5, n) if gamma is None else np.asarray(gamma)
+    mean = dca.RoundSystem.mean_of(cost, gamma / gamma.sum(), d_base, d_private, 32, seed=seed, **deadline)
+    while True:
+        cost.start_round(0, list(range(n)))
+        yield mean.with_state(cost.state)
 
 
 def test_table_ii_path_loss_noise_and_shannon_rate():
@@ -22,10 +29,48 @@ def test_table_ii_path_loss_noise_and_shannon_rate():
     assert dca.NOISE_PSD == pytest.approx(3.98e-21, rel=1e-3)
     # p h / (N0 B) = 3  ->  R = B log2(4) = 2 B
     assert system.shannon_rate(1e6, 3.0, 1.0, 1e-6) == pytest.approx(2e6)
-    s = scenario(5).draw()
+    s = next(rounds(5))
     share = np.array([0.1, 0.2, 0.3, 0.15, 0.25])
-    assert np.allclose(s.rate(share), dca._rate(s, share), rtol=1e-12)
-    assert np.all(np.diff(dca._rate(s, np.linspace(0.01, 1, 50)[None, :].repeat(5, 0)), axis=1) > 0)
+    band = share * s.bandwidth_hz          # Eq. (7) written out: l W log2(1 + h p / (N0 l W))
+    by_hand = band * np.log2(1 + s.state.gain * s.state.tx_power_w / (dca.NOISE_PSD * band))
+    assert np.allclose(s.rates(share), by_hand, rtol=1e-12)
+    assert np.all(np.diff(s.rates(np.linspace(0.01, 1, 50)[None, :].repeat(5, 0)), axis=1) > 0)
+
+
+def test_a_subset_keeps_each_clients_physics():
+    s = next(rounds(6, seed=2))
+    idx = np.array([4, 1, 3])
+    part = s.subset(idx)
+    share = np.array([0.2, 0.5, 0.3])
+    assert part.n == 3 and part.gamma.sum() == pytest.approx(1.0)
+    assert np.allclose(part.gamma, s.gamma[idx] / s.gamma[idx].sum())
+    full_share = np.zeros(6)
+    full_share[idx] = share
+    assert np.array_equal(part.rates(share), s.rates(full_share)[idx])
+    assert np.array_equal(part.compute_time(0.4), s.compute_time(0.4)[idx])
+    assert np.array_equal(part.compute_energy(0.4), s.compute_energy(0.4)[idx])
+
+
+def test_the_allocation_sees_the_cell_the_run_is_charged_on():
+    """The server's view of a round (SparsePrunePFL.round_system) gives each participant the
+    upload rate and compute time the run's cost model charges it."""
+    from hetfl_core import RunConfig
+    from hetfl_core.engine import build_simulation
+
+    sim = build_simulation(RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=5, rounds=1,
+                                     local_steps=2, batch_size=16, heterogeneity="medium", seed=1))
+    m, cost = sim.method, sim.cost_model
+    cost.start_round(1, list(range(5)))
+    ids = [0, 2, 3]
+    s = m.round_system(ids)
+    share, r = np.array([0.5, 0.2, 0.3]), 0.6
+    flops = m.flops_per_sample * m.samples_per_round() * (m.d_base + r * m.d_private) / (m.d_base + m.d_private)
+    for i, c in enumerate(ids):
+        device = cost.device(c, share[i])
+        assert s.rates(share)[i] == pytest.approx(device.uplink_bps, rel=1e-12)
+        assert s.compute_time(r)[i] == pytest.approx(system.compute_time(device, flops), rel=1e-9)
+        assert s.compute_energy(r)[i] == pytest.approx(system.compute_energy(device, flops), rel=1e-9)
+    assert len({d.tier for d in sim.devices}) > 1        # the tiers' CPU scaling is part of the view
 
 
 def test_upload_bits_eq9_and_exact_eq8():
@@ -42,20 +87,20 @@ def test_upload_bits_eq9_and_exact_eq8():
 
 
 def test_min_share_inverts_the_rate():
-    s = scenario(8, seed=3).draw()
+    s = next(rounds(8, seed=3))
     bits = np.full(8, 3e5)
     share = dca.min_share(s, bits, np.full(8, 2.0))
     finite = np.isfinite(share)
     assert finite.any()
-    assert np.allclose(dca._rate(s, share[finite])[finite] * 2.0, bits[finite], rtol=1e-7)
+    assert np.allclose(s.rates(share[finite])[finite] * 2.0, bits[finite], rtol=1e-7)
 
 
 @pytest.mark.parametrize("n", [5, 20])
 def test_dca_monotone_feasible_and_beats_uniform(n):
-    sc = scenario(n, seed=n)
+    sc = rounds(n, seed=n)
     wins = 0
     for _ in range(3):
-        s = sc.draw()
+        s = next(sc)
         alloc = dca.solve_dca(s, theta1=10.0)
         s = dataclasses.replace(s, deadline_s=alloc.deadline_s)
         h = np.array(alloc.history)
@@ -73,7 +118,7 @@ def test_dca_monotone_feasible_and_beats_uniform(n):
 
 
 def test_subproblem_is_dpp_and_start_is_feasible():
-    s = scenario(5, seed=1).draw()
+    s = next(rounds(5, seed=1))
     s = dataclasses.replace(s, deadline_s=3 * s.deadline_s)
     k, r, share = dca.feasible_start(s)
     assert np.all(dca.latency(k, r, share, s) <= s.deadline_s * (1 + 1e-9))
@@ -83,8 +128,7 @@ def test_subproblem_is_dpp_and_start_is_feasible():
 
 
 def test_energy_budget_is_met():
-    sc = scenario(5, seed=2)
-    s = sc.draw()
+    s = next(rounds(5, seed=2))
     free = dca.solve_dca(s, theta1=10.0)
     s = dataclasses.replace(s, deadline_s=free.deadline_s)
     used = dca.energy(free.k, free.r, free.share, s)
@@ -96,7 +140,7 @@ def test_energy_budget_is_met():
 
 def test_matches_brute_force_grid_on_two_clients():
     for seed in (0, 3):
-        s = scenario(2, seed=seed).draw()
+        s = next(rounds(2, seed=seed))
         alloc = dca.solve_dca(s, theta1=10.0)
         s = dataclasses.replace(s, deadline_s=alloc.deadline_s)
         grid = dca.grid_search(s, theta1=10.0)
@@ -104,7 +148,7 @@ def test_matches_brute_force_grid_on_two_clients():
 
 
 def test_infeasible_deadline_raises_or_relaxes():
-    s = scenario(5, seed=4).draw()
+    s = next(rounds(5, seed=4))
     s = dataclasses.replace(s, deadline_s=1e-4)
     with pytest.raises(InfeasibleError):
         dca.solve_dca(s, theta1=10.0, relax=False)
@@ -118,11 +162,11 @@ def test_infeasible_deadline_raises_or_relaxes():
 def test_more_bandwidth_keeps_more_of_the_gradient():
     """Table VI's direction: with the deadline fixed, k-bar does not fall as W grows."""
     n = 10
-    deadline = scenario(n, seed=5, band_per_client=0.1e6).deadline_s
+    deadline = next(rounds(n, seed=5, band_per_client=0.1e6)).deadline_s
     kbar, rbar = [], []
     for band in (0.1e6, 0.3e6, 0.5e6):
-        sc = scenario(n, seed=5, band_per_client=band, deadline_s=deadline)
-        allocs = [dca.solve_dca(sc.draw(), theta1=10.0) for _ in range(6)]
+        sc = rounds(n, seed=5, band_per_client=band, deadline_s=deadline)
+        allocs = [dca.solve_dca(next(sc), theta1=10.0) for _ in range(6)]
         kbar.append(np.mean([a.k for a in allocs]))
         rbar.append(np.mean([a.r for a in allocs]))
     assert kbar[0] + 0.05 <= kbar[2]
@@ -133,10 +177,11 @@ def test_more_bandwidth_keeps_more_of_the_gradient():
 def test_objective_does_not_worsen_with_more_band_or_time():
     """A looser round (more bandwidth, a later deadline) never ends with a worse objective."""
     for seed in (0, 1):
-        s = scenario(10, seed=seed).draw()
+        s = next(rounds(10, seed=seed))
         s = dataclasses.replace(s, deadline_s=1.2 * s.deadline_s)
         f = dca.solve_dca(s, theta1=10.0, relax=False).objective
-        wider = dca.solve_dca(dataclasses.replace(s, bandwidth_hz=2 * s.bandwidth_hz), theta1=10.0, relax=False)
+        band = dataclasses.replace(s.state, bandwidth_hz=2 * s.bandwidth_hz)
+        wider = dca.solve_dca(dataclasses.replace(s, state=band), theta1=10.0, relax=False)
         later = dca.solve_dca(dataclasses.replace(s, deadline_s=1.5 * s.deadline_s), theta1=10.0, relax=False)
         assert wider.objective <= f + 1e-4 and later.objective <= f + 1e-4
 
@@ -176,8 +221,8 @@ def test_every_round_of_a_small_model_is_feasible_and_independent_of_earlier_rou
     """The LoRA transformer's split (d_B = 512, d_P = 578): tiny uploads put the solver near its
     tolerance, where an inaccurate iterate once missed the deadline by 0.2% and a warm-started
     solver made a round's answer depend on the rounds solved before it."""
-    sc = dca.WirelessScenario(np.random.default_rng(1).uniform(0.5, 1.5, 10), 512, 578, 1e6, seed=0)
-    systems = [sc.draw() for _ in range(30)]
+    sc = rounds(10, seed=0, d_base=512, d_private=578, gamma=np.random.default_rng(1).uniform(0.5, 1.5, 10))
+    systems = [next(sc) for _ in range(30)]
     first = dca.solve_dca(systems[-1], theta1=10.0)
     for s in systems:
         alloc = dca.solve_dca(s, theta1=10.0)

@@ -38,7 +38,6 @@ then sets theta1 / theta2 from their gradients and private weights
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -154,14 +153,17 @@ class SparsePrunePFL(FedPer):
         """The cell on its mean channel with this split and the deadline tau_max (calibrated
         on first use unless ``deadline_s`` is given)."""
         if self._mean_round is None:
-            o, cell = self.options, self.cost_model.cell
-            system = dca.round_system(cell.mean_state(), self.gamma / self.gamma.sum(), self.d_base,
-                                      self.d_private, self.samples_per_round(),
-                                      self.cost_model.cycles_per_sample, 1.0, cell.energy_coeff)
-            deadline = o["deadline_s"] if o["deadline_s"] is not None else \
-                dca.calibrate_deadline(cell, system, float(o["deadline_position"]), self.config.seed)
-            self._mean_round = dataclasses.replace(system, deadline_s=float(deadline))
+            o = self.options
+            self._mean_round = dca.RoundSystem.mean_of(
+                self.cost_model, self.gamma / self.gamma.sum(), self.d_base, self.d_private, self.samples_per_round(),
+                seed=self.config.seed, deadline_s=o["deadline_s"], deadline_position=float(o["deadline_position"]))
         return self._mean_round
+
+    def round_system(self, client_ids) -> dca.RoundSystem:
+        """What the server knows of this round of the cell when it allocates: the cost
+        model's draw (CPUs scaled by tier) for the participants ``client_ids``."""
+        system = self.mean_round().with_state(self.cost_model.state, self.options["energy_budget_j"])
+        return system.subset(np.array(client_ids))
 
     def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
         """This round's (k, r, l): Alg. 2 (DCA), equal shares with the best (k, r), or fixed."""
@@ -182,14 +184,7 @@ class SparsePrunePFL(FedPer):
             return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=r,
                                     extra={"k": k, "r": r, "relaxed": False, **({"warmup": True} if warming else {})})
                     for cid in client_ids}
-        idx = np.array(client_ids)
-        budget = o["energy_budget_j"]
-        system = dca.with_state(self.mean_round(), self.cost_model.state, budget)
-        system = dataclasses.replace(system, gamma=system.gamma[idx] / system.gamma[idx].sum(),
-                                     tx_power_w=system.tx_power_w[idx], gain=system.gain[idx],
-                                     cpu_hz=np.array([self.cost_model.cpu_hz(int(c)) for c in idx]),
-                                     energy_budget_j=None if budget is None else system.energy_budget_j[idx])
-        alloc = self.allocate(system)
+        alloc = self.allocate(self.round_system(client_ids))
         return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=float(alloc.r[i]),
                                 bandwidth_share=float(alloc.share[i]),
                                 extra={"k": float(alloc.k[i]), "r": float(alloc.r[i]), "relaxed": bool(alloc.relaxed)})

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from .devices import DeviceProfile
 
-__all__ = ["compute_time", "transfer_time", "client_time", "round_time"]
+__all__ = ["compute_seconds", "compute_time", "transfer_time", "client_time", "round_time"]
+
+
+def compute_seconds(work, speed, computed=1, total=1):
+    """Tan et al. 2025, Eq. (12): tau^Comp = b C (d_B + r d_P) / (omega d), element-wise.
+
+    ``work`` is b C cycles (or FLOPs) for the whole model, ``speed`` omega Hz (or FLOP/s),
+    and ``computed`` of ``total`` parameters are computed on (d_B + r d_P of d)."""
+    return work * computed / (speed * total)
 
 
 def compute_time(device: DeviceProfile, flops: float) -> float:
-    """Seconds to compute ``flops`` on ``device``."""
-    return flops / device.flops_per_s
+    """Seconds to compute ``flops`` on ``device`` (:func:`compute_seconds` at its FLOP/s)."""
+    return compute_seconds(flops, device.flops_per_s)
 
 
 def transfer_time(bits: float, rate_bps: float) -> float:

@@ -24,19 +24,21 @@ charges every method through the same functions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
-from .clock import client_time, transfer_time
+from ..models import build_model
+from ..personalization import paper_split, split_parameter_names
+from .clock import client_time, compute_time, transfer_time
 from .devices import REFERENCE_DEVICE, DeviceProfile
 from .energy import compute_energy, transmit_energy
-from .wireless import WirelessCell, calibrate_cycles_per_sample, round_time_shares, shannon_rates
+from .flops import profile_model, training_flops
+from .wireless import CellState, WirelessCell, calibrate_cycles_per_sample, round_time_shares, shannon_rates
 
 __all__ = ["SYSTEMS", "BANDWIDTH_POLICIES", "Charge", "CostModel", "ComputeCost", "WirelessCost", "compute_noise"]
 
-#: the cost models a run can choose (``RunConfig.system``)
-SYSTEMS = ("compute", "wireless")
 #: how the wireless cell's band is split when the method does not split it
 BANDWIDTH_POLICIES = ("equal", "min-time")
 
@@ -111,6 +113,11 @@ class ComputeCost(CostModel):
         super().__init__(devices)
         self.seed, self.time_noise, self.round_idx = seed, time_noise, 0
 
+    @classmethod
+    def from_run(cls, config, data, method) -> ComputeCost:
+        """The run's tiered devices (``method.devices``) with its seed and ``time_noise``."""
+        return cls(method.devices, seed=config.seed, time_noise=config.time_noise)
+
     def start_round(self, round_idx, client_ids):
         self.round_idx = round_idx
 
@@ -124,7 +131,8 @@ class WirelessCost(CostModel):
     ``flops_per_sample`` is the training cost of one sample on the whole dense model, so
     that Eq. (12)'s cycles are ``flops x C / flops_per_sample``; C is calibrated on
     ``d_reference`` weights (the model's shared base in the paper's split) and ``batch``
-    samples per round (:func:`~hetfl_core.system.calibrate_cycles_per_sample`).
+    samples per round (:func:`~hetfl_core.system.calibrate_cycles_per_sample`). ``state``
+    is the round's draw of the cell with each CPU frequency scaled by its client's tier.
     """
 
     name = "wireless"
@@ -135,27 +143,49 @@ class WirelessCost(CostModel):
         self.cell = WirelessCell(len(devices), seed, bandwidth_hz)
         self.cycles_per_sample = calibrate_cycles_per_sample(self.cell, d_reference, batch)
         self.flops_per_cycle = flops_per_sample / self.cycles_per_sample
-        self.speed = [d.flops_per_s / REFERENCE_DEVICE.flops_per_s for d in devices]   # a tier scales the CPU
+        self.speed = np.array([d.flops_per_s / REFERENCE_DEVICE.flops_per_s for d in devices])  # a tier scales the CPU
         self.policy = policy
-        self.state = self.cell.mean_state()
+        self.state = self.tiered(self.cell.mean_state())
+
+    @classmethod
+    def from_run(cls, config, data, method) -> WirelessCost:
+        """The cell of a run: its band (``bandwidth_mhz``, a range up to ``bandwidth_high_mhz``,
+        else 0.1 MHz per client, Sec. VI), and C calibrated on the plain architecture of
+        ``config.model`` - the shared base of the paper's split (Sec. V), its training FLOPs
+        per sample, and the samples the largest client computes per round under ``method``."""
+        band = 0.1e6 * config.clients if config.bandwidth_mhz is None else config.bandwidth_mhz * 1e6
+        if config.bandwidth_high_mhz is not None:
+            band = (band, config.bandwidth_high_mhz * 1e6)
+        with torch.random.fork_rng():      # the plain architecture (a method may train another, e.g. composed)
+            plain = build_model(config.model, data.input_shape, data.num_classes)
+        params = dict(plain.named_parameters())
+        reference = split_parameter_names(plain, paper_split(config.model, plain))
+        batch = method.local_steps(max(data.clients, key=lambda c: c.n_train)) * config.batch_size
+        flops_per_sample = training_flops(profile_model(plain, data.input_shape, dtype=data.dataset.x_train.dtype), 1)
+        return cls(method.devices, seed=config.seed, bandwidth_hz=band, flops_per_sample=flops_per_sample,
+                   d_reference=sum(params[n].numel() for n in reference), batch=batch, policy=config.bandwidth_policy)
+
+    def tiered(self, state: CellState) -> CellState:
+        """``state`` with each client's CPU frequency scaled by its tier."""
+        return replace(state, cpu_hz=state.cpu_hz * self.speed)
 
     def start_round(self, round_idx, client_ids):
         """Draw the round's band, fading, power and CPU frequencies (one draw for every client)."""
-        self.state = self.cell.draw()
+        self.state = self.tiered(self.cell.draw())
 
     def cpu_hz(self, client_id: int) -> float:
         """omega_n this round (a slower tier scales it down)."""
-        return float(self.state.cpu_hz[client_id]) * self.speed[client_id]
+        return float(self.state.cpu_hz[client_id])
 
     def device(self, client_id, share=None):
         """The client this round: its CPU, power and the uplink rate of ``share`` of the band
         (the download is free: its rate is infinite, so it costs no time)."""
         state = self.state
-        snr = state.gain[client_id] * state.tx_power_w[client_id] / (state.noise_psd * state.bandwidth_hz)
-        rate = math.inf if share is None else float(shannon_rates(float(share), state.bandwidth_hz, snr))
+        rate = math.inf if share is None else float(shannon_rates(float(share), state.bandwidth_hz,
+                                                                  state.snr[client_id]))
         return DeviceProfile(self.devices[client_id].tier, flops_per_s=self.cpu_hz(client_id) * self.flops_per_cycle,
                              uplink_bps=rate, downlink_bps=math.inf, energy_coeff=self.cell.energy_coeff,
-                             flops_per_cycle=self.flops_per_cycle, tx_power_w=float(self.state.tx_power_w[client_id]))
+                             flops_per_cycle=self.flops_per_cycle, tx_power_w=float(state.tx_power_w[client_id]))
 
     def shares(self, jobs, reports) -> np.ndarray:
         """Each participant's share of the band: the plans' where the method set them, else the policy's."""
@@ -167,6 +197,10 @@ class WirelessCost(CostModel):
             n_free = sum(s is None for s in planned)
             return np.array([free / n_free if s is None else s for s in planned], float)
         ids = [k for k, _ in jobs]
-        compute_s = [r.flops / self.device(k).flops_per_s for k, r in zip(ids, reports)]
+        compute_s = [compute_time(self.device(k), r.flops) for k, r in zip(ids, reports)]
         return round_time_shares(self.state.snr[ids], self.state.bandwidth_hz,
                                  [r.uplink_bits for r in reports], compute_s)
+
+
+#: the cost models a run can choose (``RunConfig.system``), each built by its ``from_run``
+SYSTEMS = {"compute": ComputeCost, "wireless": WirelessCost}

@@ -10,6 +10,7 @@ from scipy.special import lambertw
 
 from ..errors import ConfigError
 from .bits import topk_upload_bits
+from .clock import compute_seconds
 
 __all__ = ["NOISE_PSD", "path_loss_db", "dbm_to_watts", "channel_gain", "shannon_rate", "shannon_rates",
            "min_shares", "min_round_time", "round_time_shares", "CellState", "WirelessCell",
@@ -31,10 +32,11 @@ def channel_gain(distance_km: float) -> float:
 
 
 def shannon_rate(bandwidth_hz: float, tx_power_w: float, gain: float, noise_psd_w_per_hz: float) -> float:
-    """Uplink rate R = B log2(1 + p h / (N0 B)) in bit/s (Tan et al. 2025, Eq. 7 with B = l W)."""
+    """Uplink rate R = B log2(1 + p h / (N0 B)) in bit/s (Tan et al. 2025, Eq. 7 with B = l W):
+    one client on the whole of a band ``bandwidth_hz`` (:meth:`CellState.rates`)."""
     if bandwidth_hz <= 0:
         return 0.0
-    return bandwidth_hz * math.log2(1 + tx_power_w * gain / (noise_psd_w_per_hz * bandwidth_hz))
+    return float(CellState(bandwidth_hz, gain, tx_power_w, math.nan, noise_psd_w_per_hz).rates(1.0))
 
 
 #: AWGN power spectral density, -174 dBm/Hz (Tan et al. 2025, Table II), in W/Hz.
@@ -109,13 +111,17 @@ class CellState:
 
     @property
     def snr(self) -> np.ndarray:
-        """a_n = h_n p_n / (N0 W): the SNR a client would have on the whole band."""
+        """a_n = h_n p_n / (N0 W): the SNR a client would have on the whole band (Eq. 7 at l = 1)."""
         return self.gain * self.tx_power_w / (self.noise_psd * self.bandwidth_hz)
 
     def rates(self, share) -> np.ndarray:
-        """Eq. (7) for every client at its bandwidth share."""
-        return shannon_rates(np.broadcast_to(np.asarray(share, float), self.snr.shape), self.bandwidth_hz,
-                             self.snr)
+        """Eq. (7) for every client at its bandwidth share l_n (a number, one per client, or
+        a row of shares per client): :func:`shannon_rates` of :attr:`snr`."""
+        return shannon_rates(np.asarray(share, float), self.bandwidth_hz, self.snr)
+
+    def subset(self, idx) -> CellState:
+        """The same round for the clients ``idx`` only."""
+        return CellState(self.bandwidth_hz, self.gain[idx], self.tx_power_w[idx], self.cpu_hz[idx], self.noise_psd)
 
 
 class WirelessCell:
@@ -167,5 +173,5 @@ def calibrate_cycles_per_sample(cell: WirelessCell, d_reference: int, batch: int
         raise ConfigError(f"the calibration base must hold at least one weight, got {d_reference}")
     mean = cell.mean_state()
     comm = topk_upload_bits(1.0, d_reference, value_bits) / mean.rates(np.full(cell.n, 1 / cell.n))
-    comp_per_cycle = batch / mean.cpu_hz                    # Eq. (12) at C = 1, the whole model
+    comp_per_cycle = compute_seconds(batch, mean.cpu_hz)    # Eq. (12) at C = 1, the whole model
     return float(np.median(comm) / np.median(comp_per_cycle))
