@@ -22,15 +22,13 @@ Exactness, client by client, against :func:`hetfl_core.training.local_sgd`:
   frozen parameters outside it, as ``local_sgd`` keeps them.
 
 A method opts in per class (``batchable = True``, not inherited) and describes a client's
-local work as a :class:`ClientJob`: the model to train, its :class:`Phase` list (steps,
-trained names, masks, proximal centre, masked sub-networks of a joint loss) and a
-``finish`` that turns the trained model and the phases' :class:`LocalResult` into the
-client's report. :func:`run_job` runs the same job sequentially through the method's
-``local_train``, so the two paths share everything but the SGD loop.
+local work as a :class:`ClientJob`; :func:`run_job` runs the same job sequentially, so the
+two paths share everything but the SGD loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Callable
 
 import torch
@@ -204,10 +202,7 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
     stacked = {n: _stack([m[n] for m in models]) for n in names}
     x = torch.cat([job.client.x_train for job in jobs]).to(device)
     y = torch.cat([job.client.y_train for job in jobs]).to(device)
-    offsets, total = [], 0
-    for job in jobs:
-        offsets.append(total)
-        total += len(job.client.y_train)
+    offsets = list(accumulate((len(job.client.y_train) for job in jobs[:-1]), initial=0))
     dtype = next(template.parameters()).dtype
     results = [[] for _ in jobs]
     for p_idx, phase in enumerate(jobs[0].phases):
