@@ -255,7 +255,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
     frozen_names = [n for n in stacked if n not in set(trained)]
     objective = _Objective(template, own_loss) if own_loss is not None else None
 
-    def client_loss(train, frozen, xb, yb, wb, client_masks, client_subs, center):
+    def client_loss(train, frozen, xb, yb, wb, client_subs, center):
         params = {**frozen, **train}
         tally = torch.zeros((), device=xb.device)
         if objective is not None:
@@ -276,7 +276,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
             total = data_loss + 0.5 * mu * sum(((train[n] - center[n]) ** 2).sum() for n in center)
         return total, (data_loss, tally)
 
-    grads_of = vmap(grad(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, 0))
+    grads_of = vmap(grad(client_loss, has_aux=True))   # every argument has the clients on dim 0
     buffers: dict[str, torch.Tensor] = {}
     step_losses, tallies = [], []
     for s in range(index.shape[0]):
@@ -284,8 +284,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         active = weight[s].sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
-        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs,
-                                             centers)
+        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], subs, centers)
         step_losses.append(data_loss.detach())
         tallies.append(tally.detach())
         with torch.no_grad():
