@@ -1,14 +1,11 @@
 """Upper-confidence-bound bandits: UCB1, UCB-V and FedLPS's continuum-armed P-UCBV.
 
-* :class:`UCB1` (Auer, Cesa-Bianchi & Fischer, 2002) - finitely many arms, index
-  ``g_i + sqrt(2 ln t / h_i)`` (Hoeffding confidence radius);
+* :class:`UCB1` (Auer, Cesa-Bianchi & Fischer, 2002) - finitely many arms, a Hoeffding radius;
 * :class:`UCBV` (Audibert, Munos & Szepesvari, 2009) - the same with an empirical
-  Bernstein radius ``sqrt(2 v_i ln t / h_i) + 3 b ln t / h_i``, narrow where the rewards
-  vary little;
+  Bernstein radius, narrow where the rewards vary little;
 * :class:`PUCBV` (FedLPS, Alg. 2) - one agent per client over a *continuum* of ratios:
-  the arms are intervals, split at every pulled ratio; an interval whose ratio made
-  accuracy fall by more than ``-delta`` loses its lower part ("prompt" elimination);
-  the index is the Efficient-UCBV one of Eq. (17).
+  the arms are intervals, split at every pulled ratio (:meth:`PUCBV.split`: an interval
+  whose ratio made accuracy fall loses its lower part, a "prompt" elimination).
 
 Every agent draws from its own seeded :class:`numpy.random.Generator`, so a run repeats
 exactly (the FedLPS authors' code explores with an unseeded generator).

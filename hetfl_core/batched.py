@@ -36,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .devices import resolve_device
+from .lottery import joint_loss
 from .training import LocalResult, local_sgd, minibatch_indices
 
 __all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
@@ -73,8 +75,6 @@ class Phase:
             return self.loss
         if not self.sub_masks:
             return None
-        from .lottery import joint_loss
-
         return lambda model, xb, yb: joint_loss(model, self.sub_masks, xb, yb)
 
 
@@ -118,8 +118,6 @@ def uses_batched_clients(config) -> bool:
     is ``None``, whether the run's device is a CUDA GPU."""
     if config.batched_clients is not None:
         return bool(config.batched_clients)
-    from .devices import resolve_device
-
     return resolve_device(config.device).type == "cuda"
 
 

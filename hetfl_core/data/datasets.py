@@ -150,12 +150,8 @@ _PACKAGE_DATASETS: set[str] = set()
 
 
 class DatasetInfo(NamedTuple):
-    """A dataset's metadata, known before loading (``None`` where only loading tells).
-
-    ``kind``: what a sample is (``"image"``, ``"chars"`` or ``"tokens"``); ``side``: an
-    image's height and width in pixels; ``classes``: the number of labels;
-    ``train_samples``: the size of the training pool.
-    """
+    """A dataset's metadata, known before loading (``None`` where only loading tells): the
+    arguments of :func:`register_dataset` of the same names."""
 
     kind: str
     side: int | None
@@ -273,10 +269,8 @@ def canonical_dataset_name(name: str) -> str:
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
-    """Load a named dataset (cached in memory per process).
-
-    The loaded data must match the metadata it was registered with (:func:`register_dataset`),
-    else :class:`ConfigError` names the field that differs.
+    """Load a named dataset (cached in memory per process), checked against the metadata it
+    was registered with (:func:`register_dataset`).
 
     >>> ds = load_dataset("digits"); ds.x_train.shape
     torch.Size([1438, 1, 8, 8])
