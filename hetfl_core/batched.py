@@ -187,12 +187,8 @@ def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
                 weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train jobs of one :func:`job_signature` together; write the trained weights back.
-
-    One ``vmap`` over the clients of ``grad`` of the functional loss per step; the SGD
-    rule, masks and frozen parameters per client as :func:`hetfl_core.training.local_sgd`
-    has them.
-    """
+    """Train jobs of one :func:`job_signature` together, as the module docstring says;
+    write the trained weights back."""
     template = jobs[0].model
     device = next(template.parameters()).device
     names = [n for n, _ in template.named_parameters()]

@@ -191,8 +191,7 @@ def ratio_curves(result: dict):
 
 
 def ratio_summary(result: dict, last: int = 5) -> dict:
-    """The paper's two readings of a run, plus a steadier one (the
-    maximum over noisy rounds is biased upwards).
+    """The paper's two readings of a run, plus a steadier one (see :func:`max_average_round`).
 
     ``max``: a_r at the max-average round (over rounds where every ratio exists);
     ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` final
