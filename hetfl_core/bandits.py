@@ -1,14 +1,11 @@
 """Upper-confidence-bound bandits: UCB1, UCB-V and FedLPS's continuum-armed P-UCBV.
 
-* :class:`UCB1` (Auer, Cesa-Bianchi & Fischer, 2002) - finitely many arms, index
-  ``g_i + sqrt(2 ln t / h_i)`` (Hoeffding confidence radius);
+* :class:`UCB1` (Auer, Cesa-Bianchi & Fischer, 2002) - finitely many arms, a Hoeffding radius;
 * :class:`UCBV` (Audibert, Munos & Szepesvari, 2009) - the same with an empirical
-  Bernstein radius ``sqrt(2 v_i ln t / h_i) + 3 b ln t / h_i``, narrow where the rewards
-  vary little;
+  Bernstein radius, narrow where the rewards vary little;
 * :class:`PUCBV` (FedLPS, Alg. 2) - one agent per client over a *continuum* of ratios:
-  the arms are intervals, split at every pulled ratio; an interval whose ratio made
-  accuracy fall by more than ``-delta`` loses its lower part ("prompt" elimination);
-  the index is the Efficient-UCBV one of Eq. (17).
+  the arms are intervals, split at every pulled ratio (:meth:`PUCBV.split`: an interval
+  whose ratio made accuracy fall loses its lower part, a "prompt" elimination).
 
 Every agent draws from its own seeded :class:`numpy.random.Generator`, so a run repeats
 exactly (the FedLPS authors' code explores with an unseeded generator).
@@ -87,6 +84,11 @@ def index_coverage(pulls: int, x: float, log_term: float, streams: int = 20_000,
     return {name: float(np.mean(index >= mean)) for name, index in covered.items()}
 
 
+def _argmax(rng: np.random.Generator, values) -> int:
+    values = np.asarray(values)
+    return int(rng.choice(np.flatnonzero(values == values.max())))
+
+
 class UCB1:
     """UCB1 over ``n_arms`` arms: pull each arm once, then argmax of ``g_i + sqrt(2 ln t / h_i)``."""
 
@@ -113,9 +115,7 @@ class UCB1:
 
     def select(self) -> int:
         """The arm of largest index; ties broken at random (seeded)."""
-        values = np.array([self.index(i) for i in range(len(self.rewards))])
-        best = np.flatnonzero(values == values.max())
-        return int(self.rng.choice(best))
+        return _argmax(self.rng, [self.index(i) for i in range(len(self.rewards))])
 
     def update(self, arm: int, reward: float) -> None:
         self.rewards[arm].append(float(reward))
@@ -134,8 +134,8 @@ class UCBV(UCB1):
         self.reward_range = float(reward_range)
 
     def radius(self, arm: int) -> float:
-        h, log_t = len(self.rewards[arm]), math.log(max(self.t, 1))
-        return math.sqrt(2 * float(np.var(self.rewards[arm])) * log_t / h) + 3 * self.reward_range * log_t / h
+        return float(bernstein_radius(float(np.var(self.rewards[arm])), len(self.rewards[arm]),
+                                      math.log(max(self.t, 1)), self.reward_range))
 
 
 @dataclass
@@ -222,8 +222,8 @@ class PUCBV:
 
     def index(self, interval: Interval) -> float:
         """Eq. (17): g + sqrt(rho (v + 2) log(xi psi eps) / (4 (h + 1)))."""
-        return interval.mean() + math.sqrt(self.rho * (interval.variance() + 2) * self.log_term()
-                                           / (4 * (interval.pulls + 1)))
+        return interval.mean() + float(efficient_ucbv_radius(interval.variance(), interval.pulls,
+                                                             self.log_term(), self.rho))
 
     def update(self, s: float, reward: float, accuracy_change: float) -> float:
         """Alg. 2: credit ``reward`` (Eq. 15) to the ratio ``s`` just used; return the next ratio.
@@ -239,7 +239,5 @@ class PUCBV:
         if self.explore and self.rng.random() < 1 / self.updates:
             chosen = self.intervals[int(self.rng.integers(len(self.intervals)))]
         else:
-            values = np.array([self.index(p) for p in self.intervals])
-            best = np.flatnonzero(values == values.max())
-            chosen = self.intervals[int(self.rng.choice(best))]
+            chosen = self.intervals[_argmax(self.rng, [self.index(p) for p in self.intervals])]
         return self.sample(chosen)

@@ -22,15 +22,13 @@ Exactness, client by client, against :func:`hetfl_core.training.local_sgd`:
   frozen parameters outside it, as ``local_sgd`` keeps them.
 
 A method opts in per class (``batchable = True``, not inherited) and describes a client's
-local work as a :class:`ClientJob`: the model to train, its :class:`Phase` list (steps,
-trained names, masks, proximal centre, masked sub-networks of a joint loss) and a
-``finish`` that turns the trained model and the phases' :class:`LocalResult` into the
-client's report. :func:`run_job` runs the same job sequentially through the method's
-``local_train``, so the two paths share everything but the SGD loop.
+local work as a :class:`ClientJob`; :func:`run_job` runs the same job sequentially, so the
+two paths share everything but the SGD loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Callable
 
 import torch
@@ -38,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .devices import resolve_device
+from .lottery import joint_loss
 from .training import LocalResult, local_sgd, minibatch_indices
 
 __all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
@@ -75,8 +75,6 @@ class Phase:
             return self.loss
         if not self.sub_masks:
             return None
-        from .lottery import joint_loss
-
         return lambda model, xb, yb: joint_loss(model, self.sub_masks, xb, yb)
 
 
@@ -120,8 +118,6 @@ def uses_batched_clients(config) -> bool:
     is ``None``, whether the run's device is a CUDA GPU."""
     if config.batched_clients is not None:
         return bool(config.batched_clients)
-    from .devices import resolve_device
-
     return resolve_device(config.device).type == "cuda"
 
 
@@ -191,12 +187,8 @@ def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
                 weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train jobs of one :func:`job_signature` together; write the trained weights back.
-
-    One ``vmap`` over the clients of ``grad`` of the functional loss per step; the SGD
-    rule, masks and frozen parameters per client as :func:`hetfl_core.training.local_sgd`
-    has them.
-    """
+    """Train jobs of one :func:`job_signature` together, as the module docstring says;
+    write the trained weights back."""
     template = jobs[0].model
     device = next(template.parameters()).device
     names = [n for n, _ in template.named_parameters()]
@@ -204,10 +196,7 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
     stacked = {n: _stack([m[n] for m in models]) for n in names}
     x = torch.cat([job.client.x_train for job in jobs]).to(device)
     y = torch.cat([job.client.y_train for job in jobs]).to(device)
-    offsets, total = [], 0
-    for job in jobs:
-        offsets.append(total)
-        total += len(job.client.y_train)
+    offsets = list(accumulate((len(job.client.y_train) for job in jobs[:-1]), initial=0))
     dtype = next(template.parameters()).dtype
     results = [[] for _ in jobs]
     for p_idx, phase in enumerate(jobs[0].phases):
@@ -260,7 +249,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
     frozen_names = [n for n in stacked if n not in set(trained)]
     objective = _Objective(template, own_loss) if own_loss is not None else None
 
-    def client_loss(train, frozen, xb, yb, wb, client_masks, client_subs, center):
+    def client_loss(train, frozen, xb, yb, wb, client_subs, center):
         params = {**frozen, **train}
         tally = torch.zeros((), device=xb.device)
         if objective is not None:
@@ -281,7 +270,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
             total = data_loss + 0.5 * mu * sum(((train[n] - center[n]) ** 2).sum() for n in center)
         return total, (data_loss, tally)
 
-    grads_of = vmap(grad(client_loss, has_aux=True), in_dims=(0, 0, 0, 0, 0, 0, 0, 0))
+    grads_of = vmap(grad(client_loss, has_aux=True))   # every argument has the clients on dim 0
     buffers: dict[str, torch.Tensor] = {}
     step_losses, tallies = [], []
     for s in range(index.shape[0]):
@@ -289,8 +278,7 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         active = weight[s].sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
-        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], masks, subs,
-                                             centers)
+        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], subs, centers)
         step_losses.append(data_loss.detach())
         tallies.append(tally.detach())
         with torch.no_grad():

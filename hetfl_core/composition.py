@@ -16,23 +16,16 @@ factorised: the first layer has ``P`` output groups and the classifier ``P``
 input groups, and a width-p client gets p of them. Factorised layers carry no bias and
 there is no normalisation; the classifier bias is shared.
 
-This module holds:
-
-* the layers (:class:`ComposedConv2d`, :class:`GroupConv2d`, :class:`GroupLinear`) and two
-  composed networks (:class:`ComposedCNN`, the twin of ``models.WidthCNN``;
-  :class:`ComposedResNet`, the twin of ``models.ResNet`` without batch norm);
-* :class:`Selection` and the block choices: :func:`least_trained` (enhanced composition,
-  Sec. II-B), :func:`subgrid_selection` (ablation: an exact sub-network),
-  :func:`width_blocks` (Flanc's fixed per-width coefficients);
-* the counts of Sec. III: :meth:`ComposedNet.upload_numel` and
-  :meth:`ComposedNet.composition_macs`;
-* :func:`aggregate_blocks`, the block-wise aggregation of Eq. (5).
+In order below: the layers, the composed twins of the dense models
+(:data:`COMPOSED_MODELS`) with the counts of Sec. III, the block choices (Sec. II-B) and
+the block-wise aggregation of Eq. (5), :func:`aggregate_blocks`.
 """
 from __future__ import annotations
 
 import itertools
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -42,7 +35,7 @@ from torch import nn
 from .errors import ConfigError
 
 __all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "ComposedNet", "ComposedCNN",
-           "PooledComposedCNN", "ComposedResNet", "ComposedLSTM", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
+           "ComposedResNet", "ComposedLSTM", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
            "subgrid_selection", "width_blocks", "flanc_block_count", "aggregate_blocks"]
 
 
@@ -138,11 +131,9 @@ class GroupLinear(nn.Module):
 class ComposedNet(nn.Module):
     """A network of composed layers; ``selection`` says which blocks and groups it runs with.
 
-    ``twin`` names the dense model of ``hetfl_core.models`` with the same layer shapes
-    (its width-p/P instance has exactly the composed width-p model's FLOPs).
+    Its dense twin in ``hetfl_core.models`` (:data:`COMPOSED_MODELS`) has the same layer
+    shapes: the twin's width-p/P instance has exactly the composed width-p model's FLOPs.
     """
-
-    twin = ""
 
     def __init__(self, max_width: int, n_blocks: int):
         super().__init__()
@@ -188,8 +179,6 @@ class ComposedCNN(ComposedNet):
     pooling, linear classifier. ``channels`` are the full widths (P x base). With
     ``pooled=True`` the twin of ``models.PooledCNN`` (last map pooled to 2x2, flattened)."""
 
-    twin = "wcnn"
-
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None,
                  pooled=False):
         super().__init__(max_width, n_blocks or max_width ** 2)
@@ -210,15 +199,6 @@ class ComposedCNN(ComposedNet):
         return self.classifier(x, sel.cls)
 
 
-class PooledComposedCNN(ComposedCNN):
-    """Twin of ``models.PooledCNN``."""
-
-    twin = "pcnn"
-
-    def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
-        super().__init__(in_shape, num_classes, channels, max_width, n_blocks, rank, pooled=True)
-
-
 class _ComposedBlock(nn.Module):
     def __init__(self, base_in, base_out, stride, n_blocks, rank, max_width):
         super().__init__()
@@ -236,8 +216,6 @@ class _ComposedBlock(nn.Module):
 class ComposedResNet(ComposedNet):
     """Twin of ``models.ResNet`` (one BasicBlock per stage) without batch norm: a grouped
     stem, composed 3x3 convs and 1x1 shortcuts, global average pooling, grouped classifier."""
-
-    twin = "resnet"
 
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), max_width=4, n_blocks=None, rank=None):
         super().__init__(max_width, n_blocks or max_width ** 2)
@@ -264,8 +242,6 @@ class ComposedLSTM(ComposedNet):
     holding the four gates' rows of its output group); a grouped classifier.
     Runs ``nn.LSTM`` through ``torch.func.functional_call`` with the composed weights."""
 
-    twin = "charlstm-s"
-
     def __init__(self, in_shape, num_classes=80, embed=16, hidden=64, max_width=4, n_blocks=None, rank=None):
         super().__init__(max_width, n_blocks or max_width ** 2)
         H0 = hidden // max_width
@@ -273,8 +249,7 @@ class ComposedLSTM(ComposedNet):
         self.embedding = nn.Embedding(num_classes, embed)
         self.head = nn.Module()
         self.head.weight = nn.Parameter(torch.randn(max_width, 4 * H0, embed) / math.sqrt(embed))
-        self.recurrent = ComposedConv2d(H0, 4 * H0, 1, self.n_blocks, rank or max(1, math.ceil(H0 / 2)),
-                                        max_width=max_width)
+        self.recurrent = ComposedConv2d(H0, 4 * H0, 1, self.n_blocks, rank, max_width=max_width)
         self.classifier = GroupLinear(H0, num_classes, max_width)
         # the recurrence only, run with composed weights: kept out of the module's parameters
         self.__dict__["lstm"] = nn.LSTM(embed, H0, batch_first=True, bias=False)
@@ -283,17 +258,15 @@ class ComposedLSTM(ComposedNet):
         p, H0 = sel.p, self.H0
         gates = lambda w: w.reshape(p, 4, H0, *w.shape[1:]).transpose(0, 1).reshape(4 * p * H0, *w.shape[1:])  # noqa: E731
         w_ih = gates(self.head.weight[torch.as_tensor(sel.head, dtype=torch.long)].flatten(0, 1))
-        w = self.recurrent.weight(sel.blocks, p)[..., 0, 0]                # (p 4H0, p H0), rows by group
-        w_hh = gates(w)
-        params = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh}
-        lstm = self.lstm
-        lstm.hidden_size = p * H0
-        out, _ = torch.func.functional_call(lstm, params, (self.embedding(x),))
+        w_hh = gates(self.recurrent.weight(sel.blocks, p)[..., 0, 0])      # (p 4H0, p H0), rows by group
+        self.lstm.hidden_size = p * H0
+        out, _ = torch.func.functional_call(self.lstm, {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh},
+                                            (self.embedding(x),))
         return self.classifier(out[:, -1], sel.cls)
 
 
 #: dense model name (``hetfl_core.models``) -> its composed twin
-COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": PooledComposedCNN, "resnet": ComposedResNet,
+COMPOSED_MODELS = {"wcnn": ComposedCNN, "pcnn": partial(ComposedCNN, pooled=True), "resnet": ComposedResNet,
                    "charlstm-s": ComposedLSTM}
 
 
@@ -348,15 +321,14 @@ def aggregate_blocks(model: ComposedNet, updates: list[tuple[Selection, dict]]) 
     trainers = {"blocks": torch.zeros(model.n_blocks), "head": torch.zeros(model.max_width),
                 "cls": torch.zeros(model.max_width)}
     for sel, _ in updates:
-        trainers["blocks"][list(sel.blocks)] += 1
-        trainers["head"][list(sel.head)] += 1
-        trainers["cls"][list(sel.cls)] += 1
+        for key, count in trainers.items():     # the keys are Selection's fields
+            count[list(getattr(sel, key))] += 1
     for name, p in params.items():
         if name in blocks or name in groups:
             key = "blocks" if name in blocks else groups[name]
             total = torch.zeros_like(p)
             for sel, state in updates:
-                idx = list(sel.blocks if key == "blocks" else getattr(sel, key))
+                idx = list(getattr(sel, key))
                 total[idx] += state[name][idx]
             count = trainers[key].view(-1, *([1] * (p.dim() - 1)))
             p.copy_(torch.where(count > 0, total / count.clamp_min(1), p))

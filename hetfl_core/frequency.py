@@ -12,11 +12,10 @@ The bound of Theorem 1 with alpha <= beta^2 (Eq. 23),
     G(H, tau) = 4 F(x^0) / (H eta tau) + L eta tau (G^2 + 18 sigma^2) / 3 + 6 L^2 beta^2,
 
 is convex in tau with minimiser ``tau* = sqrt(12 F / (eta^2 H L S))``, S = G^2 + 18 sigma^2
-(Eqs. 25-27). :func:`tau_raw` is that formula; :func:`tau_calibrated` (the default,
-this book's choice) keeps its dependence on F, L and S but anchors its scale at the first round's tau_0;
-:func:`tau_eps` is the loss-target variant. The fastest client l (the argmin of
-tau* mu_n + nu_n, independent of H) runs tau*, its finish time is the deadline, and
-every other client's tau lies in the window of Eq. (24), chosen there to minimise V.
+(Eqs. 25-27: :func:`tau_raw`; :func:`tau_calibrated`, the default, and :func:`tau_eps`
+are variants). The fastest client l (the argmin of tau* mu_n + nu_n, independent of H)
+runs tau*, its finish time is the deadline, and every other client's tau lies in the
+window of Eq. (24), chosen there to minimise V.
 """
 from __future__ import annotations
 
@@ -50,7 +49,7 @@ def tau_raw(F: float, L: float, S: float, eta: float, H: int) -> float:
 def tau_calibrated(tau0: float, F: float, L: float, S: float, F1: float, L1: float, S1: float) -> float:
     """tau_0 sqrt((F / F^1) (L^1 S^1) / (L S)): Eq. (25)'s dependence on the loss, the
     smoothness and the gradient noise, with the scale fixed by tau_0 at the first
-    estimates (superscript 1) instead of the unknown absolute constants."""
+    estimates (superscript 1) instead of the unknown absolute constants (this book's choice)."""
     return tau0 * math.sqrt((F / F1) * (L1 * S1) / (L * S))
 
 

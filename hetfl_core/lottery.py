@@ -2,22 +2,12 @@
 
 OFA-FL (Varma et al., 2023) carves a chain of nested unstructured masks
 ``m[R[0]] >= m[R[1]] >= ... >= m[R[s-1]]`` out of one network, for a descending list of
-density ratios ``R = [1.0, ...]``. The pieces here are method-agnostic:
-
-* :func:`keep_fraction` - the corrected r_relative = R[n] / R[n-1] of Alg. 1, l. 12
-  (the paper's formula is > 1 and gives a negative percentile);
-* :func:`prune_within` - Alg. 2: magnitude pruning of the parent sub-network, over all
-  layers at once (``"global"``, the paper's "non-layerwise") or layer by layer; pruning
-  only inside the parent's support is what makes the masks nested;
-* :func:`rewind` - Alg. 3's Reinitialize: the survivors go back to theta_init, every
-  other weight keeps its trained value (partial rewinding);
-* :func:`oneshot_masks` - the one-shot baseline: every ratio's mask from one magnitude
-  ranking (nested automatically, since a lower threshold keeps a superset);
-* :func:`mask_levels` / :func:`masks_from_levels` - the equivalent level encoding
-  lambda(p) = max{j : m[R[j]][p] = 1}, ceil(log2 s) bits per weight;
-* :class:`FixedSchedule` and :class:`ConvergenceTrigger` - when to prune next (Sec. 3.7);
-* :func:`spread` and :func:`max_average_round` - the paper's metrics: mean and population
-  variance of the accuracy across ratios, at the max-average round or the final one.
+density ratios ``R = [1.0, ...]``. The pieces here are method-agnostic, each citing the
+line of Alg. 1-4 or the section it implements: a pruning event (:func:`keep_fraction`,
+:func:`prune_within`, :func:`rewind`; :func:`oneshot_masks` for the one-shot baseline),
+the masks' level encoding (:func:`mask_levels`), when to prune (:class:`FixedSchedule`,
+:class:`ConvergenceTrigger`) and the paper's metrics (:func:`spread`,
+:func:`max_average_round`).
 
 Masks are ``{parameter name: 0/1 float tensor}`` over the prunable weights
 (:func:`hetfl_core.masks.prunable`), as ``training.local_sgd(masks=...)`` takes them.
@@ -26,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call
@@ -60,12 +51,14 @@ def keep_fraction(ratios, n: int) -> float:
 
 def prune_within(weights: dict[str, torch.Tensor], parent: dict[str, torch.Tensor], keep: float,
                  scope: str = "global") -> dict[str, torch.Tensor]:
-    """Alg. 2: keep the ``keep`` fraction of the parent's surviving weights with the largest |w|.
+    """Alg. 2: keep the ``keep`` fraction of the parent's surviving weights with the largest |w|;
+    pruning only inside the parent's support is what makes the masks nested.
 
-    ``scope="global"`` ranks all survivors together (one threshold alpha; each layer ends
-    at its own density); ``"layer"`` keeps ``keep`` of every layer's survivors. Pruned
-    weights rank last (their score is 0) and the result is multiplied by the parent, so
-    the child mask lies inside the parent even when a survivor is exactly zero.
+    ``scope="global"`` ranks all survivors together (the paper's "non-layerwise": one
+    threshold alpha, each layer ends at its own density); ``"layer"`` keeps ``keep`` of
+    every layer's survivors. Pruned weights rank last (their score is 0) and the result is
+    multiplied by the parent, so the child mask lies inside the parent even when a
+    survivor is exactly zero.
     """
     if not 0 < keep <= 1:
         raise ConfigError(f"keep fraction must be in (0, 1], got {keep}")
@@ -84,7 +77,8 @@ def prune_within(weights: dict[str, torch.Tensor], parent: dict[str, torch.Tenso
 @torch.no_grad()
 def rewind(params: dict[str, torch.Tensor], initial: dict[str, torch.Tensor], mask: dict[str, torch.Tensor],
            rewind_unmasked: bool = True) -> None:
-    """Reinitialize (Alg. 3), in place: theta <- theta_init where ``mask`` is 1, unchanged elsewhere.
+    """Reinitialize (Alg. 3), in place: theta <- theta_init where ``mask`` is 1, unchanged elsewhere
+    (partial rewinding: every pruned weight keeps its trained value).
 
     Tensors without a mask (biases, norm parameters) are rewound whole if
     ``rewind_unmasked`` (the paper restores "parameters ... that have not been pruned").
@@ -97,7 +91,8 @@ def rewind(params: dict[str, torch.Tensor], initial: dict[str, torch.Tensor], ma
 
 
 def oneshot_masks(weights: dict[str, torch.Tensor], ratios, scope: str = "global") -> list[dict]:
-    """One mask per ratio from a single magnitude ranking of ``weights`` (ratio 1.0: all ones)."""
+    """The one-shot baseline: one mask per ratio from a single magnitude ranking of ``weights``
+    (ratio 1.0: all ones), nested since a lower threshold keeps a superset."""
     return [{n: torch.ones_like(w) for n, w in weights.items()} if r == 1.0
             else magnitude_mask({n: w.detach() for n, w in weights.items()}, r, scope) for r in ratios]
 
@@ -108,7 +103,8 @@ def is_nested(masks: list[dict]) -> bool:
 
 
 def mask_levels(masks: list[dict]) -> dict[str, torch.Tensor]:
-    """lambda(p) = max{j : masks[j][p] = 1}: nested masks as one small integer per weight."""
+    """lambda(p) = max{j : masks[j][p] = 1}: nested masks as one small integer per weight
+    (ceil(log2 s) bits)."""
     return {n: sum(m[n].long() for m in masks[1:]) for n in masks[0]}
 
 
@@ -189,16 +185,13 @@ def max_average_round(per_round: list) -> int:
 
 def ratio_curves(result: dict):
     """A run's a_r(t) as a (rounds x s) array (NaN while a ratio is not pruned), and its rounds."""
-    import numpy as np
-
     rows = [r for r in result["history"] if r.get("acc_ratios") is not None]
     curves = np.array([[np.nan if a is None else a for a in r["acc_ratios"]] for r in rows], float)
     return curves, np.array([r["round"] for r in rows])
 
 
 def ratio_summary(result: dict, last: int = 5) -> dict:
-    """The paper's two readings of a run, plus a steadier one (the
-    maximum over noisy rounds is biased upwards).
+    """The paper's two readings of a run, plus a steadier one (see :func:`max_average_round`).
 
     ``max``: a_r at the max-average round (over rounds where every ratio exists);
     ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` final
@@ -206,8 +199,6 @@ def ratio_summary(result: dict, last: int = 5) -> dict:
     Each has ``acc`` (per ratio), ``mean`` and ``var`` (population variance across ratios),
     in percent as the paper's tables.
     """
-    import numpy as np
-
     curves, rounds = ratio_curves(result)
     curves = 100 * curves
     per_round = [[None if a != a else float(a) for a in row] for row in curves]

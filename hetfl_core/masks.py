@@ -38,21 +38,20 @@ def _check_density(density: float) -> None:
         raise ConfigError(f"density must be in (0, 1], got {density}")
 
 
+def _kth_largest(flat: torch.Tensor, density: float) -> torch.Tensor:
+    """The ceil(density n)-th largest of the n values ``flat`` (at least the largest)."""
+    k = max(1, math.ceil(density * flat.numel()))
+    return flat.kthvalue(flat.numel() - k + 1).values
+
+
 def magnitude_mask(weights: dict[str, torch.Tensor], density: float, scope: str = "global") -> dict[str, torch.Tensor]:
     """Keep the ceil(density * size) largest |w|: over all tensors (``"global"``) or in each (``"layer"``)."""
     _check_density(density)
     if scope == "layer":
-        masks = {}
-        for name, w in weights.items():
-            k = max(1, math.ceil(density * w.numel()))
-            threshold = w.abs().flatten().kthvalue(w.numel() - k + 1).values
-            masks[name] = (w.abs() >= threshold).float()
-        return masks
+        return {name: (w.abs() >= _kth_largest(w.abs().flatten(), density)).float() for name, w in weights.items()}
     if scope != "global":
         raise ConfigError(f"scope must be 'global' or 'layer', got {scope!r}")
-    flat = torch.cat([w.abs().flatten() for w in weights.values()])
-    k = max(1, math.ceil(density * flat.numel()))
-    threshold = flat.kthvalue(flat.numel() - k + 1).values
+    threshold = _kth_largest(torch.cat([w.abs().flatten() for w in weights.values()]), density)
     return {name: (w.abs() >= threshold).float() for name, w in weights.items()}
 
 
@@ -66,26 +65,24 @@ def layer_densities(masks: dict[str, torch.Tensor]) -> dict[str, float]:
     return {name.rsplit(".", 1)[0]: float(m.mean()) for name, m in masks.items() if m.dim() > 1}
 
 
-def ordered_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
-    """Ordered pattern: the first ceil(ratio n) units of every hidden layer (bool per unit)."""
+def _unit_pattern(model: nn.Module, ratio: float, order) -> dict[str, torch.Tensor]:
+    """Per hidden layer of n units, the first ceil(ratio n) units of ``order(n)`` (bool per unit)."""
     _check_density(ratio)
     out = {}
     for name, _, n in structured_units(model):
-        keep = torch.zeros(n, dtype=torch.bool)
-        keep[:kept_units(n, ratio)] = True
-        out[name] = keep
+        out[name] = torch.zeros(n, dtype=torch.bool)
+        out[name][order(n)[:kept_units(n, ratio)]] = True
     return out
+
+
+def ordered_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
+    """Ordered pattern: the first ceil(ratio n) units of every hidden layer (bool per unit)."""
+    return _unit_pattern(model, ratio, torch.arange)
 
 
 def random_units(model: nn.Module, ratio: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Random pattern: ceil(ratio n) units of every hidden layer drawn without replacement."""
-    _check_density(ratio)
-    out = {}
-    for name, _, n in structured_units(model):
-        keep = torch.zeros(n, dtype=torch.bool)
-        keep[torch.randperm(n, generator=generator)[:kept_units(n, ratio)]] = True
-        out[name] = keep
-    return out
+    return _unit_pattern(model, ratio, lambda n: torch.randperm(n, generator=generator))
 
 
 def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -134,19 +131,21 @@ def unit_magnitudes(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _top_count(n_units: int, ratio: float) -> int:
+    """k = max(1, floor(ratio n)), the units FedLPS's Eq. (4) keeps of a layer of n."""
+    return max(1, math.floor(ratio * n_units + 1e-9))
+
+
+def _ranked_below(q: torch.Tensor, k) -> torch.Tensor:
+    """The units whose rank by score (descending; a stable sort, so ties to the lower
+    index) is below ``k``."""
+    return torch.argsort(torch.sort(q.detach(), descending=True, stable=True).indices) < k
+
+
 def top_units(scores: dict[str, torch.Tensor], ratio: float) -> dict[str, torch.Tensor]:
     """Per layer, the max(1, floor(ratio n)) units of largest score, ties to the lower index (FedLPS, Eq. 4)."""
     _check_density(ratio)
-    out = {}
-    for name, q in scores.items():
-        n = q.numel()
-        k = max(1, math.floor(ratio * n + 1e-9))
-        # stable descending sort: equal scores keep index order
-        order = torch.sort(q.detach(), descending=True, stable=True).indices[:k]
-        keep = torch.zeros(n, dtype=torch.bool, device=q.device)
-        keep[order] = True
-        out[name] = keep
-    return out
+    return {name: _ranked_below(q, _top_count(q.numel(), ratio)) for name, q in scores.items()}
 
 
 def magnitude_units(model: nn.Module, ratio: float) -> dict[str, torch.Tensor]:
@@ -194,8 +193,8 @@ class ScoredNetwork(nn.Module):
         _check_density(ratio)
         self.kept = nn.ParameterDict()
         for n, q in scores.items():
-            k = max(1, math.floor(ratio * q.numel() + 1e-9))
-            self.kept[_key(n)] = nn.Parameter(torch.tensor(float(k), device=device), requires_grad=False)
+            k = float(_top_count(q.numel(), ratio))
+            self.kept[_key(n)] = nn.Parameter(torch.tensor(k, device=device), requires_grad=False)
         self.current: dict[str, torch.Tensor] = {}
         modules = dict(net.named_modules())
         for layer, consumer in consumers.items():
@@ -213,13 +212,8 @@ class ScoredNetwork(nn.Module):
         return {n: self.scores[_key(n)] for n in self.layers}
 
     def pattern(self) -> dict[str, torch.Tensor]:
-        """Eq. (4): P_l = the top max(1, floor(s J_l)) units of layer l by score, ties to the
-        lower index (as :func:`top_units`: a unit is kept if its rank is below k_l)."""
-        out = {}
-        for name, q in self.score_values().items():
-            order = torch.sort(q.detach(), descending=True, stable=True).indices
-            out[name] = torch.argsort(order) < self.kept[_key(name)]
-        return out
+        """Eq. (4): P_l = the top k_l units of layer l by score, as :func:`top_units`."""
+        return {name: _ranked_below(q, self.kept[_key(name)]) for name, q in self.score_values().items()}
 
     def forward(self, x):
         keep = self.pattern()

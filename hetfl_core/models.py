@@ -105,7 +105,10 @@ class WidthCNN(nn.Module):
             x = F.relu(conv(x))
             if i < len(self.convs) - 1 and min(x.shape[-2:]) >= 2:
                 x = F.max_pool2d(x, 2)
-        return self.classifier(x.mean(dim=(-2, -1)))
+        return self.classifier(self._pool(x))
+
+    def _pool(self, x):
+        return x.mean(dim=(-2, -1))
 
 
 class PooledCNN(WidthCNN):
@@ -121,12 +124,8 @@ class PooledCNN(WidthCNN):
             nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
             nn.init.zeros_(conv.bias)
 
-    def forward(self, x):
-        for i, conv in enumerate(self.convs):
-            x = F.relu(conv(x))
-            if i < len(self.convs) - 1 and min(x.shape[-2:]) >= 2:
-                x = F.max_pool2d(x, 2)
-        return self.classifier(F.adaptive_avg_pool2d(x, 2).flatten(1))
+    def _pool(self, x):
+        return F.adaptive_avg_pool2d(x, 2).flatten(1)
 
 
 class SmallCNN(nn.Module):
@@ -247,6 +246,13 @@ class EmbeddingBagClassifier(nn.Module):
         return self.classifier(F.relu(self.fc1(self.embedding(x))))
 
 
+def _lora_transformer(*args, **kwargs) -> nn.Module:
+    """:class:`hetfl_core.transformer.LoRATransformer` (imported on use: it loads a pre-trained encoder)."""
+    from .transformer import LoRATransformer
+
+    return LoRATransformer(*args, **kwargs)
+
+
 MODELS = {
     "mlp": MLP,
     "lenet5": LeNet5,
@@ -257,15 +263,8 @@ MODELS = {
     "charlstm": CharLSTM,
     "charlstm-s": SmallCharLSTM,
     "embbag": EmbeddingBagClassifier,
-    "lora-transformer": lambda *args, **kwargs: _lora_transformer(*args, **kwargs),
+    "lora-transformer": _lora_transformer,
 }
-
-
-def _lora_transformer(*args, **kwargs) -> nn.Module:
-    """:class:`hetfl_core.transformer.LoRATransformer` (imported on use: it loads a pre-trained encoder)."""
-    from .transformer import LoRATransformer
-
-    return LoRATransformer(*args, **kwargs)
 
 
 def build_model(name: str, in_shape, num_classes: int, width: float = 1.0, **kwargs) -> nn.Module:

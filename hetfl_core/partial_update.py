@@ -1,11 +1,7 @@
 """Element-wise partial model updates: a magnitude mask splits a client's model into a
-shared part (uploaded and averaged) and a personal part (kept), as in SRP-pFed.
-
-* :func:`update_rate_mask` - Eqs. 2-3: the fraction p of entries of *smallest* |w| is
-  shared (mask 1), the largest-magnitude 1 - p stay personal (mask 0);
-* :func:`fuse` - Eq. 5: m * w_g + (1 - m) * w_i;
-* :func:`masked_aggregate` - Eq. 4: the server's average of the shared parts, either
-  element-wise normalised (default) or literally divided by the total data size.
+shared part (uploaded and averaged) and a personal part (kept), as in SRP-pFed: the
+shared mask (:func:`update_rate_mask`, Eqs. 2-3), the client's fused model (:func:`fuse`,
+Eq. 5) and the server's average of the shared parts (:func:`masked_aggregate`, Eq. 4).
 
 Masks are ``{parameter name: 0/1 float tensor}`` over all trainable parameters (weights
 and biases), the form ``training.local_sgd(masks=...)`` and the mask methods use.
@@ -56,7 +52,8 @@ def mask_size(mask: dict[str, torch.Tensor]) -> int:
 
 def fuse(global_weights: dict[str, torch.Tensor], local_weights: dict[str, torch.Tensor],
          mask: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Eq. 5: the shared entries from the global model, the personal ones from the client's."""
+    """Eq. 5: m * w_g + (1 - m) * w_i, the shared entries from the global model, the personal
+    ones from the client's."""
     return {n: mask[n] * global_weights[n] + (1 - mask[n]) * local_weights[n] for n in mask}
 
 

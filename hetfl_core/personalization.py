@@ -17,7 +17,7 @@ from torch import nn
 from .errors import ConfigError
 from .models import structured_units
 
-__all__ = ["head_layer_names", "head_parameter_names", "body_parameter_names", "layer_of",
+__all__ = ["head_parameter_names", "body_parameter_names", "layer_of",
            "PrivateStore", "split_layers", "split_parameter_names", "paper_split", "PAPER_SPLITS"]
 
 
@@ -26,18 +26,13 @@ def layer_of(parameter_name: str) -> str:
     return parameter_name.rsplit(".", 1)[0]
 
 
-def head_layer_names(model: nn.Module, head_layers: int = 1) -> list[str]:
-    """Names of the last ``head_layers`` unit layers (conv, linear, LSTM), output layer included."""
-    units = structured_units(model, include_output=True)
-    if not 1 <= head_layers < len(units):
-        raise ConfigError(f"head_layers must be in 1..{len(units) - 1} for this model, got {head_layers}")
-    return [name for name, _, _ in units[-head_layers:]]
-
-
 def head_parameter_names(model: nn.Module, head_layers: int = 1) -> list[str]:
-    """Parameter names of the head."""
-    layers = set(head_layer_names(model, head_layers))
-    return [n for n, _ in model.named_parameters() if layer_of(n) in layers]
+    """Parameter names of the head: the last ``head_layers`` unit layers (conv, linear,
+    LSTM), output layer included."""
+    units = len(structured_units(model, include_output=True))
+    if not 1 <= head_layers < units:
+        raise ConfigError(f"head_layers must be in 1..{units - 1} for this model, got {head_layers}")
+    return split_parameter_names(model, f"last:{head_layers}")
 
 
 def body_parameter_names(model: nn.Module, head_layers: int = 1) -> list[str]:

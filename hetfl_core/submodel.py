@@ -17,7 +17,6 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .errors import ConfigError
 from .models import kept_units, structured_units
 
 __all__ = ["SUPPORTED_MODELS", "first_units", "rolling_units", "layer_indices", "extract",
@@ -69,11 +68,6 @@ def _slices(model: nn.Module, indices: dict):
             out[f"{name}.bias"] = (rows, None)
         previous, prev_units = name, units
     return out
-
-
-def _check(model_name: str):
-    if model_name not in SUPPORTED_MODELS:
-        raise ConfigError(f"width sub-models support models {', '.join(SUPPORTED_MODELS)}, not {model_name!r}")
 
 
 def extract(model: nn.Module, state: dict, indices: dict) -> dict:

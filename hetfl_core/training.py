@@ -1,6 +1,7 @@
 """Local training and evaluation, shared by every method."""
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -28,8 +29,6 @@ def steps_for_epochs(n_samples: int, batch_size: int, epochs: float) -> int:
 
 def clone_model(model: nn.Module) -> nn.Module:
     """A deep copy with its own parameters."""
-    import copy
-
     return copy.deepcopy(model)
 
 

@@ -172,7 +172,6 @@ def pretrain(batches, vocab: int, seq_len: int, steps: int, lr: float, warmup: i
 
 
 def _backbone_key() -> str:
-
     settings = {"encoder": ENCODER, "pretrain": PRETRAIN, "vocab": bible.VOCAB_SIZE, "max_words": bible.MAX_WORDS,
                 "source": [inspect.getsource(f) for f in (_weight_shapes, segments_of, encoder_forward, pooled,
                                                           TinyEncoder, pretrain, bible.tokenize, bible.clean_verse,
@@ -192,7 +191,6 @@ def pretrained_backbone(root=None, progress: bool = True) -> dict:
     wait for one training instead of repeating it. The returned dict has the weights and
     the training ``log``.
     """
-
     root = Path(root or data_root())
     path = root / "bible" / f"backbone-{_backbone_key()}.pt"
     if not path.exists():
@@ -250,7 +248,6 @@ class LoRATransformer(nn.Module):
             raise ConfigError(f"lora-transformer needs token-id inputs (batch, seq), got inputs of shape {in_shape}: "
                               "use --dataset bible-pairs")
         if backbone is None:
-
             if in_shape[0] != bible.SEQ_LEN:
                 raise ConfigError(f"lora-transformer's pre-trained encoder reads {bible.SEQ_LEN} tokens, "
                                   f"got {in_shape[0]}: use --dataset bible-pairs")

@@ -7,22 +7,12 @@
 * :mod:`~hetfl_core.data.partitions` - IID, Dirichlet, shards, quantity skew, natural and writers;
 * :mod:`~hetfl_core.data.federated` - a dataset dealt to its clients (:func:`make_federated`).
 
-Every public name is importable from ``hetfl_core.data``.
+Every public name of the modules but the corpora's is importable from ``hetfl_core.data``.
 """
-from .datasets import (DATASET_INFO, DATASETS, KINDS, DatasetInfo, canonical_dataset_name,
-                       load_dataset, register_dataset)
-from .federated import ClientData, FederatedData, make_federated, split_client
-from .partitions import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style, check_skew_level, class_counts,
-                         dirichlet_partition, dominant_class_partition, iid_partition, missing_class_partition,
-                         natural_partition, partition_labels, quantity_skew_partition, shards_partition, writer_styles)
-from .storage import ArrayDataset, data_root, stored_arrays
+from . import datasets, federated, partitions, storage
+from .datasets import *  # noqa: F401,F403
+from .federated import *  # noqa: F401,F403
+from .partitions import *  # noqa: F401,F403
+from .storage import *  # noqa: F401,F403
 
-__all__ = [
-    "ArrayDataset", "ClientData", "FederatedData", "DATASETS", "DATASET_INFO", "PARTITIONS", "data_root",
-    "stored_arrays", "canonical_dataset_name", "load_dataset", "register_dataset", "DatasetInfo",
-    "KINDS",
-    "iid_partition", "dirichlet_partition", "shards_partition",
-    "quantity_skew_partition", "dominant_class_partition", "missing_class_partition", "check_skew_level",
-    "natural_partition", "partition_labels", "split_client", "make_federated",
-    "class_counts", "WRITER_ROTATION", "WRITER_SCALE", "writer_styles", "apply_style",
-]
+__all__ = [*datasets.__all__, *federated.__all__, *partitions.__all__, *storage.__all__]

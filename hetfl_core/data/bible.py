@@ -278,17 +278,16 @@ def load_bible_pairs(root=None) -> ArrayDataset:
     books by decreasing size (``partition="natural"``: one client per book). The pairs
     and the split are fixed (seed 0), so every run sees the same task.
     """
+    return _split_by_book("bible-pairs", root, f"pairs-{PAIRS_VERSION}.npz", _make_pairs, num_classes=2)
+
+
+def _split_by_book(name: str, root, file: str, make, num_classes: int) -> ArrayDataset:
+    """``make(root)``'s ``x``, ``y`` (kept in ``<root>/bible/<file>``: parsing takes seconds)
+    with a fixed random :data:`TEST_FRACTION` test split (seed 1); ``groups`` numbers the
+    books by decreasing training size (one client per book)."""
     root = str(Path(root or data_root()))
     check_installed(root)
-    # parsing takes seconds; keep a binary copy
-    stored = stored_arrays(Path(root) / "bible" / f"pairs-{PAIRS_VERSION}.npz", ("x", "y", "books"),
-                           lambda: _make_pairs(root))
-    return _split_by_book("bible-pairs", stored, num_classes=2)
-
-
-def _split_by_book(name: str, stored: dict, num_classes: int) -> ArrayDataset:
-    """A fixed random :data:`TEST_FRACTION` test split (seed 1) of ``stored``'s ``x``, ``y``;
-    ``groups`` numbers the books by decreasing training size (one client per book)."""
+    stored = stored_arrays(Path(root) / "bible" / file, ("x", "y", "books"), lambda: make(root))
     x, y, books = stored["x"], stored["y"], stored["books"]
     test = np.zeros(len(y), bool)
     test[np.random.default_rng(1).permutation(len(y))[:int(round(TEST_FRACTION * len(y)))]] = True
@@ -355,8 +354,5 @@ def load_bible_topics(root=None) -> ArrayDataset:
     ``partition="natural"`` makes one client per book: natural non-IID, and extreme,
     since every book lies in one part, every client holds one class.
     """
-    root = str(Path(root or data_root()))
-    check_installed(root)
-    stored = stored_arrays(Path(root) / "bible" / f"topics-{TOPICS_VERSION}.npz", ("x", "y", "books"),
-                           lambda: _make_topics(root))
-    return _split_by_book("bible-topics", stored, num_classes=len(TOPICS))
+    return _split_by_book("bible-topics", root, f"topics-{TOPICS_VERSION}.npz", _make_topics,
+                          num_classes=len(TOPICS))

