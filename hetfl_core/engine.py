@@ -32,10 +32,11 @@ from .personalization import paper_split, split_parameter_names
 from .models import build_model
 from .system import (ComputeCost, CostModel, DeviceProfile, WirelessCost, make_devices, profile_model, round_time,
                      training_flops)
+from .streams import STREAMS
 from .training import evaluate
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
-           "run_rounds", "seeded_generator", "divergence_suspects", "single_thread"]
+__all__ = ["Simulation", "build_data", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
+           "single_thread"]
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Simulation:
     reports: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.sampler = np.random.default_rng([self.config.seed, 4])
+        self.sampler = np.random.default_rng([self.config.seed, STREAMS["participants"]])
 
     def sample(self, round_idx: int) -> list[int]:
         """The round's participants: ``participation`` x ``clients`` of them, without replacement
@@ -157,7 +158,8 @@ def build_simulation(config: RunConfig) -> Simulation:
     """Validate ``config`` and build its data, devices and method (no training yet)."""
     config.validate()
     data = build_data(config)
-    devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
+    devices = make_devices(config.clients, config.heterogeneity,
+                           np.random.default_rng([config.seed, STREAMS["devices"]]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
     method.cost_model = build_cost_model(config, data, devices, method)

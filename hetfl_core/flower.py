@@ -42,9 +42,9 @@ import torch
 
 from .config import RunConfig
 from .devices import resolve_device
-from .engine import build_data, build_simulation, run_rounds, seeded_generator
+from .engine import build_data, build_simulation, run_rounds
 from .errors import HetflError
-from .methods.base import ClientPlan, ClientReport
+from .methods.base import ClientPlan, ClientReport, seeded_generator
 
 __all__ = ["server_app", "client_app", "run_flower", "shipped_types"]
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError, DivergenceError
 from hetfl_core.methods.fedavg import weighted_average
 

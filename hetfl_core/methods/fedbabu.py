@@ -32,6 +32,7 @@ from __future__ import annotations
 from ..batched import ClientJob, run_job
 from ..options import Option
 from ..personalization import layer_of
+from ..streams import STREAMS
 from ..system import training_flops
 from ..training import clone_model, local_sgd, steps_for_epochs
 from .base import register, seeded_generator
@@ -106,7 +107,7 @@ class FedBABU(FedPer):
         if steps:
             names = self.private_names if self.options["finetune"] == "head" else None
             local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
-                      self.config.lr, seeded_generator(self.config.seed, 7, client_id),
+                      self.config.lr, seeded_generator(self.config.seed, STREAMS["finetune"], client_id),
                       momentum=float(self.options["finetune_momentum"]),
                       weight_decay=self.config.weight_decay, params=names)
         return model

@@ -50,6 +50,7 @@ from ..errors import ConfigError
 from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
                      unit_masks_to_parameters)
 from ..models import structured_units
+from ..streams import STREAMS
 from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -116,7 +117,7 @@ class FedLPS(FedAvg):
         if o["pattern"] == "learned":
             target = unit_magnitudes(self.model)
             for k in range(len(devices)):
-                g = seeded_generator(config.seed, 41, k)
+                g = seeded_generator(config.seed, STREAMS["learned_scores"], k)
                 self.scores[k] = {n: torch.sigmoid(t)
                                   + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
@@ -125,7 +126,8 @@ class FedLPS(FedAvg):
         for k, d in enumerate(devices):
             if o["ratio_rule"] == "pucbv":
                 self.agents[k] = PUCBV(*o["arm_range"], n_intervals=int(o["intervals"]), horizon=horizon,
-                                       rho=o["rho"], delta=o["delta"], explore=o["explore"], seed=[config.seed, 43, k])
+                                       rho=o["rho"], delta=o["delta"], explore=o["explore"],
+                                       seed=[config.seed, STREAMS["pucbv"], k])
                 self.proposed[k] = self.agents[k].first_ratio()
             else:
                 self.proposed[k] = float(o["ratio"]) if o["ratio_rule"] == "fixed" else self.capability(d)
@@ -147,7 +149,7 @@ class FedLPS(FedAvg):
         for k in client_ids:
             device = self.devices[k]
             if self.options["capability"] == "dynamic":   # resources change between rounds
-                rng = np.random.default_rng([self.config.seed, 47, round_idx, k])
+                rng = np.random.default_rng([self.config.seed, STREAMS["dynamic_tiers"], round_idx, k])
                 device = self.tiers[int(rng.integers(len(self.tiers)))]
             z, rule = self.capability(device), self.options["ratio_rule"]
             proposed = z if rule == "capability" else self.proposed[k]
@@ -283,7 +285,8 @@ class FedLPS(FedAvg):
             return top_units(self.scores[client_id], ratio)
         if self.options["pattern"] == "magnitude":
             return top_units(unit_magnitudes(self.model), ratio)
-        return top_units(self.round_scores(client_id, seeded_generator(self.config.seed, 0, client_id)), ratio)
+        fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
+        return top_units(self.round_scores(client_id, fixed), ratio)
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

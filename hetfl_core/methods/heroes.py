@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..frequency import (block_variance, heroes_widths, plan_frequencies, step_flops, tau_calibrated, tau_eps,
                          tau_raw, width_profiles)
 from ..models import build_model
+from ..streams import STREAMS
 from ..system import dense_bits, training_flops, transfer_time
 from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -167,7 +168,7 @@ class Heroes(FedAvg):
             A = subgrid_selection(self.block_counts, self.P, p)
             return Selection(p, tuple(a * self.P + b for a in A for b in A), A, A)
         if mode == "random":
-            g = np.random.default_rng([self.config.seed, round_idx, client_id, 7])
+            g = np.random.default_rng([self.config.seed, round_idx, client_id, STREAMS["random_blocks"]])
             pick = lambda n, m: tuple(sorted(int(i) for i in g.choice(n, m, replace=False)))  # noqa: E731
             return Selection(p, pick(self.model.n_blocks, p * p), pick(self.P, p), pick(self.P, p))
         return Selection(p, least_trained(self.block_counts, p * p), least_trained(self.group_counts["head"], p),

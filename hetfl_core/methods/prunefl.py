@@ -28,6 +28,7 @@ from ..options import Option
 from ..compression import unflatten
 from ..masks import apply_mask, layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
+from ..streams import STREAMS
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .aggregate import weighted_average
@@ -81,7 +82,8 @@ class PruneFL(FedAvg):
         """Sec. IV-A: the strong client trains the dense model once; keep its largest weights."""
         client = self.data.clients[client_id]
         model = clone_model(self.model)
-        result = self.local_train(model, client, self.local_steps(client), seeded_generator(self.config.seed, 0, client_id))
+        generator = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
+        result = self.local_train(model, client, self.local_steps(client), generator)
         params = dict(model.named_parameters())
         self.masks = magnitude_mask({n: params[n].detach() for n in self.prunable},
                                     float(self.options["initial_density"]), "global")

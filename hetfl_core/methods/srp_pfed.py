@@ -41,6 +41,7 @@ from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid
+from ..streams import STREAMS
 from ..system import client_time, dense_bits, forward_flops, sparse_bits, training_flops
 from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register
@@ -104,7 +105,7 @@ class SRPpFed(FedAvg):
     # -- server ------------------------------------------------------------------
     def configure_round(self, round_idx, client_ids):
         """SAMPLEUPDATERATE (Alg. 2): P_t drawn from Pi = h / sum h (Eq. 7), sent with w_g."""
-        rng = np.random.default_rng([self.config.seed, 31, round_idx])
+        rng = np.random.default_rng([self.config.seed, STREAMS["rate_walk"], round_idx])
         self.sampled = self.walk.sample(rng)
         self.probs = self.walk.probs()
         rates = [self.walk.rates[x] for x in self.sampled]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..batched import ClientJob, run_job
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
+from ..streams import STREAMS
 from ..system import capability, dense_bits, training_flops
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
@@ -82,4 +83,4 @@ class RandomMask(OrderedMask):
     batchable = True
 
     def pattern(self, client_id, ratio):
-        return random_units(self.model, ratio, seeded_generator(self.config.seed, 11, client_id))
+        return random_units(self.model, ratio, seeded_generator(self.config.seed, STREAMS["random_units"], client_id))
