@@ -89,7 +89,7 @@ class Simulation:
         for (k, _), report in zip(jobs, (client_updates or local_updates)(self, round_idx, jobs), strict=True):
             if not math.isfinite(report.loss):      # stop at once: the later clients' work would be lost anyway
                 raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
-                                      f"lower {divergence_suspects(config, method.options)}")
+                                      f"lower {divergence_suspects(config, method)}")
             reports.append(report)
         self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
@@ -155,15 +155,17 @@ def build_data(config: RunConfig) -> FederatedData:
 
 
 def build_simulation(config: RunConfig) -> Simulation:
-    """Validate ``config`` and build its data, devices and method (no training yet)."""
+    """Validate ``config`` and build its data, devices, method and cost model, then set the
+    method up for them (:meth:`Method.setup`); no training yet."""
     config.validate()
     data = build_data(config)
     devices = make_devices(config.clients, config.heterogeneity,
                            np.random.default_rng([config.seed, STREAMS["devices"]]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
-    method.cost_model = build_cost_model(config, data, devices, method)
-    return Simulation(config, data, devices, method, method.cost_model)
+    sim = Simulation(config, data, devices, method, build_cost_model(config, data, devices, method))
+    method.setup(sim)
+    return sim
 
 
 def _score(triples, counts: dict | None = None) -> tuple:
@@ -248,17 +250,18 @@ class single_thread:  # noqa: N801 - called like the function it was: single_thr
         torch.set_num_threads(self.previous)
 
 
-def divergence_suspects(config: RunConfig, options: dict) -> str:
-    """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
-    (a large decay or proximal coefficient blows up SGD as a large step does); for a method
-    registered from outside the package (a plug-in), its own code too."""
+def divergence_suspects(config: RunConfig, method: Method) -> str:
+    """What to lower after a non-finite loss: lr, and weight_decay and the method's
+    ``step_like_options`` where they are set (a large decay or proximal coefficient blows up
+    SGD as a large step does); for a method registered from outside the package (a plug-in),
+    its own code too."""
     suspects = [f"lr (now {config.lr})"]
     if config.weight_decay:
         suspects.append(f"weight_decay (now {config.weight_decay})")
-    if options.get("mu"):
-        suspects.append(f"mu (now {options['mu']})")
+    suspects += [f"{name} (now {method.options[name]})" for name in method.step_like_options
+                 if method.options.get(name)]
     text = " or ".join(suspects)
-    cls = get_method(config.method)
+    cls = type(method)
     if not cls.__module__.startswith("hetfl_core."):
         import inspect
 

@@ -26,6 +26,7 @@ from ..training import steps_for_epochs
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..data import ClientData, FederatedData
+    from ..engine import Simulation
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "seeded_generator", "METHODS", "register", "get_method"]
 
@@ -120,6 +121,12 @@ class Method(ABC):
     option declared once as an :class:`~hetfl_core.options.Option`; ``defaults`` follows
     from it). A plug-in may give ``defaults`` alone: its options are then typed like their
     defaults.
+
+    The engine builds a method in two steps. The constructor stores the run's config, data
+    and devices and draws the initial global model w^0; :meth:`setup` then receives the
+    built run (its cost model among it) and does the method's own work before round 1
+    (per-client state, scoring w^0 on the clients' data). A method that needs neither
+    overrides neither, and one written against the constructor alone still runs.
     """
 
     name = "method"
@@ -132,6 +139,9 @@ class Method(ABC):
     defaults: dict = {}
     #: the cost model the method runs under unless the config names one
     default_system = "compute"
+    #: options that blow local SGD up when too large, as too large a step does (a proximal
+    #: coefficient); the message of a non-finite loss names those the run sets
+    step_like_options: tuple[str, ...] = ()
     #: whether :meth:`client_job` describes this class's local update, so that a round's
     #: clients may train as one batch (:mod:`hetfl_core.batched`); set in the class's own
     #: body, never inherited: a subclass that changes the local step must opt in again
@@ -161,14 +171,23 @@ class Method(ABC):
             cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
     def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
+        """Store the run's parameters and draw the initial model w^0 from the torch seed the
+        engine has just set (everything else is built in :meth:`setup`)."""
         self.config = config
         self.options = {**self.defaults, **config.options}
         self.data = data
         self.devices = devices
         self.device = resolve_device(config.device)
-        self.cost_model: CostModel | None = None   # the engine's, set before the first round
+        self.cost_model: CostModel | None = None   # the run's, from :meth:`setup`
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
+
+    def setup(self, sim: Simulation) -> None:
+        """Prepare the method for the built run ``sim`` (a :class:`~hetfl_core.engine.Simulation`:
+        its data, devices and cost model), once, before round 1. The default takes the run's
+        cost model; a method that builds state from the model, the data or the devices does
+        it here, after ``super().setup(sim)``."""
+        self.cost_model = sim.cost_model
 
     # -- options ------------------------------------------------------------
     @classmethod

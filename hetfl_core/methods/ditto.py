@@ -66,8 +66,8 @@ class Ditto(FedAvg):
                         "or global (the first global model the client receives)",
                         choices=PERSONAL_STARTS)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
         self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)

@@ -59,8 +59,8 @@ class FedBABU(FedPer):
                                             "(last) or at every evaluation (every)",
                                             choices=("last", "every"))}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.rounds_done = 0
 
     def client_update(self, client, plan, generator):

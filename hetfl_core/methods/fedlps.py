@@ -93,6 +93,7 @@ class FedLPS(FedAvg):
         "ucb_xi": Option(None, "P-UCBV's xi of Eq. (17); None: R / (K eps) of this run (Alg. 2, line 1)",
                          0, 1e9, low_open=True, kind=float),
     }
+    step_like_options = ("mu",)   # L_pr is a proximal term (Eqs. 6-9)
 
     @classmethod
     def check_config(cls, config):
@@ -107,35 +108,35 @@ class FedLPS(FedAvg):
         if len(arms) != 2 or not arms[0] < arms[1]:
             raise ConfigError(f"arm_range must be [low, high] with 0 <= low < high <= 1, got {arms}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         o = self.options
         self.layers = [name for name, _, _ in structured_units(self.model)]
         self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
-        self.tiers = list({d.tier: d for d in devices}.values())
+        self.tiers = list({d.tier: d for d in self.devices}.values())
         self.scores = {}
         if o["pattern"] == "learned":
             target = unit_magnitudes(self.model)
-            for k in range(len(devices)):
-                g = seeded_generator(config.seed, STREAMS["learned_scores"], k)
+            for k in range(len(self.devices)):
+                g = seeded_generator(self.config.seed, STREAMS["learned_scores"], k)
                 self.scores[k] = {n: torch.sigmoid(t)
                                   + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
-        horizon = o["ucb_xi"] or pucbv_horizon(config)
+        horizon = o["ucb_xi"] or pucbv_horizon(self.config)
         self.agents, self.proposed = {}, {}
-        for k, d in enumerate(devices):
+        for k, d in enumerate(self.devices):
             if o["ratio_rule"] == "pucbv":
                 self.agents[k] = PUCBV(*o["arm_range"], n_intervals=int(o["intervals"]), horizon=horizon,
                                        rho=o["rho"], delta=o["delta"], explore=o["explore"],
-                                       seed=[config.seed, STREAMS["pucbv"], k])
+                                       seed=[self.config.seed, STREAMS["pucbv"], k])
                 self.proposed[k] = self.agents[k].first_ratio()
             else:
                 self.proposed[k] = float(o["ratio"]) if o["ratio_rule"] == "fixed" else self.capability(d)
         # a_k^{-1}: the initial global model's accuracy on each client's data (Alg. 2)
         self.previous_accuracy = {c.client_id: evaluate(self.model, c.x_train, c.y_train)[0] / max(c.n_train, 1)
-                                  for c in data.clients}
+                                  for c in self.data.clients}
         self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
-                       else self.proposed[k] for k, d in enumerate(devices)}
+                       else self.proposed[k] for k, d in enumerate(self.devices)}
         self.personal: dict[int, dict] = {}
 
     def capability(self, device) -> float:

@@ -133,8 +133,8 @@ class FedLPSCode(FedLPS):
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.units = {n: k for n, _, k in structured_units(self.model)}
 
     def local_steps(self, client) -> int:

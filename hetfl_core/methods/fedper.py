@@ -27,8 +27,8 @@ class FedPer(FedAvg):
     batchable = True
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.shared_names = self.choose_shared()
         self.private_names = [n for n, _ in self.model.named_parameters() if n not in set(self.shared_names)]

@@ -103,17 +103,17 @@ class Heroes(FedAvg):
         return build_composed(self.config.model, self.data.input_shape, self.data.num_classes, self.P,
                               self.n_blocks())
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         P = self.P
         self.model.selection = self.full_selection()
         self.block_counts = np.zeros(self.model.n_blocks)   # c_i, cumulative local iterations (Alg. 1)
         self.group_counts = {"head": np.zeros(P), "cls": np.zeros(P)}
-        self.width_costs = width_profiles(config, data, P)
-        self.tau0 = int(self.options["tau0"] or config.local_steps or steps_for_epochs(
-            int(np.median([c.n_train for c in data.clients])), config.batch_size, config.local_epochs))
+        self.width_costs = width_profiles(self.config, self.data, P)
+        self.tau0 = int(self.options["tau0"] or self.config.local_steps or steps_for_epochs(
+            int(np.median([c.n_train for c in self.data.clients])), self.config.batch_size, self.config.local_epochs))
         self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
-        self.widths = heroes_widths(config, data, devices, P, float(self.options["width_budget"]))
+        self.widths = heroes_widths(self.config, self.data, self.devices, P, float(self.options["width_budget"]))
         self.estimates: list[dict] = []   # per round: means of F, L, S = G^2 + 18 sigma^2
         self.round_info: dict = {}
 

@@ -120,20 +120,20 @@ class HeteroFL(FedAvg):
         if config.model not in SUPPORTED_MODELS:
             raise ConfigError(f"{cls.name} needs a model of {', '.join(SUPPORTED_MODELS)}, got {config.model!r}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.widths = {}
         if self.options["width_budget"] is not None:
             # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
-            for k, p in enumerate(heroes_widths(config, data, devices, P, float(self.options["width_budget"]))):
+            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, float(self.options["width_budget"]))):
                 self.widths[k] = p / P
         else:
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
             self.levels = sorted(set(levels))
-            for k, device in enumerate(devices):
-                self.widths[k] = next((w for w in levels if w <= capability(device, devices) + 1e-9), levels[-1])
+            for k, device in enumerate(self.devices):
+                self.widths[k] = next((w for w in levels if w <= capability(device, self.devices) + 1e-9), levels[-1])
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 

@@ -46,10 +46,10 @@ class LGFedAvg(FedPer):
                                            "(the warm start of every client's model)", 0, 1,
                                            high_open=True)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         share = float(self.options["fedavg_share"])   # the last round is always an LG-FedAvg round
-        self.fedavg_rounds = min(math.floor(share * config.rounds + 0.5), config.rounds - 1)
+        self.fedavg_rounds = min(math.floor(share * self.config.rounds + 0.5), self.config.rounds - 1)
 
     def choose_shared(self):
         """The parameters the server aggregates: the head."""

@@ -22,8 +22,8 @@ class LocalOnly(FedAvg):
     batchable = True
     option_specs = {}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
 

@@ -38,8 +38,8 @@ class LotteryFL(FedAvg):
                     "target_density": Option(0.5, "density at which a client stops pruning", 0, 1),
                     "acc_threshold": Option(0.5, "local accuracy a client must reach before it prunes", 0, 1)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.prunable = prunable(self.model)
         self.tickets: dict[int, dict] = {}

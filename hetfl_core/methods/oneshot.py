@@ -30,8 +30,8 @@ class OneShotPruning(FedAvg):
                                     choices=("global", "layer")),
                     "prune_round": Option(2, "the round in which the server prunes", 1, 1_000_000)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.masks: dict | None = None
         self.mask_news = False
 

@@ -71,8 +71,8 @@ class PruneFL(FedAvg):
                                        0, 1e6),
                     "min_density": Option(0.1, "the lowest density adaptive pruning may reach", 0, 1, low_open=True)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.prunable = prunable(self.model)
         self.masks: dict | None = None
         self.mask_news = False

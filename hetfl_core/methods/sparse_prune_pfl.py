@@ -126,15 +126,15 @@ class SparsePrunePFL(FedPer):
         if warmup >= config.rounds:
             raise ConfigError(f"theta_warmup_rounds must be below rounds ({config.rounds}), got {warmup}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         o = self.options
         self.prune_names = self.private_names if o["prune_scope"] == "private" else self.shared_names + \
             self.private_names
         params = dict(self.model.named_parameters())
         self.d_base = sum(params[n].numel() for n in self.shared_names)
         self.d_private = sum(params[n].numel() for n in self.private_names)
-        self.gamma = np.array([c.n_train for c in data.clients], float)
+        self.gamma = np.array([c.n_train for c in self.data.clients], float)
         self.flops_per_sample = training_flops(self.costs, 1)
         self._mean_round = None
         self.theta_ratio = float(o["theta_ratio"])

@@ -95,8 +95,8 @@ class SRPpFed(FedAvg):
                                   mode=o["sampler"], replacement=bool(o["replacement"]), loss_agg=o["loss_agg"],
                                   credit=o["credit"], fixed=o["fixed_rates"])
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.walk = self.make_walk(self.options)
         self.local: dict[int, dict[str, torch.Tensor]] = {}  # w_i, every client's full model
         self.sampled: list[int] = [len(self.walk.rates) - 1]  # before round 1 the personal model is w_g

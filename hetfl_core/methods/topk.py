@@ -30,8 +30,8 @@ class TopK(FedAvg):
                                 low_open=True)}
     error_feedback = False
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.memory = ErrorFeedback()
 
     def client_update(self, client, plan, generator):

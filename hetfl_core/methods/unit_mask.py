@@ -31,11 +31,11 @@ class OrderedMask(FedAvg):
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else capability(d, devices)
-                       for k, d in enumerate(devices)}
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.devices)
+                       for k, d in enumerate(self.devices)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
     def pattern(self, client_id: int, ratio: float) -> dict:
