@@ -226,7 +226,9 @@ def _node_data(config_json: str):
 def _train(task, node_id: int) -> dict:
     """A node's side of a train message: rebuild the method from the shipped state, train the
     client the task names, and return the reply's ``{"report", "changes"}`` archives. A
-    state or plan that names a type hetfl does not ship is refused unread."""
+    state or plan that names a type hetfl does not ship is refused unread. Neither the
+    method's constructor nor its ``setup`` runs on the node: the shipped state is what they
+    built on the server."""
     from .methods import get_method
 
     config_json = task["config"]

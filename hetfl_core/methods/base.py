@@ -116,11 +116,13 @@ class Method(ABC):
     (:meth:`configure_round`), the global model is scored for everyone
     (:meth:`global_model`, :meth:`personal_model`). :class:`~hetfl_core.methods.fedavg.FedAvg`
     implements the two, and most methods subclass it and override what their paper
-    changes. Subclasses set ``name``, a docstring whose first line is the method's one-line
-    ``summary`` (what ``list`` shows), and ``option_specs`` (each
-    option declared once as an :class:`~hetfl_core.options.Option`; ``defaults`` follows
-    from it). A plug-in may give ``defaults`` alone: its options are then typed like their
-    defaults.
+    changes. A method names itself in its class keywords,
+    ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True)`` (its registered
+    ``name``, its ``label`` and whether it is ``batchable``; a plug-in may set them as class
+    attributes instead), and gives a docstring whose first line is its one-line ``summary``
+    (what ``list`` shows) and ``option_specs`` (each option declared once as an
+    :class:`~hetfl_core.options.Option`; ``defaults`` follows from it). A plug-in may give
+    ``defaults`` alone: its options are then typed like their defaults.
 
     The engine builds a method in two steps. The constructor stores the run's config, data
     and devices and draws the initial global model w^0; :meth:`setup` then receives the
@@ -143,8 +145,9 @@ class Method(ABC):
     #: coefficient); the message of a non-finite loss names those the run sets
     step_like_options: tuple[str, ...] = ()
     #: whether :meth:`client_job` describes this class's local update, so that a round's
-    #: clients may train as one batch (:mod:`hetfl_core.batched`); set in the class's own
-    #: body, never inherited: a subclass that changes the local step must opt in again
+    #: clients may train as one batch (:mod:`hetfl_core.batched`); said by the class itself
+    #: (a class keyword or its own body), never inherited: a subclass that changes the local
+    #: step must opt in again
     batchable = False
 
     @classmethod
@@ -154,13 +157,20 @@ class Method(ABC):
         paper's rounds, a split for another model); none by default."""
         return {}
 
-    def __init_subclass__(cls, **kwargs):
-        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
-        reset ``label`` and ``batchable`` unless the class sets them itself, and take
+    def __init_subclass__(cls, name: str | None = None, label: str | None = None,
+                          batchable: bool | None = None, **kwargs):
+        """Take ``name``, ``label`` and ``batchable`` from the class keywords; reset ``label``
+        and ``batchable`` unless the class gives them itself (keyword or body); derive
+        ``defaults`` from ``option_specs``, or plain specs from ``defaults``; and take
         ``summary`` from the docstring's first line."""
         super().__init_subclass__(**kwargs)
+        for key, value in (("name", name), ("label", label), ("batchable", batchable)):
+            if value is not None:
+                if key in cls.__dict__:
+                    raise TypeError(f"{cls.__qualname__} gives {key} twice, as a class keyword and in its body")
+                setattr(cls, key, value)
         if "label" not in cls.__dict__:          # never a parent's: a subclass is another method
-            cls.label = cls.__dict__.get("name", cls.name)
+            cls.label = cls.name
         if "batchable" not in cls.__dict__:
             cls.batchable = False
         if "summary" not in cls.__dict__:

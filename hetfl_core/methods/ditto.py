@@ -48,7 +48,7 @@ PERSONAL_STARTS = ("initial", "global")
 
 
 @register
-class Ditto(FedAvg):
+class Ditto(FedAvg, name="ditto", label="Ditto"):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     Trains its clients sequentially: a visit trains two models (the global copy, then v_k
@@ -56,8 +56,6 @@ class Ditto(FedAvg):
     job trains one model on one generator stream.
     """
 
-    name = "ditto"
-    label = "Ditto"
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
                                               0, 10_000, low_open=True, kind=float),

@@ -21,12 +21,8 @@ from .base import ClientPlan, ClientReport, Method, register
 
 
 @register
-class FedAvg(Method):
+class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True):
     """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
-
-    name = "fedavg"
-    label = "FedAvg"
-    batchable = True
 
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                     params=None, masks: dict | None = None, loss_fn=None, prox_mu: float = 0.0) -> LocalResult:
@@ -85,12 +81,9 @@ class FedAvg(Method):
 
 
 @register
-class FedProx(FedAvg):
+class FedProx(FedAvg, name="fedprox", label="FedProx", batchable=True):
     """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
-    name = "fedprox"
-    label = "FedProx"
-    batchable = True
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",
                                  0, 1e4)}
     step_like_options = ("mu",)

@@ -40,12 +40,9 @@ from .fedper import FedPer
 
 
 @register
-class FedBABU(FedPer):
+class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True):
     """FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"""
 
-    name = "fedbabu"
-    label = "FedBABU"
-    batchable = True
     option_specs = {**FedPer.option_specs,
                     "finetune": Option("full", "what personalisation fine-tunes: full (body and "
                                        "head, the paper) or head", choices=("full", "head")),

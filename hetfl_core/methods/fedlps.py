@@ -68,12 +68,9 @@ def pucbv_horizon(config) -> float:
 
 
 @register
-class FedLPS(FedAvg):
+class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
     """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
 
-    name = "fedlps"
-    label = "FedLPS"
-    batchable = True
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
         "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),

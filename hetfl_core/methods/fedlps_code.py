@@ -102,7 +102,7 @@ def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class FedLPSCode(FedLPS):
+class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
     """FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)
 
     FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
@@ -114,8 +114,6 @@ class FedLPSCode(FedLPS):
     the batched SGD.
     """
 
-    name = "fedlps-code"
-    label = "FedLPS (released code)"
     option_specs = {
         **{k: FedLPS.option_specs[k] for k in _SHARED},
         "lam": Option(1.0, "lambda of the released importance loss: mean over unit pairs (i, j) of "
@@ -132,6 +130,7 @@ class FedLPSCode(FedLPS):
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
+    step_like_options = ()   # no proximal term (see the module docstring)
 
     def setup(self, sim):
         super().setup(sim)

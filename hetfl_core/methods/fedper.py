@@ -19,12 +19,9 @@ from .fedavg import FedAvg
 
 
 @register
-class FedPer(FedAvg):
+class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
 
-    name = "fedper"
-    label = "FedPer"
-    batchable = True
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
     def setup(self, sim):

@@ -47,7 +47,7 @@ TAU_MODES = ("calibrated", "raw", "eps")
 
 
 @register
-class Heroes(FedAvg):
+class Heroes(FedAvg, name="heroes", label="Heroes"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
     Trains its clients sequentially: a client's composed model runs the block selection it
@@ -55,8 +55,6 @@ class Heroes(FedAvg):
     estimates of Alg. 2 take gradients before and after training.
     """
 
-    name = "heroes"
-    label = "Heroes"
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
                             1, 1024),

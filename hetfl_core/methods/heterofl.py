@@ -99,7 +99,7 @@ class LabelMasked(nn.Module):
 
 
 @register
-class HeteroFL(FedAvg):
+class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
     Trains its clients sequentially: each width is a model of its own shape, the Scaler
@@ -107,8 +107,6 @@ class HeteroFL(FedAvg):
     loss, and the batched SGD rule has no gradient clipping (``clip_norm``).
     """
 
-    name = "heterofl"
-    label = "HeteroFL"
     option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
                                  personal_eval="global-masked")
 
@@ -127,7 +125,8 @@ class HeteroFL(FedAvg):
             # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
-            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, float(self.options["width_budget"]))):
+            budget = float(self.options["width_budget"])
+            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, budget)):
                 self.widths[k] = p / P
         else:
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)

@@ -34,12 +34,9 @@ from .fedper import FedPer
 
 
 @register
-class LGFedAvg(FedPer):
+class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
     """LG-FedAvg: private local body, shared global head (Liang et al. 2020)"""
 
-    name = "lg-fedavg"
-    label = "LG-FedAvg"
-    batchable = True
     option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",
                                           1, 1000),
                     "fedavg_share": Option(0.8, "share of the run's rounds run as FedAvg first "

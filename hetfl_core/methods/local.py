@@ -14,12 +14,9 @@ from .fedavg import FedAvg
 
 
 @register
-class LocalOnly(FedAvg):
+class LocalOnly(FedAvg, name="local", label="Local", batchable=True):
     """Local-only training: no communication, the personalisation floor"""
 
-    name = "local"
-    label = "Local"
-    batchable = True
     option_specs = {}
 
     def setup(self, sim):

@@ -66,12 +66,10 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 
 
 @register
-class OFAFL(FedAvg):
+class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
     """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)
     """
 
-    name = "ofafl"
-    label = "OFA-FL"
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
                          low_open=True),
@@ -91,7 +89,6 @@ class OFAFL(FedAvg):
                               "by each layer's density ('sparse')", choices=FLOPS_MODELS),
     }
     joint = True   # Alg. 4's averaged loss; LTP sets False
-    batchable = True
 
     @classmethod
     def arena_options(cls, config) -> dict:
@@ -244,13 +241,10 @@ class OFAFL(FedAvg):
 
 
 @register
-class OFAOneShot(OFAFL):
+class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True):
     """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)
     """
 
-    name = "ofa-oneshot"
-    label = "OFA-FL (one-shot)"
-    batchable = True
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}
 

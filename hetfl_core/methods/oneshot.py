@@ -19,12 +19,9 @@ from .fedavg import FedAvg
 
 
 @register
-class OneShotPruning(FedAvg):
+class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable=True):
     """One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"""
 
-    name = "oneshot"
-    label = "One-shot pruning"
-    batchable = True
     option_specs = {"density": Option(0.5, "fraction of prunable weights kept", 0, 1, low_open=True),
                     "scope": Option("global", "rank weights over the whole model or layer by layer",
                                     choices=("global", "layer")),

@@ -54,7 +54,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 
 
 @register
-class PruneFL(FedAvg):
+class PruneFL(FedAvg, name="prunefl", label="PruneFL"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
     Trains its clients sequentially: no batched job is written yet; the masked local SGD
@@ -62,8 +62,6 @@ class PruneFL(FedAvg):
     client's generator after training, would have to move into its ``finish``.
     """
 
-    name = "prunefl"
-    label = "PruneFL"
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
                                               low_open=True),
                     "reconfigure_every": Option(5, "rounds between adaptive reconfigurations", 1, 1_000_000),

@@ -66,7 +66,7 @@ def _check_split(option: str, split: str) -> None:
 
 
 @register
-class SparsePrunePFL(FedPer):
+class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
     Trains its clients sequentially: no batched job is written yet; each client prunes its
@@ -74,8 +74,6 @@ class SparsePrunePFL(FedPer):
     gradients and private weights after it, which a job would have to carry.
     """
 
-    name = "sparse-prune-pfl"
-    label = "Lightweight PFL"
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
         "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",

@@ -49,12 +49,9 @@ from .fedavg import FedAvg
 
 
 @register
-class SRPpFed(FedAvg):
+class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
 
-    name = "srp-pfed"
-    label = "SRP-pFed"
-    batchable = True
     option_specs = {
         "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),
         "k": Option(2, "K: rates drawn each round (Eq. 7), at most candidates", 1, 10_000),

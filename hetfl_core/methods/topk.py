@@ -20,12 +20,9 @@ from .fedavg import FedAvg
 
 
 @register
-class TopK(FedAvg):
+class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
     """FedAvg with top-k sparsified updates (values + indices on the uplink)"""
 
-    name = "topk"
-    label = "Top-k"
-    batchable = True
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
                                 low_open=True)}
     error_feedback = False
@@ -70,10 +67,7 @@ class TopK(FedAvg):
 
 
 @register
-class TopKErrorFeedback(TopK):
+class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF", batchable=True):
     """FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"""
 
-    name = "topk-ef"
-    label = "Top-k + EF"
-    batchable = True
     error_feedback = True

@@ -22,12 +22,9 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class OrderedMask(FedAvg):
+class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=True):
     """Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"""
 
-    name = "ordered-mask"
-    label = "Ordered mask"
-    batchable = True
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
 
@@ -75,12 +72,8 @@ class OrderedMask(FedAvg):
 
 
 @register
-class RandomMask(OrderedMask):
+class RandomMask(OrderedMask, name="random-mask", label="Random mask", batchable=True):
     """Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"""
-
-    name = "random-mask"
-    label = "Random mask"
-    batchable = True
 
     def pattern(self, client_id, ratio):
         return random_units(self.model, ratio, seeded_generator(self.config.seed, STREAMS["random_units"], client_id))
