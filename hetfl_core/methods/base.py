@@ -127,8 +127,9 @@ class Method(ABC):
     The engine builds a method in two steps. The constructor stores the run's config, data
     and devices and draws the initial global model w^0; :meth:`setup` then receives the
     built run (its cost model among it) and does the method's own work before round 1
-    (per-client state, scoring w^0 on the clients' data). A method that needs neither
-    overrides neither, and one written against the constructor alone still runs.
+    (per-client state, scoring w^0 on the clients' data). A method with no state of its own
+    overrides neither; one that builds its state in the constructor still runs, since
+    ``setup``'s default only takes the cost model.
     """
 
     name = "method"
