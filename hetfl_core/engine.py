@@ -1,8 +1,9 @@
 """The method-agnostic round loop.
 
-A method is a plug-in (:class:`Method`) with hooks named after the steps of the papers'
-pseudocode, in the spirit of Flower's ``Strategy``::
+A method is a plug-in (:class:`~hetfl_core.methods.base.Method`) with hooks named after
+the steps of the papers' pseudocode, in the spirit of Flower's ``Strategy``::
 
+    method.setup(sim)                                  (once the run is built)
     for round t = 1..R:
         S_t   <- sample clients                        (engine)
         plans <- method.configure_round(t, S_t)        (server: widths, ratios, steps)
@@ -156,7 +157,7 @@ def build_data(config: RunConfig) -> FederatedData:
 
 def build_simulation(config: RunConfig) -> Simulation:
     """Validate ``config`` and build its data, devices, method and cost model, then set the
-    method up for them (:meth:`Method.setup`); no training yet."""
+    method up for them (:meth:`~hetfl_core.methods.base.Method.setup`); no training yet."""
     config.validate()
     data = build_data(config)
     devices = make_devices(config.clients, config.heterogeneity,
