@@ -7,10 +7,11 @@ Quick use::
     result["history"][-1]["acc_personal"]
 """
 from .config import ALL, RunConfig, SCALES, by_scale, check_scale
-from .engine import ClientPlan, ClientReport, Method, run
+from .engine import run
 from .errors import ConfigError, DatasetUnavailable, DivergenceError, HetflError, InfeasibleError
 from .experiments import run_cached, sweep
 from .methods import METHODS, get_method, register
+from .methods.base import ClientPlan, ClientReport, Method
 
 __version__ = "0.1.0"
 __all__ = ["RunConfig", "SCALES", "ALL", "by_scale", "check_scale", "ClientPlan", "ClientReport",

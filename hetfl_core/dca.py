@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import ConfigError, InfeasibleError
+from .streams import STREAMS
 from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, compute_seconds, cpu_energy, min_round_time,
                      min_shares)
 from .system import topk_upload_bits as upload_bits
@@ -469,7 +470,7 @@ def calibrate_deadline(cell: WirelessCell, mean_system: RoundSystem, position: f
     """tau_max at ``position`` between the smallest feasible deadlines at (k_min, r_min) and
     at (1, 1) under the best shares, each the median over ``draws`` probe rounds (CPU speeds
     are redrawn every round, so the slowest client of a round, not the mean one, sets them)."""
-    probe = np.random.default_rng([seed, 404, 1])
+    probe = np.random.default_rng([seed, STREAMS["cell"], 1])
     rounds = [mean_system.with_state(cell.draw(probe)) for _ in range(draws)]
     lo = np.median([min_deadline(s, K_MIN, R_MIN) for s in rounds])
     hi = np.median([min_deadline(s, 1.0, 1.0) for s in rounds])

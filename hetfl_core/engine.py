@@ -1,8 +1,9 @@
 """The method-agnostic round loop.
 
-A method is a plug-in (:class:`Method`) with hooks named after the steps of the papers'
-pseudocode, in the spirit of Flower's ``Strategy``::
+A method is a plug-in (:class:`~hetfl_core.methods.base.Method`) with hooks named after
+the steps of the papers' pseudocode, in the spirit of Flower's ``Strategy``::
 
+    method.setup(sim)                                  (once the run is built)
     for round t = 1..R:
         S_t   <- sample clients                        (engine)
         plans <- method.configure_round(t, S_t)        (server: widths, ratios, steps)
@@ -28,11 +29,12 @@ from .data import FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
 from .errors import DivergenceError
 from .methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
+from .streams import STREAMS
 from .system import SYSTEMS, CostModel, DeviceProfile, make_devices, round_time
 from .training import evaluate
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "Simulation", "build_data", "build_simulation", "local_updates", "run",
-           "run_rounds", "seeded_generator", "divergence_suspects", "single_thread"]
+__all__ = ["Simulation", "build_data", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
+           "single_thread"]
 
 
 @dataclass
@@ -50,7 +52,7 @@ class Simulation:
     reports: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.sampler = np.random.default_rng([self.config.seed, 4])
+        self.sampler = np.random.default_rng([self.config.seed, STREAMS["participants"]])
 
     def sample(self, round_idx: int) -> list[int]:
         """The round's participants: ``participation`` x ``clients`` of them, without replacement
@@ -85,7 +87,7 @@ class Simulation:
         for (k, _), report in zip(jobs, (client_updates or local_updates)(self, round_idx, jobs), strict=True):
             if not math.isfinite(report.loss):      # stop at once: the later clients' work would be lost anyway
                 raise DivergenceError(f"{config.method} diverged in round {round_idx} (client {k} loss {report.loss}): "
-                                      f"lower {divergence_suspects(config, method.options)}")
+                                      f"lower {divergence_suspects(config, method)}")
             reports.append(report)
         self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
@@ -135,14 +137,17 @@ def build_data(config: RunConfig) -> FederatedData:
 
 
 def build_simulation(config: RunConfig) -> Simulation:
-    """Validate ``config`` and build its data, devices and method (no training yet)."""
+    """Validate ``config`` and build its data, devices, method and cost model, then set the
+    method up for them (:meth:`~hetfl_core.methods.base.Method.setup`); no training yet."""
     config.validate()
     data = build_data(config)
-    devices = make_devices(config.clients, config.heterogeneity, np.random.default_rng([config.seed, 2]))
+    devices = make_devices(config.clients, config.heterogeneity,
+                           np.random.default_rng([config.seed, STREAMS["devices"]]))
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
-    method.cost_model = SYSTEMS[system_of(config)].from_run(config, data, method)
-    return Simulation(config, data, devices, method, method.cost_model)
+    sim = Simulation(config, data, devices, method, SYSTEMS[system_of(config)].from_run(config, data, method))
+    method.setup(sim)
+    return sim
 
 
 def _score(triples, counts: dict | None = None) -> tuple:
@@ -229,17 +234,18 @@ class single_thread:  # noqa: N801 - called like the function it was: single_thr
         torch.set_num_threads(self.previous)
 
 
-def divergence_suspects(config: RunConfig, options: dict) -> str:
-    """What to lower after a non-finite loss: lr, and weight_decay and mu where they are set
-    (a large decay or proximal coefficient blows up SGD as a large step does); for a method
-    registered from outside the package (a plug-in), its own code too."""
+def divergence_suspects(config: RunConfig, method: Method) -> str:
+    """What to lower after a non-finite loss: lr, and weight_decay and the method's
+    ``step_like_options`` where they are set (a large decay or proximal coefficient blows up
+    SGD as a large step does); for a method registered from outside the package (a plug-in),
+    its own code too."""
     suspects = [f"lr (now {config.lr})"]
     if config.weight_decay:
         suspects.append(f"weight_decay (now {config.weight_decay})")
-    if options.get("mu"):
-        suspects.append(f"mu (now {options['mu']})")
+    suspects += [f"{name} (now {method.options[name]})" for name in method.step_like_options
+                 if method.options.get(name)]
     text = " or ".join(suspects)
-    cls = get_method(config.method)
+    cls = type(method)
     if not cls.__module__.startswith("hetfl_core."):
         import inspect
 

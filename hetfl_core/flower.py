@@ -42,9 +42,9 @@ import torch
 
 from .config import RunConfig
 from .devices import resolve_device
-from .engine import build_data, build_simulation, run_rounds, seeded_generator
+from .engine import build_data, build_simulation, run_rounds
 from .errors import HetflError
-from .methods.base import ClientPlan, ClientReport
+from .methods.base import ClientPlan, ClientReport, seeded_generator
 
 __all__ = ["server_app", "client_app", "run_flower", "shipped_types"]
 
@@ -226,7 +226,9 @@ def _node_data(config_json: str):
 def _train(task, node_id: int) -> dict:
     """A node's side of a train message: rebuild the method from the shipped state, train the
     client the task names, and return the reply's ``{"report", "changes"}`` archives. A
-    state or plan that names a type hetfl does not ship is refused unread."""
+    state or plan that names a type hetfl does not ship is refused unread. Neither the
+    method's constructor nor its ``setup`` runs on the node: the shipped state is what they
+    built on the server."""
     from .methods import get_method
 
     config_json = task["config"]

@@ -3,9 +3,10 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError, DivergenceError
-from hetfl_core.methods.fedavg import weighted_average
+from hetfl_core.methods.fedavg import FedAvg, weighted_average
 
 KEYS = {"round", "time_s", "acc_global", "acc_personal", "loss", "uplink_bits", "downlink_bits", "flops", "clients"}
 
@@ -73,6 +74,51 @@ def test_divergence_is_one_clear_line(tiny_config):
     with pytest.raises(DivergenceError) as err:
         run(tiny_config.replace(lr=1e8, rounds=3, local_steps=20))
     assert "\n" not in str(err.value) and "lr" in str(err.value)
+
+
+def test_a_mu_option_is_fedprox_own(tiny_config):
+    """FedAvg's local step has no proximal term: a FedAvg subclass with an option named mu
+    trains exactly as FedAvg does, and only FedProx's own mu pulls towards w_t."""
+    from hetfl_core.methods import register
+
+    @register
+    class WithMu(FedAvg, name="toy-with-mu"):
+        """A FedAvg that only declares an option called mu."""
+
+        defaults = {"mu": 1.0}
+
+    config = tiny_config.replace(local_steps=30)
+    assert distance_to_global(config.replace(method="toy-with-mu")) == distance_to_global(config)
+    assert distance_to_global(config.replace(method="fedprox", options={"mu": 1.0})) != distance_to_global(config)
+
+
+def test_divergence_names_the_options_the_method_declares_step_like(tiny_config):
+    """The hint names FedProx's mu where it is set; a method that declares none is told lr
+    alone; a plug-in's own step-like option is named as well."""
+    from hetfl_core.methods import register
+
+    with pytest.raises(DivergenceError) as prox:
+        run(tiny_config.replace(method="fedprox", options={"mu": 1e4}, rounds=3, local_steps=20))
+    assert "mu (now 10000.0)" in str(prox.value)
+    with pytest.raises(DivergenceError) as plain:
+        run(tiny_config.replace(lr=1e8, rounds=3, local_steps=20))
+    assert "lr (now 100000000.0)" in str(plain.value) and "mu" not in str(plain.value)
+
+    @register
+    class Blows(FedAvg, name="toy-blows"):
+        """A toy whose local loss is never finite."""
+
+        defaults = {"gain": 3.0, "spare": 0.0}
+        step_like_options = ("gain", "spare")
+
+        def client_update(self, client, plan, generator):
+            report = super().client_update(client, plan, generator)
+            report.loss = float("inf")
+            return report
+
+    with pytest.raises(DivergenceError) as own:
+        run(tiny_config.replace(method="toy-blows"))
+    assert "gain (now 3.0)" in str(own.value) and "spare" not in str(own.value)
 
 
 def test_partial_participation_samples_the_right_number(tiny_config):

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction, mask_levels,
                                 masks_from_levels, max_average_round, oneshot_masks, prune_within, rewind, spread,

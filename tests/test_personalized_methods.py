@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.personalization import body_parameter_names, head_parameter_names
 from hetfl_core.system import dense_bits, sparse_bits

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.masks import unit_masks_to_parameters
 

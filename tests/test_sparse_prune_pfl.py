@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, dca, system
-from hetfl_core.engine import build_simulation, run, seeded_generator
+from hetfl_core.engine import build_simulation, run
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.personalization import paper_split, split_layers
 from hetfl_core.models import build_model, count_parameters

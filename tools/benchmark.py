@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation, run_rounds, seeded_generator
+from hetfl_core.engine import build_simulation, run_rounds
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.experiments import sweep
 from hetfl_core.models import build_model
 

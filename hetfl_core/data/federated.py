@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..streams import STREAMS
 from .partitions import apply_style, partition_labels, writer_styles
 from .storage import ArrayDataset
 
@@ -82,7 +83,7 @@ def make_federated(dataset: ArrayDataset, partition: str, n_clients: int, seed: 
     gives each client a fixed style, :func:`writer_styles`, applied to all its splits; the
     global test set keeps the unstyled images. ``"iid"`` is the same deal with no style.
     """
-    rng = np.random.default_rng([seed, 1])
+    rng = np.random.default_rng([seed, STREAMS["deal"]])
     labels = dataset.y_train.numpy()
     pool = np.arange(len(labels))
     if train_samples is not None and train_samples < len(pool):

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..streams import STREAMS
 
 __all__ = ["iid_partition", "dirichlet_partition", "shards_partition", "quantity_skew_partition",
            "dominant_class_partition", "missing_class_partition", "check_skew_level", "natural_partition", "PARTITIONS", "partition_labels", "WRITER_ROTATION", "WRITER_SCALE",
@@ -252,7 +253,7 @@ def writer_styles(n_clients: int, seed: int) -> np.ndarray:
     """Each client's handwriting style, ``(n_clients, 2)``: a rotation in degrees, uniform
     in +-:data:`WRITER_ROTATION`, and a scale, uniform in :data:`WRITER_SCALE`. Drawn from
     the run seed alone (its own stream), so the same seed gives the same writers."""
-    rng = np.random.default_rng([seed, 6])
+    rng = np.random.default_rng([seed, STREAMS["writers"]])
     angles = rng.uniform(-WRITER_ROTATION, WRITER_ROTATION, n_clients)
     return np.stack([angles, rng.uniform(*WRITER_SCALE, n_clients)], axis=1)
 

@@ -26,6 +26,7 @@ from ..training import steps_for_epochs
 if TYPE_CHECKING:
     from ..config import RunConfig
     from ..data import ClientData, FederatedData
+    from ..engine import Simulation
 
 __all__ = ["ClientPlan", "ClientReport", "Method", "seeded_generator", "METHODS", "register", "get_method"]
 
@@ -115,11 +116,20 @@ class Method(ABC):
     (:meth:`configure_round`), the global model is scored for everyone
     (:meth:`global_model`, :meth:`personal_model`). :class:`~hetfl_core.methods.fedavg.FedAvg`
     implements the two, and most methods subclass it and override what their paper
-    changes. Subclasses set ``name``, a docstring whose first line is the method's one-line
-    ``summary`` (what ``list`` shows), and ``option_specs`` (each
-    option declared once as an :class:`~hetfl_core.options.Option`; ``defaults`` follows
-    from it). A plug-in may give ``defaults`` alone: its options are then typed like their
-    defaults.
+    changes. A method names itself in its class keywords,
+    ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True)`` (its registered
+    ``name``, its ``label`` and whether it is ``batchable``; a plug-in may set them as class
+    attributes instead), and gives a docstring whose first line is its one-line ``summary``
+    (what ``list`` shows) and ``option_specs`` (each option declared once as an
+    :class:`~hetfl_core.options.Option`; ``defaults`` follows from it). A plug-in may give
+    ``defaults`` alone: its options are then typed like their defaults.
+
+    The engine builds a method in two steps. The constructor stores the run's config, data
+    and devices and draws the initial global model w^0; :meth:`setup` then receives the
+    built run (its cost model among it) and does the method's own work before round 1
+    (per-client state, scoring w^0 on the clients' data). A method with no state of its own
+    overrides neither; one that builds its state in the constructor still runs, since
+    ``setup``'s default only takes the cost model.
     """
 
     name = "method"
@@ -132,9 +142,13 @@ class Method(ABC):
     defaults: dict = {}
     #: the cost model the method runs under unless the config names one
     default_system = "compute"
+    #: options that blow local SGD up when too large, as too large a step does (a proximal
+    #: coefficient); the message of a non-finite loss names those the run sets
+    step_like_options: tuple[str, ...] = ()
     #: whether :meth:`client_job` describes this class's local update, so that a round's
-    #: clients may train as one batch (:mod:`hetfl_core.batched`); set in the class's own
-    #: body, never inherited: a subclass that changes the local step must opt in again
+    #: clients may train as one batch (:mod:`hetfl_core.batched`); said by the class itself
+    #: (a class keyword or its own body), never inherited: a subclass that changes the local
+    #: step must opt in again
     batchable = False
 
     @classmethod
@@ -144,13 +158,20 @@ class Method(ABC):
         paper's rounds, a split for another model); none by default."""
         return {}
 
-    def __init_subclass__(cls, **kwargs):
-        """Derive ``defaults`` from ``option_specs``, or plain specs from ``defaults``;
-        reset ``label`` and ``batchable`` unless the class sets them itself, and take
+    def __init_subclass__(cls, name: str | None = None, label: str | None = None,
+                          batchable: bool | None = None, **kwargs):
+        """Take ``name``, ``label`` and ``batchable`` from the class keywords; reset ``label``
+        and ``batchable`` unless the class gives them itself (keyword or body); derive
+        ``defaults`` from ``option_specs``, or plain specs from ``defaults``; and take
         ``summary`` from the docstring's first line."""
         super().__init_subclass__(**kwargs)
+        for key, value in (("name", name), ("label", label), ("batchable", batchable)):
+            if value is not None:
+                if key in cls.__dict__:
+                    raise TypeError(f"{cls.__qualname__} gives {key} twice, as a class keyword and in its body")
+                setattr(cls, key, value)
         if "label" not in cls.__dict__:          # never a parent's: a subclass is another method
-            cls.label = cls.__dict__.get("name", cls.name)
+            cls.label = cls.name
         if "batchable" not in cls.__dict__:
             cls.batchable = False
         if "summary" not in cls.__dict__:
@@ -161,14 +182,23 @@ class Method(ABC):
             cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
     def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
+        """Store the run's parameters and draw the initial model w^0 from the torch seed the
+        engine has just set (everything else is built in :meth:`setup`)."""
         self.config = config
         self.options = {**self.defaults, **config.options}
         self.data = data
         self.devices = devices
         self.device = resolve_device(config.device)
-        self.cost_model: CostModel | None = None   # the engine's, set before the first round
+        self.cost_model: CostModel | None = None   # the run's, from :meth:`setup`
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
+
+    def setup(self, sim: Simulation) -> None:
+        """Prepare the method for the built run ``sim`` (a :class:`~hetfl_core.engine.Simulation`:
+        its data, devices and cost model), once, before round 1. The default takes the run's
+        cost model; a method that builds state from the model, the data or the devices does
+        it here, after ``super().setup(sim)``."""
+        self.cost_model = sim.cost_model
 
     # -- options ------------------------------------------------------------
     @classmethod

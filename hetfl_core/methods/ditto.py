@@ -48,7 +48,7 @@ PERSONAL_STARTS = ("initial", "global")
 
 
 @register
-class Ditto(FedAvg):
+class Ditto(FedAvg, name="ditto", label="Ditto"):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     Trains its clients sequentially: a visit trains two models (the global copy, then v_k
@@ -56,8 +56,6 @@ class Ditto(FedAvg):
     job trains one model on one generator stream.
     """
 
-    name = "ditto"
-    label = "Ditto"
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",
                                               0, 10_000, low_open=True, kind=float),
@@ -66,8 +64,8 @@ class Ditto(FedAvg):
                         "or global (the first global model the client receives)",
                         choices=PERSONAL_STARTS)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
         self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)

@@ -21,38 +21,37 @@ from .base import ClientPlan, ClientReport, Method, register
 
 
 @register
-class FedAvg(Method):
+class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True):
     """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
 
-    name = "fedavg"
-    label = "FedAvg"
-    batchable = True
-
     def local_train(self, model: nn.Module, client, steps: int, generator: torch.Generator,
-                    params=None, masks: dict | None = None, loss_fn=None) -> LocalResult:
+                    params=None, masks: dict | None = None, loss_fn=None, prox_mu: float = 0.0) -> LocalResult:
         """``steps`` SGD steps on the client's data with the run's optimiser settings.
 
         ``params`` limits training to some parameter names; ``masks`` keeps masked weights
-        at zero; ``loss_fn(model, xb, yb)`` replaces cross-entropy; FedProx's term pulls the
-        weights towards the broadcast model when ``mu`` > 0; a method with a ``clip_norm``
-        option clips the gradients' global norm to it.
+        at zero; ``loss_fn(model, xb, yb)`` replaces cross-entropy; ``prox_mu`` > 0 adds the
+        proximal term (prox_mu/2)||w - w_t||^2 towards the broadcast model w_t (FedProx,
+        Eq. 2); a method with a ``clip_norm`` option clips the gradients' global norm to it.
         """
-        mu = self.options.get("mu", 0.0)
-        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
         return local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
                          self.config.lr, generator, momentum=self.config.momentum,
-                         weight_decay=self.config.weight_decay, prox_center=center, prox_mu=mu, params=params,
-                         masks=masks, loss_fn=loss_fn, clip_norm=self.options.get("clip_norm"))
+                         weight_decay=self.config.weight_decay, prox_center=self.prox_center(prox_mu),
+                         prox_mu=prox_mu, params=params, masks=masks, loss_fn=loss_fn,
+                         clip_norm=self.options.get("clip_norm"))
 
-    def phase(self, steps: int, params=None, masks: dict | None = None, sub_masks=()) -> Phase:
+    def phase(self, steps: int, params=None, masks: dict | None = None, sub_masks=(),
+              prox_mu: float = 0.0) -> Phase:
         """One :meth:`local_train` call as a batched trainer's :class:`Phase`: the same
-        trained names and masks, and the proximal centre ``local_train`` would take."""
-        mu = self.options.get("mu", 0.0)
-        center = {k: v.detach().clone() for k, v in self.model.named_parameters()} if mu else None
-        return Phase(steps, params, masks, center, mu, list(sub_masks))
+        trained names, masks and proximal term."""
+        return Phase(steps, params, masks, self.prox_center(prox_mu), prox_mu, list(sub_masks))
+
+    def prox_center(self, prox_mu: float) -> dict | None:
+        """A copy of the broadcast model's weights, the proximal term's centre w_t (``None``
+        without the term)."""
+        return {k: v.detach().clone() for k, v in self.model.named_parameters()} if prox_mu else None
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Local update: E epochs of SGD from the broadcast model (FedProx term if mu > 0).
+        """Local update: E epochs of SGD from the broadcast model.
 
         FedAvg's own update in any subclass that does not override it (a subclass may call
         it for a plain FedAvg round); a subclass with a job of its own runs that one."""
@@ -82,11 +81,17 @@ class FedAvg(Method):
 
 
 @register
-class FedProx(FedAvg):
+class FedProx(FedAvg, name="fedprox", label="FedProx", batchable=True):
     """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
-    name = "fedprox"
-    label = "FedProx"
-    batchable = True
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",
                                  0, 1e4)}
+    step_like_options = ("mu",)
+
+    def local_train(self, *args, **kwargs) -> LocalResult:
+        """FedAvg's local SGD on h_k(w) = F_k(w) + (mu/2)||w - w_t||^2 (FedProx, Eq. 2)."""
+        return super().local_train(*args, **kwargs, prox_mu=self.options["mu"])
+
+    def phase(self, *args, **kwargs) -> Phase:
+        """FedAvg's phase on the objective h_k of :meth:`local_train` (FedProx, Eq. 2)."""
+        return super().phase(*args, **kwargs, prox_mu=self.options["mu"])

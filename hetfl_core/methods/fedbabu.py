@@ -32,6 +32,7 @@ from __future__ import annotations
 from ..batched import ClientJob, run_job
 from ..options import Option
 from ..personalization import layer_of
+from ..streams import STREAMS
 from ..system import training_flops
 from ..training import clone_model, local_sgd, steps_for_epochs
 from .base import register, seeded_generator
@@ -39,12 +40,9 @@ from .fedper import FedPer
 
 
 @register
-class FedBABU(FedPer):
+class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True):
     """FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"""
 
-    name = "fedbabu"
-    label = "FedBABU"
-    batchable = True
     option_specs = {**FedPer.option_specs,
                     "finetune": Option("full", "what personalisation fine-tunes: full (body and "
                                        "head, the paper) or head", choices=("full", "head")),
@@ -58,8 +56,8 @@ class FedBABU(FedPer):
                                             "(last) or at every evaluation (every)",
                                             choices=("last", "every"))}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.rounds_done = 0
 
     def client_update(self, client, plan, generator):
@@ -106,7 +104,7 @@ class FedBABU(FedPer):
         if steps:
             names = self.private_names if self.options["finetune"] == "head" else None
             local_sgd(model, client.x_train, client.y_train, steps, self.config.batch_size,
-                      self.config.lr, seeded_generator(self.config.seed, 7, client_id),
+                      self.config.lr, seeded_generator(self.config.seed, STREAMS["finetune"], client_id),
                       momentum=float(self.options["finetune_momentum"]),
                       weight_decay=self.config.weight_decay, params=names)
         return model

@@ -50,6 +50,7 @@ from ..errors import ConfigError
 from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
                      unit_masks_to_parameters)
 from ..models import structured_units
+from ..streams import STREAMS
 from ..system import capability, compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -67,12 +68,9 @@ def pucbv_horizon(config) -> float:
 
 
 @register
-class FedLPS(FedAvg):
+class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
     """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
 
-    name = "fedlps"
-    label = "FedLPS"
-    batchable = True
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
         "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),
@@ -92,6 +90,7 @@ class FedLPS(FedAvg):
         "ucb_xi": Option(None, "P-UCBV's xi of Eq. (17); None: R / (K eps) of this run (Alg. 2, line 1)",
                          0, 1e9, low_open=True, kind=float),
     }
+    step_like_options = ("mu",)   # L_pr is a proximal term (Eqs. 6-9)
 
     @classmethod
     def check_config(cls, config):
@@ -106,34 +105,35 @@ class FedLPS(FedAvg):
         if len(arms) != 2 or not arms[0] < arms[1]:
             raise ConfigError(f"arm_range must be [low, high] with 0 <= low < high <= 1, got {arms}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         o = self.options
         self.layers = [name for name, _, _ in structured_units(self.model)]
         self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
-        self.tiers = list({d.tier: d for d in devices}.values())
+        self.tiers = list({d.tier: d for d in self.devices}.values())
         self.scores = {}
         if o["pattern"] == "learned":
             target = unit_magnitudes(self.model)
-            for k in range(len(devices)):
-                g = seeded_generator(config.seed, 41, k)
+            for k in range(len(self.devices)):
+                g = seeded_generator(self.config.seed, STREAMS["learned_scores"], k)
                 self.scores[k] = {n: torch.sigmoid(t)
                                   + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
-        horizon = o["ucb_xi"] or pucbv_horizon(config)
+        horizon = o["ucb_xi"] or pucbv_horizon(self.config)
         self.agents, self.proposed = {}, {}
-        for k, d in enumerate(devices):
+        for k, d in enumerate(self.devices):
             if o["ratio_rule"] == "pucbv":
                 self.agents[k] = PUCBV(*o["arm_range"], n_intervals=int(o["intervals"]), horizon=horizon,
-                                       rho=o["rho"], delta=o["delta"], explore=o["explore"], seed=[config.seed, 43, k])
+                                       rho=o["rho"], delta=o["delta"], explore=o["explore"],
+                                       seed=[self.config.seed, STREAMS["pucbv"], k])
                 self.proposed[k] = self.agents[k].first_ratio()
             else:
                 self.proposed[k] = float(o["ratio"]) if o["ratio_rule"] == "fixed" else self.capability(d)
         # a_k^{-1}: the initial global model's accuracy on each client's data (Alg. 2)
         self.previous_accuracy = {c.client_id: evaluate(self.model, c.x_train, c.y_train)[0] / max(c.n_train, 1)
-                                  for c in data.clients}
+                                  for c in self.data.clients}
         self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
-                       else self.proposed[k] for k, d in enumerate(devices)}
+                       else self.proposed[k] for k, d in enumerate(self.devices)}
         self.personal: dict[int, dict] = {}
 
     def capability(self, device) -> float:
@@ -147,7 +147,7 @@ class FedLPS(FedAvg):
         for k in client_ids:
             device = self.devices[k]
             if self.options["capability"] == "dynamic":   # resources change between rounds
-                rng = np.random.default_rng([self.config.seed, 47, round_idx, k])
+                rng = np.random.default_rng([self.config.seed, STREAMS["dynamic_tiers"], round_idx, k])
                 device = self.tiers[int(rng.integers(len(self.tiers)))]
             z, rule = self.capability(device), self.options["ratio_rule"]
             proposed = z if rule == "capability" else self.proposed[k]
@@ -283,7 +283,8 @@ class FedLPS(FedAvg):
             return top_units(self.scores[client_id], ratio)
         if self.options["pattern"] == "magnitude":
             return top_units(unit_magnitudes(self.model), ratio)
-        return top_units(self.round_scores(client_id, seeded_generator(self.config.seed, 0, client_id)), ratio)
+        fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
+        return top_units(self.round_scores(client_id, fixed), ratio)
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

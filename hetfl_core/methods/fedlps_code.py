@@ -66,6 +66,7 @@ import torch.nn.functional as F
 from ..masks import kept_fractions_of_units, pattern_string
 from ..models import structured_units
 from ..options import Option
+from ..streams import STREAMS
 from ..system import compute_time, dense_bits, training_flops, transfer_time
 from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -101,7 +102,7 @@ def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 @register
-class FedLPSCode(FedLPS):
+class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
     """FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)
 
     FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
@@ -113,8 +114,6 @@ class FedLPSCode(FedLPS):
     the batched SGD.
     """
 
-    name = "fedlps-code"
-    label = "FedLPS (released code)"
     option_specs = {
         **{k: FedLPS.option_specs[k] for k in _SHARED},
         "lam": Option(1.0, "lambda of the released importance loss: mean over unit pairs (i, j) of "
@@ -131,9 +130,10 @@ class FedLPSCode(FedLPS):
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
+    step_like_options = ()   # no proximal term (see the module docstring)
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.units = {n: k for n, _, k in structured_units(self.model)}
 
     def local_steps(self, client) -> int:
@@ -158,7 +158,7 @@ class FedLPSCode(FedLPS):
         params = dict(net.named_parameters())
         weights = {n: params[f"{n}.weight"] for n in self.units}
         scores = {n: q.to(self.device).requires_grad_() for n, q in released_scores(
-            self.units, seeded_generator(self.config.seed, 53, plan.extra["round"], k)).items()}
+            self.units, seeded_generator(self.config.seed, STREAMS["code_masks"], plan.extra["round"], k)).items()}
         optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
                                     momentum=self.config.momentum,
                                     weight_decay=self.config.weight_decay)
@@ -220,7 +220,7 @@ class FedLPSCode(FedLPS):
     def aggregate(self, round_idx, reports):
         """omega^{r+1} = omega^r + mean_k Delta_k + N(0, noise^2) (agg/avg.py:9-24), then
         each participant's P-UCBV agent proposes its next ratio (Alg. 1 lines 9-15)."""
-        noise = seeded_generator(self.config.seed, 59, round_idx)
+        noise = seeded_generator(self.config.seed, STREAMS["server_noise"], round_idx)
         with torch.no_grad():
             for name, p in self.model.named_parameters():
                 p.add_(sum(r.update[name] for r in reports) / len(reports))

@@ -19,16 +19,13 @@ from .fedavg import FedAvg
 
 
 @register
-class FedPer(FedAvg):
+class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
 
-    name = "fedper"
-    label = "FedPer"
-    batchable = True
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.shared_names = self.choose_shared()
         self.private_names = [n for n, _ in self.model.named_parameters() if n not in set(self.shared_names)]

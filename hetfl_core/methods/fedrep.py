@@ -18,12 +18,9 @@ from .fedper import FedPer
 
 
 @register
-class FedRep(FedPer):
+class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True):
     """FedRep: private head trained first, then the shared body (Collins et al. 2021)"""
 
-    name = "fedrep"
-    label = "FedRep"
-    batchable = True
     option_specs = {**FedPer.option_specs,
                     "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
                                           low_open=True)}

@@ -33,15 +33,13 @@ from .heterofl import HeteroFL
 
 
 @register
-class FedRolex(HeteroFL):
+class FedRolex(HeteroFL, name="fedrolex", label="FedRolex"):
     """FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)
 
     Trains its clients sequentially, for HeteroFL's reasons: per-width sub-model shapes,
     the Scaler's hooks, per-client label masks and gradient clipping.
     """
 
-    name = "fedrolex"
-    label = "FedRolex"
     option_specs = {**HeteroFL.option_specs,
                     "direction": Option("forward", "the window's move per round: forward (the "
                                         "paper's Eq. 4) or backward (the authors' code, its "

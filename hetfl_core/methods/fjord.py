@@ -34,7 +34,7 @@ from .heterofl import HeteroFL, width_options
 
 
 @register
-class FjORD(HeteroFL):
+class FjORD(HeteroFL, name="fjord", label="FjORD"):
     """FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)
 
     Trains its clients sequentially: every minibatch draws its own width from a second
@@ -42,8 +42,6 @@ class FjORD(HeteroFL):
     sub-networks.
     """
 
-    name = "fjord"
-    label = "FjORD"
     option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
                                  weighting="samples", personal_eval="submodel")
 

@@ -17,15 +17,13 @@ from .heroes import Heroes
 
 
 @register
-class Flanc(Heroes):
+class Flanc(Heroes, name="flanc", label="Flanc"):
     """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
     Trains its clients sequentially, for Heroes' reasons: composed models whose block
     selection is an attribute, not a parameter, and differs by width.
     """
 
-    name = "flanc"
-    label = "Flanc"
     option_specs = {**Heroes.option_specs,
                     "frequency": Option("fixed", "local steps: always fixed in Flanc", choices=("fixed",)),
                     "selection": Option("free", "blocks: always the width's own in Flanc", choices=("free",))}

@@ -35,6 +35,7 @@ from ..errors import ConfigError
 from ..frequency import (block_variance, heroes_widths, plan_frequencies, step_flops, tau_calibrated, tau_eps,
                          tau_raw, width_profiles)
 from ..models import build_model
+from ..streams import STREAMS
 from ..system import dense_bits, training_flops, transfer_time
 from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register, seeded_generator
@@ -46,7 +47,7 @@ TAU_MODES = ("calibrated", "raw", "eps")
 
 
 @register
-class Heroes(FedAvg):
+class Heroes(FedAvg, name="heroes", label="Heroes"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
     Trains its clients sequentially: a client's composed model runs the block selection it
@@ -54,8 +55,6 @@ class Heroes(FedAvg):
     estimates of Alg. 2 take gradients before and after training.
     """
 
-    name = "heroes"
-    label = "Heroes"
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
                             1, 1024),
@@ -102,17 +101,17 @@ class Heroes(FedAvg):
         return build_composed(self.config.model, self.data.input_shape, self.data.num_classes, self.P,
                               self.n_blocks())
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         P = self.P
         self.model.selection = self.full_selection()
         self.block_counts = np.zeros(self.model.n_blocks)   # c_i, cumulative local iterations (Alg. 1)
         self.group_counts = {"head": np.zeros(P), "cls": np.zeros(P)}
-        self.width_costs = width_profiles(config, data, P)
-        self.tau0 = int(self.options["tau0"] or config.local_steps or steps_for_epochs(
-            int(np.median([c.n_train for c in data.clients])), config.batch_size, config.local_epochs))
+        self.width_costs = width_profiles(self.config, self.data, P)
+        self.tau0 = int(self.options["tau0"] or self.config.local_steps or steps_for_epochs(
+            int(np.median([c.n_train for c in self.data.clients])), self.config.batch_size, self.config.local_epochs))
         self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
-        self.widths = heroes_widths(config, data, devices, P, float(self.options["width_budget"]))
+        self.widths = heroes_widths(self.config, self.data, self.devices, P, float(self.options["width_budget"]))
         self.estimates: list[dict] = []   # per round: means of F, L, S = G^2 + 18 sigma^2
         self.round_info: dict = {}
 
@@ -167,7 +166,7 @@ class Heroes(FedAvg):
             A = subgrid_selection(self.block_counts, self.P, p)
             return Selection(p, tuple(a * self.P + b for a in A for b in A), A, A)
         if mode == "random":
-            g = np.random.default_rng([self.config.seed, round_idx, client_id, 7])
+            g = np.random.default_rng([self.config.seed, round_idx, client_id, STREAMS["random_blocks"]])
             pick = lambda n, m: tuple(sorted(int(i) for i in g.choice(n, m, replace=False)))  # noqa: E731
             return Selection(p, pick(self.model.n_blocks, p * p), pick(self.P, p), pick(self.P, p))
         return Selection(p, least_trained(self.block_counts, p * p), least_trained(self.group_counts["head"], p),

@@ -99,7 +99,7 @@ class LabelMasked(nn.Module):
 
 
 @register
-class HeteroFL(FedAvg):
+class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
     Trains its clients sequentially: each width is a model of its own shape, the Scaler
@@ -107,8 +107,6 @@ class HeteroFL(FedAvg):
     loss, and the batched SGD rule has no gradient clipping (``clip_norm``).
     """
 
-    name = "heterofl"
-    label = "HeteroFL"
     option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
                                  personal_eval="global-masked")
 
@@ -120,20 +118,21 @@ class HeteroFL(FedAvg):
         if config.model not in SUPPORTED_MODELS:
             raise ConfigError(f"{cls.name} needs a model of {', '.join(SUPPORTED_MODELS)}, got {config.model!r}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.widths = {}
         if self.options["width_budget"] is not None:
             # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
-            for k, p in enumerate(heroes_widths(config, data, devices, P, float(self.options["width_budget"]))):
+            budget = float(self.options["width_budget"])
+            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, budget)):
                 self.widths[k] = p / P
         else:
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
             self.levels = sorted(set(levels))
-            for k, device in enumerate(devices):
-                self.widths[k] = next((w for w in levels if w <= capability(device, devices) + 1e-9), levels[-1])
+            for k, device in enumerate(self.devices):
+                self.widths[k] = next((w for w in levels if w <= capability(device, self.devices) + 1e-9), levels[-1])
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 

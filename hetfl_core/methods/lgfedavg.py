@@ -34,22 +34,19 @@ from .fedper import FedPer
 
 
 @register
-class LGFedAvg(FedPer):
+class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
     """LG-FedAvg: private local body, shared global head (Liang et al. 2020)"""
 
-    name = "lg-fedavg"
-    label = "LG-FedAvg"
-    batchable = True
     option_specs = {"head_layers": Option(1, "layers at the top of the model shared by all (the rest stays local)",
                                           1, 1000),
                     "fedavg_share": Option(0.8, "share of the run's rounds run as FedAvg first "
                                            "(the warm start of every client's model)", 0, 1,
                                            high_open=True)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         share = float(self.options["fedavg_share"])   # the last round is always an LG-FedAvg round
-        self.fedavg_rounds = min(math.floor(share * config.rounds + 0.5), config.rounds - 1)
+        self.fedavg_rounds = min(math.floor(share * self.config.rounds + 0.5), self.config.rounds - 1)
 
     def choose_shared(self):
         """The parameters the server aggregates: the head."""

@@ -14,16 +14,13 @@ from .fedavg import FedAvg
 
 
 @register
-class LocalOnly(FedAvg):
+class LocalOnly(FedAvg, name="local", label="Local", batchable=True):
     """Local-only training: no communication, the personalisation floor"""
 
-    name = "local"
-    label = "Local"
-    batchable = True
     option_specs = {}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
 

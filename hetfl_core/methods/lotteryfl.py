@@ -24,7 +24,7 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class LotteryFL(FedAvg):
+class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL"):
     """LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)
 
     Trains its clients sequentially: no batched job is written yet; the masked local SGD
@@ -32,14 +32,12 @@ class LotteryFL(FedAvg):
     move into the job.
     """
 
-    name = "lotteryfl"
-    label = "LotteryFL"
     option_specs = {"prune_rate": Option(0.2, "fraction of the remaining weights pruned at each pruning", 0, 1),
                     "target_density": Option(0.5, "density at which a client stops pruning", 0, 1),
                     "acc_threshold": Option(0.5, "local accuracy a client must reach before it prunes", 0, 1)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.prunable = prunable(self.model)
         self.tickets: dict[int, dict] = {}

@@ -14,11 +14,8 @@ from .ofafl import OFAFL
 
 
 @register
-class LTP(OFAFL):
+class LTP(OFAFL, name="ltp", label="LTP", batchable=True):
     """Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)
     """
 
-    name = "ltp"
-    label = "LTP"
     joint = False
-    batchable = True

@@ -66,12 +66,10 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 
 
 @register
-class OFAFL(FedAvg):
+class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
     """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)
     """
 
-    name = "ofafl"
-    label = "OFA-FL"
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
                          low_open=True),
@@ -91,7 +89,6 @@ class OFAFL(FedAvg):
                               "by each layer's density ('sparse')", choices=FLOPS_MODELS),
     }
     joint = True   # Alg. 4's averaged loss; LTP sets False
-    batchable = True
 
     @classmethod
     def arena_options(cls, config) -> dict:
@@ -122,12 +119,12 @@ class OFAFL(FedAvg):
         if config.options.get("schedule") == "convergence" and config.val_fraction <= 0:
             raise ConfigError("schedule 'convergence' watches a validation loss: set val_fraction > 0")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         o = self.options
         self.ratios = check_ratios(o["ratios"])
-        caps = capacities_by_tier(self.ratios, devices) if o["capacities"] == "by-tier" else \
-            o["capacities"] or default_capacities(self.ratios, config.clients)
+        caps = capacities_by_tier(self.ratios, self.devices) if o["capacities"] == "by-tier" else \
+            o["capacities"] or default_capacities(self.ratios, self.config.clients)
         self.capacity = {k: float(c) for k, c in enumerate(caps)}
         self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.prunable = prunable(self.model)
@@ -137,9 +134,9 @@ class OFAFL(FedAvg):
             ConvergenceTrigger(o["delta"], o["min_gap"])
         self.mask_news = set()  # ratios whose mask changed this round (clients download it)
         self.pruned_at: list[int] = []
-        x, y = data.dataset.x_test, data.dataset.y_test
+        x, y = self.data.dataset.x_test, self.data.dataset.y_test
         if o["test_samples"] is not None and o["test_samples"] < len(y):
-            keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(config.seed))[:o["test_samples"]]
+            keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.config.seed))[:o["test_samples"]]
             x, y = x[keep], y[keep]
         self.test_set = (x, y)
 
@@ -244,13 +241,10 @@ class OFAFL(FedAvg):
 
 
 @register
-class OFAOneShot(OFAFL):
+class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True):
     """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)
     """
 
-    name = "ofa-oneshot"
-    label = "OFA-FL (one-shot)"
-    batchable = True
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}
 

@@ -19,19 +19,16 @@ from .fedavg import FedAvg
 
 
 @register
-class OneShotPruning(FedAvg):
+class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable=True):
     """One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"""
 
-    name = "oneshot"
-    label = "One-shot pruning"
-    batchable = True
     option_specs = {"density": Option(0.5, "fraction of prunable weights kept", 0, 1, low_open=True),
                     "scope": Option("global", "rank weights over the whole model or layer by layer",
                                     choices=("global", "layer")),
                     "prune_round": Option(2, "the round in which the server prunes", 1, 1_000_000)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.masks: dict | None = None
         self.mask_news = False
 

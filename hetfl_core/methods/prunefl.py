@@ -28,6 +28,7 @@ from ..options import Option
 from ..compression import unflatten
 from ..masks import apply_mask, layer_densities, magnitude_mask, mask_density, prunable
 from ..system import dense_bits, training_flops
+from ..streams import STREAMS
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .aggregate import weighted_average
@@ -53,7 +54,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 
 
 @register
-class PruneFL(FedAvg):
+class PruneFL(FedAvg, name="prunefl", label="PruneFL"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
     Trains its clients sequentially: no batched job is written yet; the masked local SGD
@@ -61,8 +62,6 @@ class PruneFL(FedAvg):
     client's generator after training, would have to move into its ``finish``.
     """
 
-    name = "prunefl"
-    label = "PruneFL"
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
                                               low_open=True),
                     "reconfigure_every": Option(5, "rounds between adaptive reconfigurations", 1, 1_000_000),
@@ -70,8 +69,8 @@ class PruneFL(FedAvg):
                                        0, 1e6),
                     "min_density": Option(0.1, "the lowest density adaptive pruning may reach", 0, 1, low_open=True)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.prunable = prunable(self.model)
         self.masks: dict | None = None
         self.mask_news = False
@@ -81,7 +80,8 @@ class PruneFL(FedAvg):
         """Sec. IV-A: the strong client trains the dense model once; keep its largest weights."""
         client = self.data.clients[client_id]
         model = clone_model(self.model)
-        result = self.local_train(model, client, self.local_steps(client), seeded_generator(self.config.seed, 0, client_id))
+        generator = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
+        result = self.local_train(model, client, self.local_steps(client), generator)
         params = dict(model.named_parameters())
         self.masks = magnitude_mask({n: params[n].detach() for n in self.prunable},
                                     float(self.options["initial_density"]), "global")

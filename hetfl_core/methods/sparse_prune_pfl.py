@@ -65,7 +65,7 @@ def _check_split(option: str, split: str) -> None:
 
 
 @register
-class SparsePrunePFL(FedPer):
+class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
     Trains its clients sequentially: no batched job is written yet; each client prunes its
@@ -73,8 +73,6 @@ class SparsePrunePFL(FedPer):
     gradients and private weights after it, which a job would have to carry.
     """
 
-    name = "sparse-prune-pfl"
-    label = "Lightweight PFL"
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
         "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",
@@ -125,15 +123,15 @@ class SparsePrunePFL(FedPer):
         if warmup >= config.rounds:
             raise ConfigError(f"theta_warmup_rounds must be below rounds ({config.rounds}), got {warmup}")
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         o = self.options
         self.prune_names = self.private_names if o["prune_scope"] == "private" else self.shared_names + \
             self.private_names
         params = dict(self.model.named_parameters())
         self.d_base = sum(params[n].numel() for n in self.shared_names)
         self.d_private = sum(params[n].numel() for n in self.private_names)
-        self.gamma = np.array([c.n_train for c in data.clients], float)
+        self.gamma = np.array([c.n_train for c in self.data.clients], float)
         self.flops_per_sample = training_flops(self.costs, 1)
         self._mean_round = None
         self.theta_ratio = float(o["theta_ratio"])

@@ -41,6 +41,7 @@ from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
 from ..reinforced_walk import ReinforcedRateWalk, rate_grid
+from ..streams import STREAMS
 from ..system import client_time, dense_bits, forward_flops, sparse_bits, training_flops
 from ..training import clone_model, evaluate
 from .base import ClientPlan, ClientReport, register
@@ -48,12 +49,9 @@ from .fedavg import FedAvg
 
 
 @register
-class SRPpFed(FedAvg):
+class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
 
-    name = "srp-pfed"
-    label = "SRP-pFed"
-    batchable = True
     option_specs = {
         "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),
         "k": Option(2, "K: rates drawn each round (Eq. 7), at most candidates", 1, 10_000),
@@ -94,8 +92,8 @@ class SRPpFed(FedAvg):
                                   mode=o["sampler"], replacement=bool(o["replacement"]), loss_agg=o["loss_agg"],
                                   credit=o["credit"], fixed=o["fixed_rates"])
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.walk = self.make_walk(self.options)
         self.local: dict[int, dict[str, torch.Tensor]] = {}  # w_i, every client's full model
         self.sampled: list[int] = [len(self.walk.rates) - 1]  # before round 1 the personal model is w_g
@@ -104,7 +102,7 @@ class SRPpFed(FedAvg):
     # -- server ------------------------------------------------------------------
     def configure_round(self, round_idx, client_ids):
         """SAMPLEUPDATERATE (Alg. 2): P_t drawn from Pi = h / sum h (Eq. 7), sent with w_g."""
-        rng = np.random.default_rng([self.config.seed, 31, round_idx])
+        rng = np.random.default_rng([self.config.seed, STREAMS["rate_walk"], round_idx])
         self.sampled = self.walk.sample(rng)
         self.probs = self.walk.probs()
         rates = [self.walk.rates[x] for x in self.sampled]

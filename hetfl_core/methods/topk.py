@@ -20,18 +20,15 @@ from .fedavg import FedAvg
 
 
 @register
-class TopK(FedAvg):
+class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
     """FedAvg with top-k sparsified updates (values + indices on the uplink)"""
 
-    name = "topk"
-    label = "Top-k"
-    batchable = True
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
                                 low_open=True)}
     error_feedback = False
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         self.memory = ErrorFeedback()
 
     def client_update(self, client, plan, generator):
@@ -70,10 +67,7 @@ class TopK(FedAvg):
 
 
 @register
-class TopKErrorFeedback(TopK):
+class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF", batchable=True):
     """FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"""
 
-    name = "topk-ef"
-    label = "Top-k + EF"
-    batchable = True
     error_feedback = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..batched import ClientJob, run_job
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
+from ..streams import STREAMS
 from ..system import capability, dense_bits, training_flops
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
@@ -21,20 +22,17 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class OrderedMask(FedAvg):
+class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=True):
     """Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"""
 
-    name = "ordered-mask"
-    label = "Ordered mask"
-    batchable = True
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
 
-    def __init__(self, config, data, devices):
-        super().__init__(config, data, devices)
+    def setup(self, sim):
+        super().setup(sim)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else capability(d, devices)
-                       for k, d in enumerate(devices)}
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.devices)
+                       for k, d in enumerate(self.devices)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
     def pattern(self, client_id: int, ratio: float) -> dict:
@@ -74,12 +72,8 @@ class OrderedMask(FedAvg):
 
 
 @register
-class RandomMask(OrderedMask):
+class RandomMask(OrderedMask, name="random-mask", label="Random mask", batchable=True):
     """Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"""
 
-    name = "random-mask"
-    label = "Random mask"
-    batchable = True
-
     def pattern(self, client_id, ratio):
-        return random_units(self.model, ratio, seeded_generator(self.config.seed, 11, client_id))
+        return random_units(self.model, ratio, seeded_generator(self.config.seed, STREAMS["random_units"], client_id))

@@ -31,6 +31,7 @@ import torch
 
 from ..models import build_model
 from ..personalization import paper_split, split_parameter_names
+from ..streams import STREAMS
 from .clock import client_time, compute_time, transfer_time
 from .devices import REFERENCE_DEVICE, DeviceProfile
 from .energy import compute_energy, transmit_energy
@@ -95,11 +96,11 @@ class CostModel:
 def compute_noise(seed: int, time_noise: float, round_idx: int, client_id: int) -> float:
     """The factor on a client's compute time in a round: exactly 1 without ``time_noise``,
     else ``exp(s Z - s^2 / 2)`` with ``s = time_noise`` and ``Z ~ N(0, 1)`` drawn from
-    ``(seed, 5, round, client)``, a log-normal of mean 1 (devices whose iteration times
+    ``(seed, STREAMS["time_noise"], round, client)``, a log-normal of mean 1 (devices whose iteration times
     fluctuate around their profile, as Heroes' testbed draws them)."""
     if not time_noise:
         return 1.0
-    z = np.random.default_rng([seed, 5, round_idx, client_id]).standard_normal()
+    z = np.random.default_rng([seed, STREAMS["time_noise"], round_idx, client_id]).standard_normal()
     return math.exp(time_noise * z - time_noise * time_noise / 2)
 
 

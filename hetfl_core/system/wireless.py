@@ -9,6 +9,7 @@ import numpy as np
 from scipy.special import lambertw
 
 from ..errors import ConfigError
+from ..streams import STREAMS
 from .bits import topk_upload_bits
 from .clock import compute_seconds
 
@@ -137,12 +138,12 @@ class WirelessCell:
                  min_distance_m: float = 10.0, power_dbm=(20.0, 28.0), cpu_hz=(0.5e9, 3.0e9),
                  energy_coeff: float = 1e-28):
         self.n = int(n_clients)
-        place = np.random.default_rng([seed, 404, 0])
+        place = np.random.default_rng([seed, STREAMS["cell"], 0])
         distance = np.maximum(radius_m * np.sqrt(place.random(self.n)), min_distance_m)
         self.path_gain = np.array([channel_gain(m / 1000) for m in distance])
         self.bandwidth, self.power_dbm, self.cpu_range = bandwidth_hz, power_dbm, cpu_hz
         self.energy_coeff = energy_coeff
-        self.rng = np.random.default_rng([seed, 404, 2])
+        self.rng = np.random.default_rng([seed, STREAMS["cell"], 2])
 
     def mean_state(self) -> CellState:
         """The cell without fading, at the mean power, CPU and band."""

@@ -15,7 +15,8 @@ from torch.func import functional_call
 
 from hetfl_core import RunConfig
 from hetfl_core.data import load_dataset
-from hetfl_core.engine import build_simulation, seeded_generator
+from hetfl_core.engine import build_simulation
+from hetfl_core.methods.base import seeded_generator
 
 TOL = 1e-5
 #: samples per client class and classes per client of the tiny federation

@@ -6,7 +6,7 @@ epochs, the run's lr, momentum 0.9) and is scored with it. Before that, the glob
 (body + random head) is what every client holds and is scored with."""
 import copy
 
-from hetfl_core.engine import seeded_generator
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.personalization import body_parameter_names
 
 from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from hetfl_core.engine import seeded_generator
+from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.models import structured_units
 

@@ -4,7 +4,7 @@ the body frozen, then the body for E epochs with the head frozen (a fresh shuffl
 epoch), keeps the head and uploads the body for the data-weighted average."""
 from hetfl_core.personalization import body_parameter_names
 
-from hetfl_core.engine import seeded_generator
+from hetfl_core.methods.base import seeded_generator
 
 from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build,
                             epoch_steps, sgd, tiny_config)

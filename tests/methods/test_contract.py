@@ -98,16 +98,16 @@ def test_contract(method, check, method_config, tmp_path, monkeypatch):
     check(method, method_config, tmp_path, monkeypatch)
 
 
-def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(method_config):
+@pytest.mark.parametrize("missing", ["client_update", "aggregate"])
+def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(missing, method_config):
     """``Method`` is abstract in its two hooks: a subclass missing one cannot be built."""
     from hetfl_core.engine import build_simulation
     from hetfl_core.methods.base import Method
 
-    class NoFold(Method):
-        name = "no-fold"
+    def never_called(self, *args):
+        raise AssertionError("never called")
 
-        def client_update(self, client, plan, generator):
-            raise AssertionError("never called")
-
-    with pytest.raises(TypeError, match="aggregate"):
-        NoFold(method_config("fedavg"), build_simulation(method_config("fedavg")).data, [])
+    hooks = {hook: never_called for hook in ("client_update", "aggregate") if hook != missing}
+    Partial = type("Partial", (Method,), hooks, name="toy-partial")
+    with pytest.raises(TypeError, match=f"abstract method {missing}"):
+        Partial(method_config("fedavg"), build_simulation(method_config("fedavg")).data, [])
