@@ -122,23 +122,42 @@ def _plain(exc: BaseException) -> str:
     return (text.splitlines() or [""])[0]
 
 
+#: class attributes ``Method.__init_subclass__`` resets on a subclass that does not set them;
+#: cloudpickle leaves out of a class it sends by value any attribute that *is* its parent's
+#: (``batchable = True`` under a batchable parent), so they travel beside it
+_OWN_DECLARATIONS = ("label", "batchable")
+
+
 def _method_by_value(cls) -> bytes:
     """The method class ``cls`` pickled for a Ray worker: by reference for the package's own
     methods (the workers have the package), by value for any other (a plug-in whose module
-    exists only here)."""
+    exists only here), with its own ``label`` and ``batchable`` (see :func:`_load_method`)."""
     import sys
 
     from ray import cloudpickle
 
+    own = {key: cls.__dict__[key] for key in _OWN_DECLARATIONS if key in cls.__dict__}
     module = sys.modules.get(cls.__module__)
     ours = cls.__module__.split(".")[0] == __package__
     if ours or module is None or cls.__module__ == "__main__":    # by value already: __main__'s
-        return cloudpickle.dumps(cls)
+        return cloudpickle.dumps((cls, own))
     cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(cls)
+        return cloudpickle.dumps((cls, own))
     finally:
         cloudpickle.unregister_pickle_by_value(module)
+
+
+def _load_method(method: bytes):
+    """The class :func:`_method_by_value` pickled, rebuilt in this process with the
+    declarations it had in the driver's (a rebuilt subclass would otherwise be reset to
+    ``batchable = False``, and its label to its name)."""
+    from ray import cloudpickle
+
+    cls, own = cloudpickle.loads(method)
+    for key, value in own.items():
+        setattr(cls, key, value)
+    return cls
 
 
 def _run_task(run_cached, config_dict: dict, directory: str, method: bytes | None = None):
@@ -151,11 +170,9 @@ def _run_task(run_cached, config_dict: dict, directory: str, method: bytes | Non
     torch.set_num_threads(1)
     try:
         if method is not None:
-            from ray import cloudpickle
-
             from .methods import METHODS
 
-            METHODS[config_dict["method"]] = cloudpickle.loads(method)
+            METHODS[config_dict["method"]] = _load_method(method)
         return run_cached(RunConfig.from_dict(config_dict), Path(directory))
     except HetflError as exc:
         return HetflError(str(exc))

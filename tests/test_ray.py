@@ -144,3 +144,24 @@ def test_a_bad_ray_address_fails_fast_with_one_line(address, needle, tmp_path):
     assert out.returncode == 2 and seconds < 20, (out.returncode, seconds, out.stderr[-2000:])
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
     assert needle in out.stderr.strip().splitlines()[-1]
+
+
+def test_a_plug_in_sent_by_value_keeps_its_own_declarations(tmp_path):
+    """cloudpickle leaves out of a class sent by value the attributes that are its parent's
+    objects (``batchable = True`` under a batchable FedAvg); the worker's copy keeps them."""
+    script = tmp_path / "plug.py"
+    script.write_text(
+        "import sys\n"
+        "from hetfl_core.methods.fedavg import FedAvg\n"
+        "from hetfl_core.ray_executor import _method_by_value\n"
+        "class Mine(FedAvg, name='mine-by-value', label='Mine', batchable=True):\n"
+        "    '''A plug-in defined in __main__.'''\n"
+        "open(sys.argv[1], 'wb').write(_method_by_value(Mine))\n")
+    sent = tmp_path / "mine.bin"
+    subprocess.run([sys.executable, str(script), str(sent)], check=True, cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from hetfl_core.ray_executor import _load_method
+
+    cls = _load_method(sent.read_bytes())
+    assert (cls.name, cls.label, cls.batchable) == ("mine-by-value", "Mine", True)
+    assert issubclass(cls, FedAvg) and cls is not FedAvg
