@@ -371,10 +371,6 @@ def _plot_path(text: str) -> tuple[Path, str]:
     return path, fmt
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _regular_file(path: str, name: str, hint: str = "") -> Path:
     """``path`` if a regular file is there; else a :class:`ConfigError` naming it as ``name``
     and what is there (never a pipe that would block a read), then ``hint``."""
@@ -382,7 +378,7 @@ def _regular_file(path: str, name: str, hint: str = "") -> Path:
     if not file.exists():
         raise ConfigError(f"{name}: no such file")
     if not file.is_file():
-        raise ConfigError(f"{name} is {'a directory' if file.is_dir() else 'not a regular file'}{hint}")
+        raise ConfigError(f"{name} is a directory{hint}" if file.is_dir() else f"{name}: not a regular file{hint}")
     return file
 
 
@@ -405,7 +401,8 @@ def _read_run(path: str, y: str) -> dict:
             raise ConfigError(f"{path}: history row {i} is not a dict of values, got {row!r:.40}")
         for key in ("round", "time_s", "uplink_bits", y):
             value = row.get(key)
-            if not _is_number(value) and not (key == y and value is None):   # None: not evaluated
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not number and not (key == y and value is None):   # None: not evaluated
                 raise ConfigError(f"{path}: history row {i}: {key} must be a finite number, "
                                   f"got {value!r:.40}")
     if all(row.get(y) is None for row in result["history"]):

@@ -15,21 +15,33 @@ The cache lives in ``$HETFL_CACHE`` or ``~/.cache/hetfl/runs``.
 """
 from __future__ import annotations
 
+import ast
+import ctypes
 import errno
 import fcntl
 import functools
 import hashlib
+import importlib
+import importlib.machinery
 import inspect
 import json
 import os
 import re
 import secrets
+import signal
 import stat
+import sys
+import sysconfig
+import threading
 import time
+import types
+import warnings
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from multiprocessing import get_context
+from multiprocessing import current_process, get_context
+from numbers import Integral, Real
 from pathlib import Path
 
 from .config import RunConfig, plain_value
@@ -123,8 +135,6 @@ def _class_code_hash(cls) -> str:
 def _module_namespace(klass) -> dict:
     """The globals of the module that defines ``klass`` (read from its functions, so a
     plug-in loaded from a file without entering ``sys.modules`` has them too)."""
-    import sys
-
     for value in vars(klass).values():
         function = getattr(value, "__func__", value)
         if hasattr(function, "__globals__"):
@@ -137,10 +147,6 @@ def _local_helper_files(namespace: dict) -> list[str]:
     """The source files of the modules that a module (its globals ``namespace``) uses,
     directly or through each other, that are neither installed libraries nor this package:
     a plug-in's own helper modules (``import helpers``, ``from helpers import step``), sorted."""
-    import sys
-    import sysconfig
-    import types
-
     # installed code (the standard library, site-packages) and this package (source_hash covers it)
     paths = sysconfig.get_paths()
     roots = tuple(os.path.realpath(r) + os.sep for r in {
@@ -265,19 +271,13 @@ def check_writable(directory: Path, what: str, name: str | None = None,
         os.unlink(probe)
 
 
-def _file_name(method: str) -> str:
-    """``method`` as a plain file name: characters other than letters, digits and ``._+-``
-    become ``_``, leading dots go, at most 100 bytes; so a method named ``a/../../b`` stays
-    inside the cache directory."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", method).lstrip(".")[:100]
-    return safe or "method"
-
-
 def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
     """The cache file of ``config``: ``METHOD-KEY.json``, the key a hash of the whole config
-    and of :func:`key_salt`."""
-    name = f"{_file_name(config.method)}-{config.key(key_salt(config))}.json"
-    return Path(directory or cache_dir()) / name
+    and of :func:`key_salt`. ``METHOD`` is the method's name as a plain file name: characters
+    other than letters, digits and ``._+-`` become ``_``, leading dots go, at most 100 bytes;
+    so a method named ``a/../../b`` stays inside the cache directory."""
+    method = re.sub(r"[^A-Za-z0-9._+-]", "_", config.method).lstrip(".")[:100] or "method"
+    return Path(directory or cache_dir()) / f"{method}-{config.key(key_salt(config))}.json"
 
 
 def _is_number(value) -> bool:
@@ -418,7 +418,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     symbolic link at ``path`` is replaced, never followed. On failure the temporary file is
     removed and the ``OSError`` raised."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_exclusive(path.parent, ".tmp-", path.suffix)
+    fd, tmp = _create_exclusive(path.parent, ".tmp-", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -519,10 +519,6 @@ def _die_with_parent(parent: int) -> None:
     """End this worker when the process ``parent`` dies, however it dies (even SIGKILL):
     Linux's PR_SET_PDEATHSIG signals it at once, and a thread watching the parent's pid
     covers other systems and a parent that died before the call."""
-    import ctypes
-    import signal
-    import threading
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):       # not Linux: the watchdog alone
@@ -540,8 +536,6 @@ def _worker_init(parent: int, started=None):
     """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for
     SIGINT, and ``started`` (a queue) to announce each run it starts."""
     global _STARTED
-    import signal
-
     from .engine import single_thread
 
     _die_with_parent(parent)
@@ -562,8 +556,6 @@ def _register_from(name: str, module: str, qualname: str) -> None:
     """Register, in this worker, the class at ``module``.``qualname`` as method ``name``: the
     parent's registry is the truth, including plug-ins it registered at run time (a kept
     worker may hold another class under that name from an earlier sweep)."""
-    import importlib
-
     from .methods import METHODS
 
     try:
@@ -597,9 +589,6 @@ def _main_module() -> tuple[str | None, list | None]:
     """The caller's main module, as a spawned worker re-imports it: its file (``None`` in a
     notebook or ``python -c``) and the statements of its top level (``None`` where the file
     cannot be read back)."""
-    import ast
-    import sys
-
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
         return path, ast.parse(Path(path).read_bytes()).body if path else None
@@ -612,10 +601,6 @@ def _in_this_process_only(cls) -> str | None:
     can: a worker imports the class's module, and re-runs the caller's script for ``__main__``
     (a notebook's or ``python -c``'s ``__main__`` has no file; a class defined under the
     ``__main__`` guard or in a function is not there for it to find)."""
-    import ast
-    import importlib.machinery
-    import sys
-
     module, qualname = cls.__module__, cls.__qualname__
     if "<locals>" in qualname:
         return "its class is defined inside a function"
@@ -673,14 +658,6 @@ def _note_started(sweep_tag: int, under_way: dict[int, int]) -> None:
             under_way[pid] = i
 
 
-def _bootstrapping_worker() -> bool:
-    """True in a spawned worker while it re-imports the caller's main module: a script
-    without the ``__main__`` guard then reaches :func:`sweep` again."""
-    from multiprocessing import current_process
-
-    return bool(getattr(current_process(), "_inheriting", False))
-
-
 def describe_run(configs: list[RunConfig], i: int) -> str:
     """Config ``i`` named by the fields in which the configs differ (``fedavg (lr=0.1, seed=2)``)."""
     rows = [c.to_dict() for c in configs]
@@ -724,8 +701,6 @@ def _run_serially(configs, todo, directory, outcomes: _Outcomes) -> None:
 
 def _signal_name(exitcode: int | None) -> str:
     """How a worker process ended, in words (``SIGKILL``, ``exit status 1``)."""
-    import signal
-
     if exitcode is not None and exitcode < 0:
         try:
             return signal.Signals(-exitcode).name
@@ -737,8 +712,6 @@ def _signal_name(exitcode: int | None) -> str:
 def _main_has_guard() -> bool:
     """Whether the caller's main module has an ``if __name__ == "__main__":`` block at its top
     level (no file, as in a notebook: nothing to re-import, so nothing to guard)."""
-    import ast
-
     path, top = _main_module()
     return not path or top is not None and any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
                                                for n in top)
@@ -748,8 +721,6 @@ def _start_up_failure(exitcodes: list[int | None]) -> str:
     """Why a pool's workers died before any run started in it, in one line, from their exit
     codes: a signal (killed, e.g. for lack of memory), or an error while re-importing the
     caller's main module, which without the ``__main__`` guard is the sweep itself."""
-    import signal
-
     killed = [c for c in exitcodes if c is not None and c < 0 and c != -signal.SIGTERM]
     if killed:
         return (f"a worker process was killed while starting ({_signal_name(killed[0])}), e.g. "
@@ -774,8 +745,6 @@ def _run_in_pool(configs, todo, processes, directory, outcomes: _Outcomes) -> No
     started in it fails the sweep at once, naming the likely cause (a script without the
     ``__main__`` guard, whose workers re-run the sweep)."""
     global _SWEEPS
-    import signal
-
     _SWEEPS += 1
     sweep_tag = _SWEEPS
     deaths = dict.fromkeys(todo, 0)        # how often each run was under way in a dying worker
@@ -851,9 +820,6 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
     """:func:`sweep`'s arguments checked before any run, each wrong one refused with a
     :class:`ConfigError` of one line; returns the configs as a list and ``processes`` (the
     default, 2, for ``None``)."""
-    from collections.abc import Iterable
-    from numbers import Integral, Real
-
     if isinstance(configs, RunConfig):
         raise ConfigError("sweep() takes a list of RunConfig, got one RunConfig; pass [config]")
     if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Iterable):
@@ -883,8 +849,6 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
 def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
     """``todo`` split into runs the pool workers can run and runs of methods registered in
     this process only (:func:`_in_this_process_only`), which run here; a warning says which."""
-    import warnings
-
     from .methods import get_method
 
     why = {name: _in_this_process_only(get_method(name))
@@ -930,8 +894,10 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     this process, with a warning (on Ray such a class travels with its tasks).
     Arguments of the wrong type are refused with one line before any run.
     """
-    if _bootstrapping_worker():
-        raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
+    if getattr(current_process(), "_inheriting", False):
+        # a spawned worker re-importing the caller's main module, a script without the
+        # __main__ guard: quietly, the parent reports the missing guard in one line
+        raise SystemExit(1)
     if isinstance(configs, dict):
         return _sweep_grid(configs, processes, directory, desc, progress, executor, address,
                            gpus_per_run)
@@ -941,8 +907,6 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     if executor not in ("process", "ray"):
         raise ConfigError(f"unknown executor {executor!r}; choose process or ray")
     if executor == "process" and (gpus_per_run or address):
-        import warnings
-
         unused = "gpus_per_run" if gpus_per_run else "address"
         warnings.warn(f"{unused} applies to executor='ray' only; the process executor runs on "
                       "this machine", stacklevel=2)

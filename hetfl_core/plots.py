@@ -112,10 +112,6 @@ def series(result: dict, x: str = "round", y: str = "acc_personal") -> tuple[np.
             np.array([row_value(r, y) for r in rows], float))
 
 
-def _label(result: dict) -> str:
-    return result["config"]["method"]
-
-
 def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", ax=None,
                 label=None, spread: str = "minmax", **line_kw):
     """Plot ``y`` against ``x`` for runs grouped by ``label`` (default: the method name).
@@ -127,7 +123,7 @@ def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", 
     if x not in X_AXES or y not in Y_AXES:
         raise ValueError(f"x must be one of {list(X_AXES)} and y one of {list(Y_AXES)}")
     ax = ax or plt.gca()
-    label = label or _label
+    label = label or (lambda result: result["config"]["method"])
     groups: dict[str, list] = defaultdict(list)
     for r in results:
         groups[label(r)].append(series(r, x, y))
