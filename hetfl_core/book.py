@@ -484,15 +484,10 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
                                  f"memory): {type(exc).__name__}") from None
         records = [json.loads(line) for line in plan_file.read_text().splitlines() if line.strip()]
     errors = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "error":
-                continue
-            if out.get("ename") == "KeyboardInterrupt":
-                errors.append(f"interrupted after {timeout} s of computing outside a sweep")
-            else:
-                evalue = str(out.get("evalue") or "").splitlines()
-                errors.append(f"{out.get('ename')}: {evalue[0] if evalue else ''}")
+    for out in (out for cell in nb.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"):
+        first = (str(out.get("evalue") or "").splitlines() or [""])[0]
+        errors.append(f"interrupted after {timeout} s of computing outside a sweep"
+                      if out.get("ename") == "KeyboardInterrupt" else f"{out.get('ename')}: {first}")
     return records, errors
 
 

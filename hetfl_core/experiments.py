@@ -675,10 +675,10 @@ def _one_line(exc: Exception) -> str:
 
 class _Outcomes:
     """What a sweep's runs came to: each run's result in ``results`` or its error in
-    ``errors``, the progress bar moved on for each."""
+    ``errors``, the runs so settled in ``done``, the progress bar moved on for each."""
 
     def __init__(self, results: list, bar):
-        self.results, self.errors, self.bar = results, [], bar
+        self.results, self.errors, self.done, self.bar = results, [], set(), bar
 
     def record(self, i: int, outcome) -> None:
         """Run ``i``'s result, or the exception it failed with."""
@@ -686,6 +686,7 @@ class _Outcomes:
             self.errors.append((i, outcome))
         else:
             self.results[i] = outcome
+        self.done.add(i)
         self.bar.update()
 
 
@@ -755,14 +756,12 @@ def _run_in_pool(configs, todo, processes, directory, outcomes: _Outcomes) -> No
         futures = {pool.submit(_worker, configs[i].to_dict(), where, (sweep_tag, i),
                                _method_reference(configs[i])): i for i in remaining}
         under_way: dict[int, int] = {}
-        settled: set[int] = set()
         try:
             for fut in as_completed(futures):
                 _note_started(sweep_tag, under_way)
                 if isinstance(fut.exception(), BrokenProcessPool):
                     break
-                settled.add(futures[fut])      # any failure is that run's; the others still run
-                outcomes.record(futures[fut], fut.exception() or fut.result())
+                outcomes.record(futures[fut], fut.exception() or fut.result())   # a failure is that run's
             else:
                 return
         except BaseException:   # an interrupt: drop what has not started; running runs still cache
@@ -775,22 +774,20 @@ def _run_in_pool(configs, todo, processes, directory, outcomes: _Outcomes) -> No
         if not _POOL_HAS_RUN:
             raise HetflError(_start_up_failure([p.exitcode for p in workers.values()])) from None
         for fut, i in futures.items():      # runs that ended before the break was seen
-            if i not in settled and not isinstance(fut.exception(), BrokenProcessPool):
-                settled.add(i)
+            if i not in outcomes.done and not isinstance(fut.exception(), BrokenProcessPool):
                 outcomes.record(i, fut.exception() or fut.result())
         dead = {pid: p.exitcode for pid, p in workers.items()
                 if p.exitcode not in (0, -signal.SIGTERM)}   # the broken pool SIGTERMs the rest
         for pid, i in under_way.items():
-            if i in settled or (dead and pid not in dead):
+            if i in outcomes.done or (dead and pid not in dead):
                 continue                 # finished, or stopped by the broken pool: not its fault
             deaths[i] += 1
             if deaths[i] == 2:
-                settled.add(i)
                 how = _signal_name(dead.get(pid))
                 if how == "SIGKILL":
                     how += ": killed, e.g. for lack of memory"
                 outcomes.record(i, HetflError(f"its worker process died ({how}) twice while running it"))
-        remaining = [i for i in remaining if i not in settled]
+        remaining = [i for i in remaining if i not in outcomes.done]
 
 
 def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, outcomes: _Outcomes) -> None:

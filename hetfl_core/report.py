@@ -188,7 +188,7 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     never reached a target are counted: ``"never (2 of 3 seeds)"``, ``"12.0 s; never on 1 of 3"``."""
     v = np.asarray(list(values), dtype=float)
     n = int(v.size)
-    tail = f" ({n} seed{'s' if n != 1 else ''})" if seeds and n else ""
+    tail = f" ({_plural(n, 'seed', 'seeds')})" if seeds and n else ""
     if n == 0 or np.isnan(v).all():
         return MISSING
     never = int(np.isposinf(v).sum())
@@ -222,7 +222,7 @@ def numbers(values, form: str = "{:g}") -> str:
 
 def of_seeds(k: int, n: int) -> str:
     """``"2 of 3 seeds"``, and ``"1 of 1 seed"``: a count of the seeds out of ``n``."""
-    return f"{int(k)} of {int(n)} seed{'s' if int(n) != 1 else ''}"
+    return f"{int(k)} of {_plural(int(n), 'seed', 'seeds')}"
 
 
 def compare(a: float, b: float, digits: int = 1, unit: str = "", scale: float = 1.0) -> str:
@@ -686,7 +686,7 @@ class Ledger:
             lo, hi = judgement.interval
             interval_text = f"[{fmt(lo, digits, '', scale)}, {fmt(hi, digits, '', scale)}]{unit}"
         if judgement.censored:
-            measured += f"; {judgement.censored} seed{'s' if judgement.censored != 1 else ''} censored"
+            measured += f"; {_plural(judgement.censored, 'seed', 'seeds')} censored"
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
                   section, headline, kind, judgement.verdict, judgement.method,
                   list(judgement.interval) if judgement.interval else None, interval_text,
@@ -799,8 +799,9 @@ def _counts(ledger: dict, kind: str = "paper") -> dict[str, int]:
 
 def _verdict_text(verdict: str, seeds: int, narrow: bool) -> str:
     """:attr:`Claim.verdict_text` of a claim's parts (a saved claim is a dict)."""
-    return _plural(seeds, "seed", "seeds").join(("indicative (", ")")) if verdict == "indicative" \
-        else verdict + (" (narrow)" if narrow else "")
+    if verdict == "indicative":
+        return f"indicative ({_plural(seeds, 'seed', 'seeds')})"
+    return verdict + (" (narrow)" if narrow else "")
 
 
 def _verdict_cell(claim: dict) -> str:
@@ -966,12 +967,10 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
         specific = _setting_differences([(ledgers[name]["title"].split(":")[0], c) for name, c in entries])
         differs.extend(specific or ["setting and metric (see each claim)"])
         for name, c in entries:
-            n = len(c["values"])
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
                          ledgers[name]["title"], f"{c['ref']}: {c['statement']}", _verdict_cell(c)])
-            scale = ledgers[name].get("scale", "")
-            details.append([f"{n} seed{'s' if n != 1 else ''}, scale {scale}", c["criterion"],
-                            ", ".join(differs)])
+            details.append([f"{_plural(len(c['values']), 'seed', 'seeds')}, scale {ledgers[name].get('scale', '')}",
+                            c["criterion"], ", ".join(differs)])
     if not rows:
         return ""
     return ("\n\n## The same comparison, judged twice\n\nA chapter and the arena can judge the "
