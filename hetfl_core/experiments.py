@@ -295,14 +295,11 @@ def is_result_of(result, config: RunConfig) -> bool:
     it: its ``config`` equals ``config`` (as JSON stores it), and its history has one row per
     round, each a dict with its ``round`` (1, 2, ...), the numbers :data:`ROW_NUMBERS`, the
     scores :data:`ROW_SCORES` (numbers or ``None``), ``acc_clients`` and a list of ``clients``."""
-    if not (isinstance(result, dict) and isinstance(result.get("history"), list)):
+    if not (isinstance(result, dict) and isinstance(result.get("history"), list)
+            and result.get("config") == json.loads(json.dumps(config.to_dict()))
+            and len(result["history"]) == config.rounds):
         return False
-    if result.get("config") != json.loads(json.dumps(config.to_dict())):
-        return False
-    history = result["history"]
-    if len(history) != config.rounds:
-        return False
-    for i, row in enumerate(history, 1):
+    for i, row in enumerate(result["history"], 1):
         if not (isinstance(row, dict) and type(row.get("round")) is int and row["round"] == i):
             return False
         if not all(_is_number(row.get(k)) for k in ROW_NUMBERS) or \
