@@ -334,10 +334,8 @@ def _read_cache_file(path: Path) -> bytes | None:
                               f"remove it")
         if fd is None:
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
     except OSError:
         return None
     finally:
