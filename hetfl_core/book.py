@@ -24,7 +24,13 @@ warns about those).
 from __future__ import annotations
 
 import ast
+import json
+import os
+import sys
+import tempfile
+import time
 import typing
+from pathlib import Path
 from typing import Sequence
 
 from .config import SCALES, SEED_LIMIT
@@ -173,8 +179,6 @@ _CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partiti
 #: a count's noun when the count is one
 _SINGULAR = {" classes per client": " class per client", " clients": " client", " rounds": " round",
              " local steps": " local step", " local epochs": " local epoch"}
-#: which partitions read alpha and classes_per_client
-_USES = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
 
 
 def _values(configs, name: str) -> list:
@@ -188,13 +192,14 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0, baselines: s
     0–2; methods: fedavg, heterofl. Rerun as shown: `jupytext --to ipynb -o - book/heroes.md
     | papermill - out.ipynb -p scale book -p seed 0` (...)"``. A field the runs vary prints its values joined by "/"."""
     from .config import RunConfig
+    from .report import PARTITION_PARAMETERS
 
     configs = [c if isinstance(c, RunConfig) else RunConfig.from_dict(c["config"]) for c in configs]
     if not configs:
         raise ValueError("a caption needs the configurations the reproduction ran")
     parts = []
     for name, prefix, form, suffix in _CAPTION_FIELDS:
-        used = [c for c in configs if c.partition in _USES.get(name, (c.partition,))]
+        used = [c for c in configs if c.partition in PARTITION_PARAMETERS.get(name, (c.partition,))]
         if name == "local_epochs":
             used = [c for c in used if c.local_steps is None]
         values = [v for v in _values(used, name) if v is not None]
@@ -299,13 +304,9 @@ class Chapter:
 PAPER_RESULTS_ENV = "HETFL_PAPER_RESULTS"
 
 
-def paper_results_dir() -> "pathlib.Path":
+def paper_results_dir() -> Path:
     """The directory of recorded paper-scale runs (:data:`PAPER_RESULTS_ENV`)."""
-    import os
-    import pathlib
-
-    default = pathlib.Path(__file__).resolve().parents[1] / "results" / "paper"
-    return pathlib.Path(os.environ.get(PAPER_RESULTS_ENV) or default)
+    return Path(os.environ.get(PAPER_RESULTS_ENV) or Path(__file__).resolve().parents[1] / "results" / "paper")
 
 
 def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:
@@ -313,13 +314,10 @@ def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:
     where, when and how it ran (device, date, commit, source hash, command, wall time), a
     warning when the package's source has changed since (its results are then stale), and
     per claim the verdict here and at paper scale; or a line saying none is recorded."""
-    import json
-    import pathlib
-
     from .experiments import source_hash
     from .report import markdown_table
 
-    path = pathlib.Path(directory or paper_results_dir()) / f"{chapter}.json"
+    path = Path(directory or paper_results_dir()) / f"{chapter}.json"
     if not path.is_file():
         return (f"*No paper-scale run of this chapter is recorded yet: "
                 f"`python tools/paper_run.py {chapter}` runs it (on a GPU, hours) and records "
@@ -392,9 +390,6 @@ def _cell() -> str:
 def _record(configs, where: str) -> list[dict]:
     """Plan mode's sweep: append each config to the plan file; return the cached result of
     each, or an empty one (no history) marked ``planned`` where it would have to train."""
-    import json
-    import os
-
     from .experiments import load_cached
 
     results = []
@@ -410,10 +405,8 @@ def _record(configs, where: str) -> list[dict]:
 
 def _planning_sweep(configs, *args, **kwargs):
     """:func:`~hetfl_core.experiments.sweep` in plan mode: records, never trains."""
-    if isinstance(configs, dict):
-        keys = list(configs)
-        return dict(zip(keys, _record(list(configs.values()), kwargs.get("desc", "runs"))))
-    return _record(list(configs), kwargs.get("desc", "runs"))
+    results = _record(list(configs.values() if isinstance(configs, dict) else configs), kwargs.get("desc", "runs"))
+    return dict(zip(configs, results)) if isinstance(configs, dict) else results
 
 
 def _planning_run(config, *args, **kwargs):
@@ -426,8 +419,6 @@ def enter_plan_mode(offset: int = 0) -> None:
     (the first cell :func:`plan_chapter` runs in a chapter's kernel): each loaded module of
     the package that holds :func:`~hetfl_core.experiments.sweep`, ``run`` or ``run_cached``
     gets the recording version, and so does every later ``from ... import``."""
-    import sys
-
     from . import engine, experiments
 
     global _PLAN_OFFSET
@@ -454,10 +445,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     interrupted and passed over too. Returns the recorded runs (one
     dict per config a sweep asked for: ``config``, ``key``, ``cached``) and the first line
     of each cell's error."""
-    import json
-    import os
-    import tempfile
-    from pathlib import Path
+    from unittest import mock
 
     import jupytext
     import nbformat
@@ -470,8 +458,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     path = Path(chapter)
     if not path.exists():
         raise ConfigError(f"no chapter at {path}")
-    check_scale_name = scale if scale in SCALES else None
-    if check_scale_name is None:
+    if scale not in SCALES:
         raise ConfigError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
     nb = jupytext.read(path)
     for cell in nb.cells:                 # as papermill's own reader leaves them
@@ -485,34 +472,22 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         plan_file = Path(tmp) / "plan.jsonl"
         plan_file.touch()
-        saved = {k: os.environ.get(k) for k in (PLAN_ENV, "HETFL_LEDGER_DIR", "HETFL_RUN_LOG")}
-        os.environ[PLAN_ENV] = str(plan_file)
-        os.environ["HETFL_LEDGER_DIR"] = tmp        # a planned chapter's ledger is not the chapter's
-        os.environ.pop("HETFL_RUN_LOG", None)
-        try:
-            NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, kernel_name="python3",
-                           allow_errors=True,
-                           resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
-        except (DeadKernelError, AssertionError) as exc:   # nbclient asserts as it cleans up
-            raise HetflError(f"the kernel planning {path.name} died (killed, or out of "
-                             f"memory): {type(exc).__name__}") from None
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        # a planned chapter's ledger is not the chapter's, and its runs are not logged
+        with mock.patch.dict(os.environ, {PLAN_ENV: str(plan_file), "HETFL_LEDGER_DIR": tmp}):
+            os.environ.pop("HETFL_RUN_LOG", None)
+            try:
+                NotebookClient(nb, timeout=timeout, interrupt_on_timeout=True, kernel_name="python3",
+                               allow_errors=True,
+                               resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+            except (DeadKernelError, AssertionError) as exc:   # nbclient asserts as it cleans up
+                raise HetflError(f"the kernel planning {path.name} died (killed, or out of "
+                                 f"memory): {type(exc).__name__}") from None
         records = [json.loads(line) for line in plan_file.read_text().splitlines() if line.strip()]
     errors = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "error":
-                continue
-            if out.get("ename") == "KeyboardInterrupt":
-                errors.append(f"interrupted after {timeout} s of computing outside a sweep")
-            else:
-                evalue = str(out.get("evalue") or "").splitlines()
-                errors.append(f"{out.get('ename')}: {evalue[0] if evalue else ''}")
+    for out in (out for cell in nb.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"):
+        first = (str(out.get("evalue") or "").splitlines() or [""])[0]
+        errors.append(f"interrupted after {timeout} s of computing outside a sweep"
+                      if out.get("ename") == "KeyboardInterrupt" else f"{out.get('ename')}: {first}")
     return records, errors
 
 
@@ -521,8 +496,6 @@ def samples_per_second(config, steps: tuple[int, int] = (2, 6)) -> float:
     (its device, one torch thread as a sweep's run has), measured: one round of two clients at ``steps[0]`` and at ``steps[1]``
     local steps, the difference of the two wall times (data loading, set-up and scoring
     cancel out)."""
-    import time
-
     from .engine import build_simulation, run_rounds
 
     import torch

@@ -11,20 +11,21 @@ whole (a temporary file renamed over it).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from .book import BASELINES
-from .config import RunConfig
+from .config import SCALES, RunConfig
 from .errors import ConfigError, DatasetUnavailable, HetflError
 
 __all__ = ["main"]
+
+#: RunConfig fields that only the Python API sets
+_API_ONLY = ("method", "options", "given_indices")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,16 +74,13 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("method", help=f"the federated method; one of: {', '.join(_choices()['method'])}")
     defaults = RunConfig()
     for f in dataclasses.fields(RunConfig):
-        if f.name in ("method", "options", "given_indices"):   # Python API only
+        if f.name in _API_ONLY:
             continue
         default = getattr(defaults, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if f.metadata["kind"] is bool:
-            run.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                             help=_field_help(f, default))
-            continue
-        run.add_argument(flag, dest=f.name, type=f.metadata["kind"], default=default, metavar=f.name.upper(),
-                         help=_field_help(f, default))
+        kind = {"action": argparse.BooleanOptionalAction} if f.metadata["kind"] is bool else \
+            {"type": f.metadata["kind"], "metavar": f.name.upper()}
+        run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=default,
+                         help=_field_help(f, default), **kind)
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a method option, e.g. --option mu=0.01 (repeatable; see 'list METHOD')")
     run.add_argument("--out", help="write {config, history} JSON here (checked writable before "
@@ -94,14 +92,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("process", "ray"), default=None,
                      help="where the run executes: this process, or a Ray task (default: $HETFL_EXECUTOR or process)")
     run.add_argument("--address", help="the Ray cluster's address (default: $HETFL_RAY_ADDRESS, else a local Ray)")
-    _add_arena_parsers(sub)
-    return parser
-
-
-def _add_arena_parsers(sub) -> None:
-    """The ``arena`` and ``plot`` subcommands."""
     arena = sub.add_parser("arena", help="run the arena (every method on one benchmark) and write its leaderboard")
-    arena.add_argument("--scale", choices=("smoke", "book", "paper"), default="smoke",
+    arena.add_argument("--scale", choices=SCALES, default="smoke",
                        help="the arena's size (default: smoke, seconds)")
     arena.add_argument("--methods", nargs="+", metavar="METHOD",
                        help="the methods to run (default: the arena's fifteen); any registered method")
@@ -123,7 +115,7 @@ def _add_arena_parsers(sub) -> None:
     plan = sub.add_parser("plan", help="list a chapter's runs at a scale and estimate their cost, "
                                        "without training")
     plan.add_argument("chapter", help="a chapter's name (heroes, fedlps, ...) or its book/*.md file")
-    plan.add_argument("--scale", choices=("smoke", "book", "paper"), default="paper",
+    plan.add_argument("--scale", choices=SCALES, default="paper",
                       help="the scale to plan (default: paper)")
     plan.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                       metavar=("NAME", "VALUE"), help="a chapter parameter, as papermill's -p "
@@ -133,6 +125,7 @@ def _add_arena_parsers(sub) -> None:
     plan.add_argument("--json", metavar="FILE", help="also write the planned runs as JSON here")
     plan.add_argument("--cell-timeout", type=int, default=120, metavar="SECONDS",
                       help="interrupt a cell that computes this long outside a sweep (default: 120)")
+    return parser
 
 
 def _join_negative(argv: list[str]) -> list[str]:
@@ -189,52 +182,38 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True,
 
 
 def _write_out(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (checked by :func:`_check_out`). A device (``/dev/null``) is
-    written directly; a file through a temporary file renamed over ``path``, so no reader
-    sees half a file, and a symbolic link put at ``path`` since the check is replaced,
-    never followed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` (checked by :func:`_check_out`): a device (``/dev/null``)
+    directly, a file by :func:`~hetfl_core.experiments.write_atomic`, so no reader sees half
+    a file and a symbolic link put at ``path`` since the check is replaced, never followed."""
+    from .experiments import write_atomic
+
     if path.exists() and not path.is_symlink() and not path.is_file():
         with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as device:
             device.write(data)
-        return
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:60]}.", suffix=".tmp")
-    try:
-        with open(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)     # as open() would create it (mkstemp makes it 0600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    else:
+        write_atomic(path, data)
 
 
-def _list() -> None:
+def _list(name: str | None) -> int:
+    """``list``: the methods, datasets, models and partitions; or, given a method's ``name``,
+    its summary, its options (default, accepted values, meaning) and its module's description."""
+    import inspect
+
     from .data import DATASETS, PARTITIONS
     from .methods import METHODS
     from .models import MODELS
 
-    width = max(map(len, [*METHODS, *DATASETS]))
-    print("methods:")
-    for name in sorted(METHODS):
-        print(f"  {name:{width}s}  {METHODS[name].summary}")
-    print("datasets:")
-    for name, (_, text) in DATASETS.items():
-        print(f"  {name:{width}s}  {text}")
-    print("models:     " + ", ".join(MODELS))
-    print("partitions: " + ", ".join(PARTITIONS))
-
-
-def _describe(name: str) -> None:
-    """One method: its summary, its options (default, accepted values, meaning), and its
-    module's description."""
-    import inspect
-
-    from .methods import METHODS
-
+    if name is None:
+        width = max(map(len, [*METHODS, *DATASETS]))
+        print("methods:")
+        for method in sorted(METHODS):
+            print(f"  {method:{width}s}  {METHODS[method].summary}")
+        print("datasets:")
+        for dataset, (_, text) in DATASETS.items():
+            print(f"  {dataset:{width}s}  {text}")
+        print("models:     " + ", ".join(MODELS))
+        print("partitions: " + ", ".join(PARTITIONS))
+        return 0
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
     method = METHODS[name]
@@ -249,10 +228,7 @@ def _describe(name: str) -> None:
     if doc:
         print()
         print(doc)
-
-
-def _error(exc: Exception) -> None:
-    print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -260,35 +236,24 @@ def main(argv=None) -> int:
     (one line, before any training where it can be known), 1 for a failure while running,
     130 on Ctrl-C."""
     args = _build_parser().parse_args(_join_negative(sys.argv[1:] if argv is None else list(argv)))
-    if args.command == "list":
-        try:
-            _describe(args.method) if args.method is not None else _list()
-        except ConfigError as exc:
-            _error(exc)
-            return 2
-        return 0
+    commands = {"list": lambda a: _list(a.method), "run": _run, "arena": _arena, "plot": _plot,
+                "plan": _plan}
     try:
-        return {"arena": _arena, "plot": _plot, "plan": _plan}.get(args.command, _run)(args)
-    except (ConfigError, DatasetUnavailable) as exc:   # also after the data loads, before training
-        _error(exc)
-        return 2
-    except HetflError as exc:
-        _error(exc)
-        return 1
+        return commands[args.command](args)
+    except HetflError as exc:      # bad input is found also after the data loads, before training
+        print(f"python -m hetfl_core: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, (ConfigError, DatasetUnavailable)) else 1
     except KeyboardInterrupt:
-        print(f"python -m hetfl_core: interrupted{_what_was_kept(args)}", file=sys.stderr)
+        caches = args.command == "arena" or (args.command == "run" and not args.no_cache
+                                             and args.engine == "hetfl")
+        print("python -m hetfl_core: interrupted" + (" (finished runs are cached)" if caches else ""),
+              file=sys.stderr)
         return 130
-
-
-def _what_was_kept(args) -> str:
-    """After Ctrl-C: ``" (finished runs are cached)"`` where the command caches its runs."""
-    caches = args.command == "arena" or (args.command == "run" and not args.no_cache
-                                         and args.engine == "hetfl")
-    return " (finished runs are cached)" if caches else ""
 
 
 def _run(args) -> int:
     """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
+    from .engine import system_of
     from .experiments import cache_path, run_cached, sweep
 
     if args.engine == "flower":
@@ -298,8 +263,7 @@ def _run(args) -> int:
             raise ConfigError(f"--engine flower runs in Flower's own simulation and cannot take "
                               f"{' or '.join(ignored)}; drop {'them' if len(ignored) > 1 else 'it'}"
                               f", or use --engine hetfl")
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-              if f.name not in ("method", "options", "given_indices")}
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig) if f.name not in _API_ONLY}
     options = dict(_parse_option(o) for o in args.option)
     config = RunConfig(method=args.method, options=options, **fields).validate()
     out = None if args.out is None else _check_out(args.out)
@@ -312,7 +276,6 @@ def _run(args) -> int:
     else:
         result = run_cached(config, progress=not args.quiet, use_cache=not args.no_cache)
     last = result["history"][-1]
-    from .engine import system_of
 
     def pct(value):
         return "n/a" if value is None else f"{100 * value:.2f}%"
@@ -335,15 +298,7 @@ def _load_plugin(path: str) -> None:
     included, is one :class:`ConfigError` line naming the file."""
     import importlib.util
 
-    file = Path(path)
-    if file.is_dir():
-        raise ConfigError(f"--plugin {path} is a directory; give the .py file that registers "
-                          f"the method")
-    if not file.exists():
-        raise ConfigError(f"--plugin {path}: no such file")
-    if not file.is_file():
-        raise ConfigError(f"--plugin {path} is not a regular file; give the .py file that "
-                          f"registers the method")
+    file = _regular_file(path, f"--plugin {path}", "; give the .py file that registers the method")
     spec = importlib.util.spec_from_file_location(f"hetfl_plugin_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -416,18 +371,21 @@ def _plot_path(text: str) -> tuple[Path, str]:
     return path, fmt
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _regular_file(path: str, name: str, hint: str = "") -> Path:
+    """``path`` if a regular file is there; else a :class:`ConfigError` naming it as ``name``
+    and what is there (never a pipe that would block a read), then ``hint``."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError(f"{name}: no such file")
+    if not file.is_file():
+        raise ConfigError(f"{name} is a directory{hint}" if file.is_dir() else f"{name}: not a regular file{hint}")
+    return file
 
 
 def _read_run(path: str, y: str) -> dict:
     """The run ``{config, history}`` saved at ``path`` by ``run --out``, every value the plot
     reads checked (one line naming the file and what is wrong, never a traceback)."""
-    file = Path(path)
-    if not file.exists():
-        raise ConfigError(f"{path}: no such file")
-    if not file.is_file():     # a directory, or a pipe that would block the read
-        raise ConfigError(f"{path}: not a regular file")
+    file = _regular_file(path, path)
     try:
         result = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -443,7 +401,8 @@ def _read_run(path: str, y: str) -> dict:
             raise ConfigError(f"{path}: history row {i} is not a dict of values, got {row!r:.40}")
         for key in ("round", "time_s", "uplink_bits", y):
             value = row.get(key)
-            if not _is_number(value) and not (key == y and value is None):   # None: not evaluated
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not number and not (key == y and value is None):   # None: not evaluated
                 raise ConfigError(f"{path}: history row {i}: {key} must be a finite number, "
                                   f"got {value!r:.40}")
     if all(row.get(y) is None for row in result["history"]):
@@ -486,8 +445,6 @@ def _plot(args) -> int:
 
 def _chapter_path(name: str):
     """``book/<name>.md`` of the checkout this package runs from, or the file given."""
-    from pathlib import Path
-
     given = Path(name)
     if given.suffix == ".md" and given.exists():
         return given
@@ -512,9 +469,6 @@ def _plan(args) -> int:
     """``plan``: execute a chapter in plan mode (:func:`hetfl_core.book.plan_chapter`), then
     list its distinct runs per sweep with their training samples and, measured on this
     machine, an estimate of the time they would take."""
-    import json
-    from collections import OrderedDict
-
     from .book import plan_chapter, samples_per_second, training_samples
 
     path = _chapter_path(args.chapter)
@@ -524,11 +478,12 @@ def _plan(args) -> int:
     if args.cell_timeout < 1:
         raise ConfigError(f"--cell-timeout must be at least 1 second, got {args.cell_timeout}")
     records, errors = plan_chapter(path, args.scale, params, timeout=args.cell_timeout)
-    distinct = OrderedDict()
+    distinct = {}
     for r in records:
         distinct.setdefault(r["key"], r)
     rates: dict[tuple, float] = {}
     cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to train)
+    groups: dict[str, list] = {}                   # the sweep that asked for each run
     for key, r in distinct.items():
         c = RunConfig.from_dict(r["config"])
         shape = (c.method, c.model, c.dataset, c.batch_size)
@@ -536,23 +491,16 @@ def _plan(args) -> int:
             rates[shape] = samples_per_second(c)
         samples = training_samples(c)
         cost[key] = samples, samples / rates[shape] if shape in rates else float("nan")
-    groups: dict[str, list] = OrderedDict()
-    for key, r in distinct.items():
         groups.setdefault(r["where"], []).append(key)
-    total_samples = total_seconds = 0.0
     w = max([28, *(len(where) for where in groups)])
     print(f"{'sweep':{w}s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
     print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
-    for where, keys in groups.items():
+    for where, keys in [*groups.items(), ("all", list(distinct))]:
         todo = [k for k in keys if not distinct[k]["cached"]]
-        samples = sum(cost[k][0] for k in todo)
-        seconds = sum(cost[k][1] for k in todo)
-        total_samples += samples
-        total_seconds += seconds
-        print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} {samples / 1e6:20.2f} "
-              f"{_hours(seconds):>11s}")
-    print(f"{'all':{w}s} {len(distinct):5d} {sum(r['cached'] for r in distinct.values()):6d} "
-          f"{total_samples / 1e6:20.2f} {_hours(total_seconds):>11s}")
+        seconds = sum(cost[k][1] for k in todo)           # nan where no speed was measured
+        hours = "—" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
+        print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} "
+              f"{sum(cost[k][0] for k in todo) / 1e6:20.2f} {hours:>11s}")
     if errors:
         print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
               "results of planned runs, or a cell interrupted while computing outside a sweep); "
@@ -571,8 +519,3 @@ def _plan(args) -> int:
           "runs two at a time by default, so the wall time is about half. On a GPU machine the "
           "same command measures the GPU.")
     return 0
-
-
-def _hours(seconds: float) -> str:
-    """Seconds as hours for the plan's table; "—" where no speed was measured."""
-    return "—" if math.isnan(seconds) else f"{seconds / 3600:.2f}"

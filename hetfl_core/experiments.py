@@ -15,20 +15,33 @@ The cache lives in ``$HETFL_CACHE`` or ``~/.cache/hetfl/runs``.
 """
 from __future__ import annotations
 
+import ast
+import ctypes
 import errno
 import fcntl
+import functools
 import hashlib
+import importlib
+import importlib.machinery
 import inspect
 import json
 import os
 import re
 import secrets
+import signal
 import stat
+import sys
+import sysconfig
+import threading
 import time
+import types
+import warnings
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
-from multiprocessing import get_context
+from contextlib import contextmanager, suppress
+from multiprocessing import current_process, get_context
+from numbers import Integral, Real
 from pathlib import Path
 
 from .config import RunConfig, plain_value
@@ -36,9 +49,8 @@ from .errors import ConfigError, HetflError
 
 __all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash",
            "method_source_hash", "key_salt", "cache_path", "is_result_of", "load_cached", "log_run",
-           "run_cached", "sweep"]
+           "run_cached", "sweep", "write_atomic"]
 
-_SOURCE_HASH: str | None = None
 #: (path, size, mtime) -> SHA-256 of the file: a method's source read once per process and version
 _FILE_HASHES: dict[tuple[str, int, int], str] = {}
 #: what a cache error names
@@ -68,21 +80,18 @@ def cache_dir() -> Path:
 NOT_IN_RUNS = ("book.py", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py")
 
 
+@functools.cache
 def source_hash() -> str:
-    """A hash of the package's ``.py`` files that compute runs (part of every cache key);
-    the chapters' shared module (book), the report layer, the plots and the command line are left out,
-    so editing a chapter does not recompute its runs."""
-    global _SOURCE_HASH
-    if _SOURCE_HASH is None:
-        h = hashlib.sha256()
-        root = Path(__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            if path.relative_to(root).parts[0] in NOT_IN_RUNS:
-                continue
+    """A hash of the package's ``.py`` files that compute runs (part of every cache key), read
+    once per process; the files of :data:`NOT_IN_RUNS` are left out, so editing a chapter
+    does not recompute its runs."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] not in NOT_IN_RUNS:
             h.update(str(path.relative_to(root)).encode())
             h.update(path.read_bytes())
-        _SOURCE_HASH = h.hexdigest()[:12]
-    return _SOURCE_HASH
+    return h.hexdigest()[:12]
 
 
 def _file_hash(path: str) -> str:
@@ -123,22 +132,9 @@ def _class_code_hash(cls) -> str:
     return h.hexdigest()
 
 
-def _installed_roots() -> tuple[str, ...]:
-    """Where installed code lives (the standard library, site-packages) and the package
-    itself (:func:`source_hash` covers it): code under these is not a plug-in's own."""
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    roots = {paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"],
-             str(Path(__file__).parent)}
-    return tuple(os.path.realpath(r) + os.sep for r in roots)
-
-
 def _module_namespace(klass) -> dict:
     """The globals of the module that defines ``klass`` (read from its functions, so a
     plug-in loaded from a file without entering ``sys.modules`` has them too)."""
-    import sys
-
     for value in vars(klass).values():
         function = getattr(value, "__func__", value)
         if hasattr(function, "__globals__"):
@@ -151,10 +147,11 @@ def _local_helper_files(namespace: dict) -> list[str]:
     """The source files of the modules that a module (its globals ``namespace``) uses,
     directly or through each other, that are neither installed libraries nor this package:
     a plug-in's own helper modules (``import helpers``, ``from helpers import step``), sorted."""
-    import sys
-    import types
-
-    roots, found, seen, todo = _installed_roots(), set(), set(), [namespace]
+    # installed code (the standard library, site-packages) and this package (source_hash covers it)
+    paths = sysconfig.get_paths()
+    roots = tuple(os.path.realpath(r) + os.sep for r in {
+        paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parent)})
+    found, seen, todo = set(), set(), [namespace]
     while todo:
         for value in list(todo.pop().values()):
             used = value if isinstance(value, types.ModuleType) else \
@@ -274,19 +271,13 @@ def check_writable(directory: Path, what: str, name: str | None = None,
         os.unlink(probe)
 
 
-def _file_name(method: str) -> str:
-    """``method`` as a plain file name: characters other than letters, digits and ``._+-``
-    become ``_``, leading dots go, at most 100 bytes; so a method named ``a/../../b`` stays
-    inside the cache directory."""
-    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", method).lstrip(".")[:100]
-    return safe or "method"
-
-
 def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
     """The cache file of ``config``: ``METHOD-KEY.json``, the key a hash of the whole config
-    and of :func:`key_salt`."""
-    name = f"{_file_name(config.method)}-{config.key(key_salt(config))}.json"
-    return Path(directory or cache_dir()) / name
+    and of :func:`key_salt`. ``METHOD`` is the method's name as a plain file name: characters
+    other than letters, digits and ``._+-`` become ``_``, leading dots go, at most 100 bytes;
+    so a method named ``a/../../b`` stays inside the cache directory."""
+    method = re.sub(r"[^A-Za-z0-9._+-]", "_", config.method).lstrip(".")[:100] or "method"
+    return Path(directory or cache_dir()) / f"{method}-{config.key(key_salt(config))}.json"
 
 
 def _is_number(value) -> bool:
@@ -304,14 +295,11 @@ def is_result_of(result, config: RunConfig) -> bool:
     it: its ``config`` equals ``config`` (as JSON stores it), and its history has one row per
     round, each a dict with its ``round`` (1, 2, ...), the numbers :data:`ROW_NUMBERS`, the
     scores :data:`ROW_SCORES` (numbers or ``None``), ``acc_clients`` and a list of ``clients``."""
-    if not (isinstance(result, dict) and isinstance(result.get("history"), list)):
+    if not (isinstance(result, dict) and isinstance(result.get("history"), list)
+            and result.get("config") == json.loads(json.dumps(config.to_dict()))
+            and len(result["history"]) == config.rounds):
         return False
-    if result.get("config") != json.loads(json.dumps(config.to_dict())):
-        return False
-    history = result["history"]
-    if len(history) != config.rounds:
-        return False
-    for i, row in enumerate(history, 1):
+    for i, row in enumerate(result["history"], 1):
         if not (isinstance(row, dict) and type(row.get("round")) is int and row["round"] == i):
             return False
         if not all(_is_number(row.get(k)) for k in ROW_NUMBERS) or \
@@ -346,10 +334,8 @@ def _read_cache_file(path: Path) -> bytes | None:
                               f"remove it")
         if fd is None:
             return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
     except OSError:
         return None
     finally:
@@ -408,10 +394,8 @@ def run_lock(config: RunConfig, directory: Path | None = None):
     try:
         yield
     finally:
-        try:
+        with suppress(OSError):
             os.unlink(path)                          # still held: no one else locks this file now
-        except OSError:
-            pass
         os.close(fd)                                 # releases the lock
 
 
@@ -423,32 +407,36 @@ def _plain_result(value):
         raise TypeError(f"{type(value).__name__} {value!r:.60} cannot be stored as JSON") from None
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: to a new temporary file beside it
+    (:func:`_create_exclusive`), then renamed over it, so no reader sees half a file and a
+    symbolic link at ``path`` is replaced, never followed. On failure the temporary file is
+    removed and the ``OSError`` raised."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_exclusive(path.parent, ".tmp-", ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _write_atomic(path: Path, result: dict) -> None:
-    """Store ``result`` at ``path`` whole or not at all: written to a temp file beside it,
-    then renamed over it. A failure removes the temp file and is one :class:`HetflError`
+    """Store ``result`` at ``path`` by :func:`write_atomic`; a failure is one :class:`HetflError`
     line naming the cache directory (a full disk, a read-only one, a value JSON cannot hold)."""
     try:
         text = json.dumps(result, default=_plain_result)
     except (TypeError, ValueError, RecursionError) as exc:
         raise HetflError(f"the result cannot be stored in {CACHE_WHAT} {path.parent}: "
                          f"{exc}") from None
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_exclusive(path.parent, ".tmp-", ".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, text.encode())
     except OSError as exc:
         raise HetflError(f"cannot store the run in {CACHE_WHAT} {path.parent}: "
                          f"{exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
@@ -526,10 +514,6 @@ def _die_with_parent(parent: int) -> None:
     """End this worker when the process ``parent`` dies, however it dies (even SIGKILL):
     Linux's PR_SET_PDEATHSIG signals it at once, and a thread watching the parent's pid
     covers other systems and a parent that died before the call."""
-    import ctypes
-    import signal
-    import threading
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):       # not Linux: the watchdog alone
@@ -547,8 +531,6 @@ def _worker_init(parent: int, started=None):
     """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for
     SIGINT, and ``started`` (a queue) to announce each run it starts."""
     global _STARTED
-    import signal
-
     from .engine import single_thread
 
     _die_with_parent(parent)
@@ -569,8 +551,6 @@ def _register_from(name: str, module: str, qualname: str) -> None:
     """Register, in this worker, the class at ``module``.``qualname`` as method ``name``: the
     parent's registry is the truth, including plug-ins it registered at run time (a kept
     worker may hold another class under that name from an earlier sweep)."""
-    import importlib
-
     from .methods import METHODS
 
     try:
@@ -600,28 +580,33 @@ def _worker(config_dict: dict, directory: str | None, tag: tuple = (),
         _RUNNING = False
 
 
+def _main_module() -> tuple[str | None, list | None]:
+    """The caller's main module, as a spawned worker re-imports it: its file (``None`` in a
+    notebook or ``python -c``) and the statements of its top level (``None`` where the file
+    cannot be read back)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        return path, ast.parse(Path(path).read_bytes()).body if path else None
+    except (OSError, SyntaxError, ValueError):
+        return path, None
+
+
 def _in_this_process_only(cls) -> str | None:
     """Why a spawned worker process cannot load the method class ``cls``, or ``None`` when it
     can: a worker imports the class's module, and re-runs the caller's script for ``__main__``
     (a notebook's or ``python -c``'s ``__main__`` has no file; a class defined under the
     ``__main__`` guard or in a function is not there for it to find)."""
-    import ast
-    import importlib.machinery
-    import sys
-
     module, qualname = cls.__module__, cls.__qualname__
     if "<locals>" in qualname:
         return "its class is defined inside a function"
     if module == "__main__":
-        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        path, top = _main_module()
         if not path:
             return "its class is defined in __main__, which has no file (a notebook, python -c)"
-        try:
-            tree = ast.parse(Path(path).read_bytes())
-        except (OSError, SyntaxError, ValueError):
+        if top is None:
             return f"its class is defined in {path}, which cannot be read back"
         outer = qualname.split(".")[0]
-        if not any(isinstance(n, ast.ClassDef) and n.name == outer for n in tree.body):
+        if not any(isinstance(n, ast.ClassDef) and n.name == outer for n in top):
             return (f"its class is not defined at the top level of {Path(path).name} "
                     "(e.g. under the __main__ guard)")
         return None
@@ -668,14 +653,6 @@ def _note_started(sweep_tag: int, under_way: dict[int, int]) -> None:
             under_way[pid] = i
 
 
-def _bootstrapping_worker() -> bool:
-    """True in a spawned worker while it re-imports the caller's main module: a script
-    without the ``__main__`` guard then reaches :func:`sweep` again."""
-    from multiprocessing import current_process
-
-    return bool(getattr(current_process(), "_inheriting", False))
-
-
 def describe_run(configs: list[RunConfig], i: int) -> str:
     """Config ``i`` named by the fields in which the configs differ (``fedavg (lr=0.1, seed=2)``)."""
     rows = [c.to_dict() for c in configs]
@@ -691,21 +668,35 @@ def _one_line(exc: Exception) -> str:
     return text if isinstance(exc, HetflError) else f"{type(exc).__name__}: {text}"
 
 
-def _run_serially(configs, todo, directory, errors, results, bar) -> None:
+class _Outcomes:
+    """What a sweep's runs came to: each run's result in ``results`` or its error in
+    ``errors``, the runs so settled in ``done``, the progress bar moved on for each."""
+
+    def __init__(self, results: list, bar):
+        self.results, self.errors, self.done, self.bar = results, [], set(), bar
+
+    def record(self, i: int, outcome) -> None:
+        """Run ``i``'s result, or the exception it failed with."""
+        if isinstance(outcome, BaseException):
+            self.errors.append((i, outcome))
+        else:
+            self.results[i] = outcome
+        self.done.add(i)
+        self.bar.update()
+
+
+def _run_serially(configs, todo, directory, outcomes: _Outcomes) -> None:
     """The missing runs in this process, one after the other; any failure is recorded."""
     for i in todo:
         try:
-            results[i] = run_cached(configs[i], directory)
+            outcome = run_cached(configs[i], directory)
         except Exception as exc:      # any failure is that run's; the others still run
-            errors.append((i, exc))
-        if bar:
-            bar.update()
+            outcome = exc
+        outcomes.record(i, outcome)
 
 
 def _signal_name(exitcode: int | None) -> str:
     """How a worker process ended, in words (``SIGKILL``, ``exit status 1``)."""
-    import signal
-
     if exitcode is not None and exitcode < 0:
         try:
             return signal.Signals(-exitcode).name
@@ -717,24 +708,15 @@ def _signal_name(exitcode: int | None) -> str:
 def _main_has_guard() -> bool:
     """Whether the caller's main module has an ``if __name__ == "__main__":`` block at its top
     level (no file, as in a notebook: nothing to re-import, so nothing to guard)."""
-    import ast
-    import sys
-
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    try:
-        tree = ast.parse(Path(path).read_bytes()) if path else None
-    except (OSError, SyntaxError, ValueError):
-        return False
-    return tree is None or any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
-                               for n in tree.body)
+    path, top = _main_module()
+    return not path or top is not None and any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
+                                               for n in top)
 
 
 def _start_up_failure(exitcodes: list[int | None]) -> str:
     """Why a pool's workers died before any run started in it, in one line, from their exit
     codes: a signal (killed, e.g. for lack of memory), or an error while re-importing the
     caller's main module, which without the ``__main__`` guard is the sweep itself."""
-    import signal
-
     killed = [c for c in exitcodes if c is not None and c < 0 and c != -signal.SIGTERM]
     if killed:
         return (f"a worker process was killed while starting ({_signal_name(killed[0])}), e.g. "
@@ -748,7 +730,7 @@ def _start_up_failure(exitcodes: list[int | None]) -> str:
             "finished runs are cached")
 
 
-def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> None:
+def _run_in_pool(configs, todo, processes, directory, outcomes: _Outcomes) -> None:
     """The missing runs in the kept worker pool; any failure is recorded.
 
     A worker that dies mid-run (killed, or out of memory) breaks the pool, which stops its
@@ -759,8 +741,6 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
     started in it fails the sweep at once, naming the likely cause (a script without the
     ``__main__`` guard, whose workers re-run the sweep)."""
     global _SWEEPS
-    import signal
-
     _SWEEPS += 1
     sweep_tag = _SWEEPS
     deaths = dict.fromkeys(todo, 0)        # how often each run was under way in a dying worker
@@ -771,20 +751,12 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
         futures = {pool.submit(_worker, configs[i].to_dict(), where, (sweep_tag, i),
                                _method_reference(configs[i])): i for i in remaining}
         under_way: dict[int, int] = {}
-        settled: set[int] = set()
         try:
             for fut in as_completed(futures):
                 _note_started(sweep_tag, under_way)
                 if isinstance(fut.exception(), BrokenProcessPool):
                     break
-                i = futures[fut]
-                settled.add(i)
-                if fut.exception() is None:
-                    results[i] = fut.result()
-                else:                  # any failure is that run's; the others still run
-                    errors.append((i, fut.exception()))
-                if bar:
-                    bar.update()
+                outcomes.record(futures[fut], fut.exception() or fut.result())   # a failure is that run's
             else:
                 return
         except BaseException:   # an interrupt: drop what has not started; running runs still cache
@@ -797,33 +769,23 @@ def _run_in_pool(configs, todo, processes, directory, errors, results, bar) -> N
         if not _POOL_HAS_RUN:
             raise HetflError(_start_up_failure([p.exitcode for p in workers.values()])) from None
         for fut, i in futures.items():      # runs that ended before the break was seen
-            if i not in settled and not isinstance(fut.exception(), BrokenProcessPool):
-                settled.add(i)
-                if fut.exception() is None:
-                    results[i] = fut.result()
-                else:
-                    errors.append((i, fut.exception()))
-                if bar:
-                    bar.update()
+            if i not in outcomes.done and not isinstance(fut.exception(), BrokenProcessPool):
+                outcomes.record(i, fut.exception() or fut.result())
         dead = {pid: p.exitcode for pid, p in workers.items()
                 if p.exitcode not in (0, -signal.SIGTERM)}   # the broken pool SIGTERMs the rest
         for pid, i in under_way.items():
-            if i in settled or (dead and pid not in dead):
+            if i in outcomes.done or (dead and pid not in dead):
                 continue                 # finished, or stopped by the broken pool: not its fault
             deaths[i] += 1
             if deaths[i] == 2:
-                settled.add(i)
                 how = _signal_name(dead.get(pid))
                 if how == "SIGKILL":
                     how += ": killed, e.g. for lack of memory"
-                errors.append((i, HetflError(f"its worker process died ({how}) twice while "
-                                             "running it")))
-                if bar:
-                    bar.update()
-        remaining = [i for i in remaining if i not in settled]
+                outcomes.record(i, HetflError(f"its worker process died ({how}) twice while running it"))
+        remaining = [i for i in remaining if i not in outcomes.done]
 
 
-def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, errors, results, bar) -> None:
+def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, outcomes: _Outcomes) -> None:
     """The missing runs as tasks on a Ray cluster (:mod:`hetfl_core.ray_executor`); any
     failure is recorded. A result a node could not cache (no shared filesystem) is stored here."""
     from .ray_executor import ray_outcomes
@@ -831,14 +793,9 @@ def _run_on_ray(configs, todo, directory, address, gpus_per_run, processes, erro
     directory = Path(directory or cache_dir())
     for i, outcome in ray_outcomes(run_cached, {i: configs[i] for i in todo}, directory, address, gpus_per_run,
                                    processes, task_name=lambda c: cache_path(c, directory).stem):
-        if isinstance(outcome, Exception):
-            errors.append((i, outcome))
-        else:
-            results[i] = outcome
-            if not cache_path(configs[i], directory).exists():
-                _write_atomic(cache_path(configs[i], directory), outcome)
-        if bar:
-            bar.update()
+        if not isinstance(outcome, Exception) and not cache_path(configs[i], directory).exists():
+            _write_atomic(cache_path(configs[i], directory), outcome)
+        outcomes.record(i, outcome)
 
 
 def _type_name(value) -> str:
@@ -855,9 +812,6 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
     """:func:`sweep`'s arguments checked before any run, each wrong one refused with a
     :class:`ConfigError` of one line; returns the configs as a list and ``processes`` (the
     default, 2, for ``None``)."""
-    from collections.abc import Iterable
-    from numbers import Integral, Real
-
     if isinstance(configs, RunConfig):
         raise ConfigError("sweep() takes a list of RunConfig, got one RunConfig; pass [config]")
     if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Iterable):
@@ -872,26 +826,21 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
             raise ConfigError(f"sweep(): item {i} is {_type_name(c)}, not a RunConfig")
     if processes is None:
         processes = 2
-    if isinstance(processes, bool) or not isinstance(processes, Integral) or processes < 1:
-        raise ConfigError(f"processes must be a whole number >= 1, got {_type_name(processes)}")
-    if directory is not None and not isinstance(directory, (str, os.PathLike)):
-        raise ConfigError(f"directory must be a path (str or Path), got {_type_name(directory)}")
-    if executor is not None and not isinstance(executor, str):
-        raise ConfigError(f"executor must be 'process' or 'ray', got {_type_name(executor)}")
-    if address is not None and not isinstance(address, str):
-        raise ConfigError(f"address must be a string such as 'HOST:6379', "
-                          f"got {_type_name(address)}")
-    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, Real) \
-            or not gpus_per_run >= 0:
-        raise ConfigError(f"gpus_per_run must be a number >= 0, got {_type_name(gpus_per_run)}")
+    for value, ok, wanted in (
+            (processes, isinstance(processes, Integral) and processes >= 1, "processes must be a whole number >= 1"),
+            (directory, directory is None or isinstance(directory, (str, os.PathLike)),
+             "directory must be a path (str or Path)"),
+            (executor, executor is None or isinstance(executor, str), "executor must be 'process' or 'ray'"),
+            (address, address is None or isinstance(address, str), "address must be a string such as 'HOST:6379'"),
+            (gpus_per_run, isinstance(gpus_per_run, Real) and gpus_per_run >= 0, "gpus_per_run must be a number >= 0")):
+        if not ok or isinstance(value, bool):       # True is an int to Python, never a count here
+            raise ConfigError(f"{wanted}, got {_type_name(value)}")
     return configs, int(processes)
 
 
 def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
     """``todo`` split into runs the pool workers can run and runs of methods registered in
     this process only (:func:`_in_this_process_only`), which run here; a warning says which."""
-    import warnings
-
     from .methods import get_method
 
     why = {name: _in_this_process_only(get_method(name))
@@ -937,8 +886,10 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     this process, with a warning (on Ray such a class travels with its tasks).
     Arguments of the wrong type are refused with one line before any run.
     """
-    if _bootstrapping_worker():
-        raise SystemExit(1)           # quietly: the parent reports the missing guard in one line
+    if getattr(current_process(), "_inheriting", False):
+        # a spawned worker re-importing the caller's main module, a script without the
+        # __main__ guard: quietly, the parent reports the missing guard in one line
+        raise SystemExit(1)
     if isinstance(configs, dict):
         return _sweep_grid(configs, processes, directory, desc, progress, executor, address,
                            gpus_per_run)
@@ -948,8 +899,6 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     if executor not in ("process", "ray"):
         raise ConfigError(f"unknown executor {executor!r}; choose process or ray")
     if executor == "process" and (gpus_per_run or address):
-        import warnings
-
         unused = "gpus_per_run" if gpus_per_run else "address"
         warnings.warn(f"{unused} applies to executor='ray' only; the process executor runs on "
                       "this machine", stacklevel=2)
@@ -967,26 +916,24 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     pooled, here = [], todo
     if executor == "process" and processes > 1 and len(todo) > 1:
         pooled, here = _split_off_local_methods(configs, todo)
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run")
-    errors: list[tuple[int, Exception]] = []
+    bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc=desc, unit="run",
+               disable=not progress)
+    outcomes = _Outcomes(results, bar)
     if executor == "ray":
         _run_on_ray(configs, todo, directory, address or os.environ.get("HETFL_RAY_ADDRESS"), gpus_per_run,
-                    processes, errors, results, bar)
+                    processes, outcomes)
     else:
         if len(pooled) == 1:
             here = sorted(pooled + here)
         elif pooled:
-            _run_in_pool(configs, pooled, processes, directory, errors, results, bar)
-        _run_serially(configs, here, directory, errors, results, bar)
-    if bar:
-        bar.close()
-    if errors:
-        i, exc = min(errors, key=lambda e: e[0])
-        raise HetflError(f"{len(errors)} of {len(configs)} runs failed (finished runs are cached); "
+            _run_in_pool(configs, pooled, processes, directory, outcomes)
+        _run_serially(configs, here, directory, outcomes)
+    bar.close()
+    if outcomes.errors:
+        i, exc = min(outcomes.errors, key=lambda e: e[0])
+        raise HetflError(f"{len(outcomes.errors)} of {len(configs)} runs failed (finished runs are cached); "
                          f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]
 
@@ -994,8 +941,6 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
 def _sweep_grid(grid: dict, processes, directory, desc, progress, executor, address,
                 gpus_per_run) -> dict:
     """:func:`sweep` of a dict: each distinct config once, the results under the grid's keys."""
-    import json
-
     distinct: dict[str, RunConfig] = {}
     names = {}
     for key, config in grid.items():

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 import matplotlib.pyplot as plt
@@ -62,14 +63,10 @@ def method_style(name: str) -> dict:
     """``{"color": ..., "marker": ...}`` of a method (by registered or display name). A label
     that is not a method (e.g. "OFA-FL, r=0.5") takes the style of the method it starts with;
     an unknown one gets a fixed colour from its name."""
-    key = method_key(name)
-    if key not in METHOD_STYLES:
-        head = method_key(str(name).split(",")[0].split("(")[0].split(":")[0])
-        key = head if head in METHOD_STYLES else key
-    if key in METHOD_STYLES:
-        color, marker = METHOD_STYLES[key]
-    else:
-        color, marker = SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"
+    key, head = method_key(name), method_key(re.split("[,(:]", str(name))[0])
+    if key not in METHOD_STYLES and head in METHOD_STYLES:
+        key = head
+    color, marker = METHOD_STYLES.get(key, (SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"))
     return {"color": color, "marker": marker}
 
 #: x-axis key -> (label, scale applied to the history value)
@@ -112,10 +109,6 @@ def series(result: dict, x: str = "round", y: str = "acc_personal") -> tuple[np.
             np.array([row_value(r, y) for r in rows], float))
 
 
-def _label(result: dict) -> str:
-    return result["config"]["method"]
-
-
 def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", ax=None,
                 label=None, spread: str = "minmax", **line_kw):
     """Plot ``y`` against ``x`` for runs grouped by ``label`` (default: the method name).
@@ -127,7 +120,7 @@ def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", 
     if x not in X_AXES or y not in Y_AXES:
         raise ValueError(f"x must be one of {list(X_AXES)} and y one of {list(Y_AXES)}")
     ax = ax or plt.gca()
-    label = label or _label
+    label = label or (lambda result: result["config"]["method"])
     groups: dict[str, list] = defaultdict(list)
     for r in results:
         groups[label(r)].append(series(r, x, y))

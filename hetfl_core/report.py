@@ -11,16 +11,10 @@ claim ledger every paper chapter ends with.
   target, "—" for a missing value, comparison signs computed, table cells escaped;
   :func:`folded_table` gives each row a folded line beneath it for its long text.
 * :func:`show_source` prints a library function as valid Python, without its docstring.
-* :class:`Ledger` holds a chapter's claims. Each claim carries the paired value of every
-  seed (method against a pre-specified comparator) and a :class:`Criterion`; its verdict
-  is computed from the seeds by :func:`judge`: with at least 3 seeds, the one-sided 90%
-  bounds of the mean against the criterion's margin say *holds* (the near bound clears
-  it), *fails* (the far bound does not reach it) or *inconclusive*; fewer seeds are
-  *indicative*, and a claim whose seeds never reached the target on either side is
-  *untestable*; neither is counted. Claims are the paper's, this book's predictions, or
-  invariants the code enforces; only the paper's are counted. :meth:`Ledger.save` writes
-  the ledger for the book's scorecard (:func:`scorecard_markdown`) and the verdict box at
-  the top of the chapter (:func:`verdict_box_markdown`).
+* :class:`Ledger` holds a chapter's claims: each carries the paired value of every seed
+  (method against a pre-specified comparator) and a :class:`Criterion`, and its verdict
+  is :func:`judge`'s. :meth:`Ledger.save` writes the ledger for the book's scorecard
+  (:func:`scorecard_markdown`) and the verdict box atop the chapter (:func:`verdict_box_markdown`).
 """
 from __future__ import annotations
 
@@ -194,7 +188,7 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     never reached a target are counted: ``"never (2 of 3 seeds)"``, ``"12.0 s; never on 1 of 3"``."""
     v = np.asarray(list(values), dtype=float)
     n = int(v.size)
-    tail = f" ({n} seed{'s' if n != 1 else ''})" if seeds and n else ""
+    tail = f" ({_plural(n, 'seed', 'seeds')})" if seeds and n else ""
     if n == 0 or np.isnan(v).all():
         return MISSING
     never = int(np.isposinf(v).sum())
@@ -228,7 +222,7 @@ def numbers(values, form: str = "{:g}") -> str:
 
 def of_seeds(k: int, n: int) -> str:
     """``"2 of 3 seeds"``, and ``"1 of 1 seed"``: a count of the seeds out of ``n``."""
-    return f"{int(k)} of {int(n)} seed{'s' if int(n) != 1 else ''}"
+    return f"{int(k)} of {_plural(int(n), 'seed', 'seeds')}"
 
 
 def compare(a: float, b: float, digits: int = 1, unit: str = "", scale: float = 1.0) -> str:
@@ -491,6 +485,13 @@ def _sign_test(passes: Sequence[bool]) -> str:
     return "inconclusive"
 
 
+def _per_seed_array(values) -> np.ndarray:
+    """Per-seed values as a flat array: of booleans where every value is one, else of floats."""
+    raw = list(np.ravel(np.asarray(values, dtype=object)))
+    boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
+    return np.array(raw, dtype=bool if boolean else float)
+
+
 def judge(values: Sequence, criterion: Criterion) -> Judgement:
     """The verdict on a claim from its per-seed values (paired differences, ratios or
     booleans, one per seed).
@@ -508,16 +509,10 @@ def judge(values: Sequence, criterion: Criterion) -> Judgement:
       side never reached): a sign test on the seeds that pass, at the same 10% level (so a
       yes/no claim needs 4 seeds, all passing, to hold).
     """
-    raw = list(np.ravel(np.asarray(values, dtype=object)))
-    boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
-    if boolean:
-        kept = [bool(v) for v in raw]
-        censored = 0
-    else:
-        floats = np.array(raw, dtype=float)
-        kept = floats[~np.isnan(floats)]
-        censored = int(floats.size - kept.size)
-    n = len(kept)
+    values = _per_seed_array(values)
+    boolean = values.dtype == bool
+    kept = values if boolean else values[~np.isnan(values)]
+    n, censored = len(kept), int(values.size - kept.size)
     if n == 0:
         return Judgement("untestable", "untestable", 0, censored)
     if n < MIN_SEEDS:
@@ -631,9 +626,7 @@ class Claim:
     @property
     def verdict_text(self) -> str:
         """The verdict, with the seed count when it is too small to count, and "narrow"."""
-        if self.verdict == "indicative":
-            return f"indicative ({self.seeds} seed{'s' if self.seeds != 1 else ''})"
-        return self.verdict + (" (narrow)" if self.narrow else "")
+        return _verdict_text(self.verdict, self.seeds, self.narrow)
 
 
 def ledger_dir() -> Path:
@@ -680,9 +673,7 @@ class Ledger:
         or configs the values came from) records their setting (:func:`setting_of`), so that
         table can say in what two such claims' runs differ.
         """
-        raw = list(np.ravel(np.asarray(values, dtype=object)))
-        boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
-        values = np.array(raw, dtype=bool if boolean else float)
+        values = _per_seed_array(values)
         if values.size == 0:
             raise ValueError(f"claim {statement!r} has no measured values")
         passes = [criterion(v) for v in values]
@@ -695,7 +686,7 @@ class Ledger:
             lo, hi = judgement.interval
             interval_text = f"[{fmt(lo, digits, '', scale)}, {fmt(hi, digits, '', scale)}]{unit}"
         if judgement.censored:
-            measured += f"; {judgement.censored} seed{'s' if judgement.censored != 1 else ''} censored"
+            measured += f"; {_plural(judgement.censored, 'seed', 'seeds')} censored"
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
                   section, headline, kind, judgement.verdict, judgement.method,
                   list(judgement.interval) if judgement.interval else None, interval_text,
@@ -706,19 +697,16 @@ class Ledger:
 
     def counts(self, kind: str = "paper") -> dict[str, int]:
         """How many claims of ``kind`` have each verdict (counted and uncounted)."""
-        return {v: sum(c.verdict == v and c.kind == kind for c in self.claims)
-                for v in (*VERDICTS, *UNCOUNTED)}
+        return _counts(self.to_dict(), kind)
 
     def rows(self) -> list[list[str]]:
         """The ledger's rows, one per claim: claim | paper | this book | verdict."""
-        return [[f"{c.ref}: {c.statement}" + ("" if c.kind == "paper" else f" ({c.kind})"), c.paper,
-                 _measured(c.measured)[0], _bold(c.verdict_text)] for c in self.claims]
+        return _claim_table(self.to_dict()["claims"])[0]
 
     def details(self) -> list[list[str]]:
         """What each row folds away beneath it: criterion | 90% bounds | this book in full
         (``None`` when the row shows it whole) | why it differs."""
-        return [[c.criterion, c.interval_text or MISSING, _measured(c.measured)[1],
-                 c.why or MISSING] for c in self.claims]
+        return _claim_table(self.to_dict()["claims"])[1]
 
     HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "verdict")
     DETAIL = ("criterion", "90% one-sided bounds of the mean", "this book in full",
@@ -727,8 +715,9 @@ class Ledger:
     def markdown(self) -> str:
         """The ledger as one table (:func:`folded_table`), with the counts above it: a row
         per claim, its criterion, bounds and "why" folded beneath it."""
+        rows, details = _claim_table(self.to_dict()["claims"])
         return f"**{counts_sentence(self.counts(), len(self.claims))}**\n\n" + \
-            folded_table(self.rows(), self.HEADER, self.details(), self.DETAIL,
+            folded_table(rows, self.HEADER, details, self.DETAIL,
                          summary="criterion, bounds and why it differs", css_class=LEDGER_CLASS)
 
     def show(self) -> None:
@@ -743,12 +732,10 @@ class Ledger:
 
     def save(self, directory: Path | None = None) -> Path:
         """Write the ledger as JSON (atomically) for the scorecard and the verdict box."""
-        directory = Path(directory or ledger_dir())
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{self.chapter}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, default=_plain))
-        os.replace(tmp, path)
+        from .experiments import write_atomic
+
+        path = Path(directory or ledger_dir()) / f"{self.chapter}.json"
+        write_atomic(path, json.dumps(self.to_dict(), indent=1, default=_plain).encode())
         return path
 
 
@@ -771,10 +758,6 @@ def _plain(value):
     return v
 
 
-def _bold(verdict: str) -> str:
-    return verdict if verdict.startswith("holds") else f"**{verdict}**"
-
-
 def load_ledgers(directory: Path | None = None) -> dict[str, dict]:
     """Every saved ledger in ``directory``, by chapter name."""
     directory = Path(directory or ledger_dir())
@@ -794,11 +777,9 @@ def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:
     """``"12 paper claims: 5 hold, 4 fail, 1 is inconclusive; 2 indicative (fewer than 3
     seeds)"``: the counted verdicts, then the uncounted ones apart."""
     counted = sum(counts.get(v, 0) for v in VERDICTS)
-    n_inc = counts.get("inconclusive", 0)
     text = (f"{_plural(counted, 'counted paper claim', 'counted paper claims')}: "
-            f"{counts.get('holds', 0)} {'holds' if counts.get('holds', 0) == 1 else 'hold'}, "
-            f"{counts.get('fails', 0)} {'fails' if counts.get('fails', 0) == 1 else 'fail'}, "
-            f"{n_inc} {'is' if n_inc == 1 else 'are'} inconclusive")
+            f"{_plural(counts.get('holds', 0), 'holds', 'hold')}, {_plural(counts.get('fails', 0), 'fails', 'fail')}, "
+            f"{_plural(counts.get('inconclusive', 0), 'is', 'are')} inconclusive")
     apart = []
     if counts.get("indicative"):
         apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds)")
@@ -816,18 +797,17 @@ def _counts(ledger: dict, kind: str = "paper") -> dict[str, int]:
             for v in (*VERDICTS, *UNCOUNTED)}
 
 
+def _verdict_text(verdict: str, seeds: int, narrow: bool) -> str:
+    """:attr:`Claim.verdict_text` of a claim's parts (a saved claim is a dict)."""
+    if verdict == "indicative":
+        return f"indicative ({_plural(seeds, 'seed', 'seeds')})"
+    return verdict + (" (narrow)" if narrow else "")
+
+
 def _verdict_cell(claim: dict) -> str:
-    n = len(claim["values"])
-    if claim["verdict"] == "indicative":
-        text = f"indicative ({n} seed{'s' if n != 1 else ''})"
-    else:
-        text = claim["verdict"] + (" (narrow)" if claim.get("narrow") else "")
-    return _bold(text)
-
-
-def _this_book(claim: dict) -> str:
-    interval = claim.get("interval_text")
-    return claim["measured"] + (f"; 90% bounds {interval}" if interval else "")
+    """A saved claim's verdict for a table, in bold unless it holds."""
+    text = _verdict_text(claim["verdict"], len(claim["values"]), claim.get("narrow"))
+    return text if text.startswith("holds") else f"**{text}**"
 
 
 def verdict_box_markdown(ledger: dict) -> str:
@@ -844,7 +824,8 @@ def verdict_box_markdown(ledger: dict) -> str:
     for c in headline:
         where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
         lines.append(f"- **{_verdict_cell(c).strip('*')}**: {c['ref']}, {c['statement']}. "
-                     f"Paper: {c['paper']}; here: {_this_book(c)}.{where}")
+                     f"Paper: {c['paper']}; here: {c['measured']}"
+                     + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "") + f".{where}")
     lines.append(":::")
     return "\n".join(lines)
 
@@ -868,6 +849,23 @@ SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the
                     "this book in full", "why it differs")
 
 
+def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, list]:
+    """Saved claims as a ledger's rows (:attr:`Ledger.HEADER`) and what each folds beneath
+    it (:attr:`Ledger.DETAIL`); for the ``scorecard``, each claim links to its evidence and
+    folds its per-seed values too (:data:`SCORECARD_DETAIL`)."""
+    rows, details = [], []
+    for c in claims:
+        kind = c.get("kind", "paper")
+        claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
+        if scorecard and c.get("section"):
+            claim += " " + _ref("evidence", c["section"])
+        head, whole = _measured(c["measured"])
+        rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
+        details.append([c["criterion"], *([_values_text(c)] if scorecard else []),
+                        c.get("interval_text") or MISSING, whole, c.get("why") or MISSING])
+    return rows, details
+
+
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
     """The book's scorecard: per paper, the counted verdicts (paper claims on at least
     :data:`MIN_SEEDS` seeds), then the indicative and untestable ones apart; then every
@@ -888,19 +886,10 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
-        rows, details = [], []
         claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
                                                          rank.get(c["verdict"], 9)))
-        for c in claims:
-            kind = c.get("kind", "paper")
-            claim = f"{c['ref']}: {c['statement']}" + ("" if kind == "paper" else f" ({kind})")
-            if c.get("section"):
-                claim += " " + _ref("evidence", c["section"])
-            head, whole = _measured(c["measured"])
-            rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
-            details.append([c["criterion"], _values_text(c), c.get("interval_text") or MISSING,
-                            whole, c.get("why") or MISSING])
-        if rows:
+        if claims:
+            rows, details = _claim_table(claims, scorecard=True)
             sections.append(f"### {ledger['title']}\n\n" + folded_table(
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",
@@ -919,6 +908,8 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 
 
+#: the partitions that read ``alpha`` and ``classes_per_client`` (a run of another leaves them unused)
+PARTITION_PARAMETERS = {"alpha": ("dirichlet", "quantity"), "classes_per_client": ("shards",)}
 #: the run settings a claim records (:func:`setting_of`), in the order they are compared
 SETTING_FIELDS = ("dataset", "model", "partition", "alpha", "classes_per_client", "clients",
                   "participation", "rounds", "local_steps", "local_epochs", "lr", "heterogeneity",
@@ -934,11 +925,9 @@ def setting_of(runs) -> dict[str, str]:
     out = {}
     for name in (*SETTING_FIELDS, "seed"):
         values = list(dict.fromkeys(str(c.get(name)) for c in configs if c.get(name) is not None))
-        if name == "alpha" and not any(c.get("partition") in ("dirichlet", "quantity") for c in configs):
-            continue
-        if name == "classes_per_client" and not any(c.get("partition") == "shards" for c in configs):
-            continue
-        if values:
+        used = name not in PARTITION_PARAMETERS or any(c.get("partition") in PARTITION_PARAMETERS[name]
+                                                       for c in configs)
+        if values and used:
             out["seeds" if name == "seed" else name] = "/".join(values)
     return out
 
@@ -972,22 +961,16 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
         if len({name for name, _ in entries}) < 2:
             continue
         verdicts = {c["verdict"] for _, c in entries}
-        differs = []
-        if len({len(c["values"]) for _, c in entries}) > 1:
-            differs.append("seeds")
-        if len({ledgers[name].get("scale") for name, _ in entries}) > 1:
-            differs.append("scale")
-        if len({c["criterion"] for _, c in entries}) > 1:
-            differs.append("criterion")
+        aspects = {"seeds": lambda name, c: len(c["values"]), "scale": lambda name, c: ledgers[name].get("scale"),
+                   "criterion": lambda name, c: c["criterion"]}
+        differs = [what for what, of in aspects.items() if len({of(name, c) for name, c in entries}) > 1]
         specific = _setting_differences([(ledgers[name]["title"].split(":")[0], c) for name, c in entries])
         differs.extend(specific or ["setting and metric (see each claim)"])
         for name, c in entries:
-            n = len(c["values"])
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
                          ledgers[name]["title"], f"{c['ref']}: {c['statement']}", _verdict_cell(c)])
-            scale = ledgers[name].get("scale", "")
-            details.append([f"{n} seed{'s' if n != 1 else ''}, scale {scale}", c["criterion"],
-                            ", ".join(differs)])
+            details.append([f"{_plural(len(c['values']), 'seed', 'seeds')}, scale {ledgers[name].get('scale', '')}",
+                            c["criterion"], ", ".join(differs)])
     if not rows:
         return ""
     return ("\n\n## The same comparison, judged twice\n\nA chapter and the arena can judge the "
