@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -360,6 +361,16 @@ def training_samples(config) -> float:
     return float(per_round * config.rounds * local)
 
 
+def evaluations(config) -> tuple[int, int]:
+    """How many times one run of ``config`` scores its personalised models and its global
+    model: every ``eval_every`` rounds and after the last, the global model only where
+    ``eval_global`` is on and, with ``eval_global_every``, only on its own schedule."""
+    due = [t for t in range(1, config.rounds + 1) if t % config.eval_every == 0 or t == config.rounds]
+    every = config.eval_global_every
+    scored = [t for t in due if every is None or t % every == 0 or t == config.rounds]
+    return len(due), len(scored) if config.eval_global else 0
+
+
 _POOLS: dict[str, int] = {}
 
 
@@ -491,26 +502,76 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     return records, errors
 
 
-def samples_per_second(config, steps: tuple[int, int] = (2, 6)) -> float:
-    """Training samples per second of ``config``'s method, model and data on this machine
-    (its device, one torch thread as a sweep's run has), measured: one round of two clients at ``steps[0]`` and at ``steps[1]``
-    local steps, the difference of the two wall times (data loading, set-up and scoring
-    cancel out)."""
-    from .engine import build_simulation, run_rounds
+@dataclass(frozen=True)
+class RunSpeed:
+    """What one run of a config costs on this machine, measured by :func:`measure_speed`:
+    seconds per training sample, seconds of a round's other work (sampling, sub-models,
+    pruning, aggregation, charging), and seconds of a personalised scoring after a middle
+    round and after the last (a method may do more then, e.g. FedBABU's fine-tuning) and of
+    scoring the global model on the whole test set with the method's own scores of it."""
+
+    per_sample: float
+    per_round: float
+    personal: float
+    personal_last: float
+    global_model: float
+
+    def seconds(self, config) -> float:
+        """The estimated seconds of one run of ``config``: its training samples, its rounds'
+        other work and its scorings (:func:`evaluations`); data loading and start-up are not
+        counted."""
+        personal, global_ = evaluations(config)
+        return (training_samples(config) * self.per_sample + config.rounds * self.per_round
+                + (personal - 1) * self.personal + self.personal_last + global_ * self.global_model)
+
+
+def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
+    """:class:`RunSpeed` of ``config``'s method, model and data on this machine (its device,
+    one torch thread, as a sweep's run has). Training: after a round to warm up, one
+    unscored round of two clients at ``steps[0]`` and one at ``steps[1]`` local steps; the
+    difference of the two times is the extra samples' cost, the rest of the shorter round
+    its other work (all of it, for a method whose work does not follow the local steps).
+    Scoring: a run of two rounds, scored after each."""
+    from .engine import build_simulation, evaluate_method
+    from .errors import DivergenceError
+    from .training import evaluate
 
     import torch
 
-    short = config.replace(rounds=1, participation=min(1.0, 2 / config.clients), local_epochs=1)
-    seconds, threads = [], torch.get_num_threads()
+    short = config.replace(rounds=2, participation=min(1.0, 2 / config.clients), local_epochs=1,
+                           eval_global_every=None)
+    participants = max(1, round(short.clients * short.participation))
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)                  # as a run of a sweep trains: one thread
+
+    def timed(work) -> float:
+        start = time.perf_counter()
+        try:
+            work()
+        except DivergenceError:          # a diverged round took its time all the same
+            pass
+        return time.perf_counter() - start
+
+    def score_global() -> None:
+        model, test = sim.method.global_model(), sim.data.dataset
+        if model is not None:
+            evaluate(model, test.x_test, test.y_test)
+        sim.method.extra_metrics()
+
     try:
+        rounds = []
         for k in steps:
             sim = build_simulation(short.replace(local_steps=k))
-            start = time.perf_counter()
-            run_rounds(sim)
-            seconds.append(time.perf_counter() - start)
+            timed(lambda: sim.round(1, evaluate=False))          # warm-up
+            rounds.append(timed(lambda: sim.round(2, evaluate=False)))
+        sim = build_simulation(short.replace(local_steps=1))
+        timed(lambda: sim.round(1, evaluate=False))
+        personal = timed(lambda: evaluate_method(sim, score_global=False))
+        timed(lambda: sim.round(2, evaluate=False))
+        personal_last = timed(lambda: evaluate_method(sim, score_global=False))
+        global_model = timed(score_global)
     finally:
         torch.set_num_threads(threads)
-    participants = max(1, round(short.clients * short.participation))
-    extra = (steps[1] - steps[0]) * short.batch_size * participants
-    return extra / max(seconds[1] - seconds[0], 1e-6)
+    per_sample = max(rounds[1] - rounds[0], 0.0) / ((steps[1] - steps[0]) * short.batch_size * participants)
+    per_round = max(rounds[0] - per_sample * steps[0] * short.batch_size * participants, 0.0)
+    return RunSpeed(per_sample, per_round, personal, personal_last, global_model)

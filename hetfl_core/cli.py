@@ -469,7 +469,7 @@ def _plan(args) -> int:
     """``plan``: execute a chapter in plan mode (:func:`hetfl_core.book.plan_chapter`), then
     list its distinct runs per sweep with their training samples and, measured on this
     machine, an estimate of the time they would take."""
-    from .book import plan_chapter, samples_per_second, training_samples
+    from .book import measure_speed, plan_chapter, training_samples
 
     path = _chapter_path(args.chapter)
     params = {name: _parameter_value(value) for name, value in args.parameter}
@@ -481,16 +481,16 @@ def _plan(args) -> int:
     distinct = {}
     for r in records:
         distinct.setdefault(r["key"], r)
-    rates: dict[tuple, float] = {}
-    cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to train)
+    speeds: dict[tuple, object] = {}               # measured once per method, options, model and data
+    cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to run)
     groups: dict[str, list] = {}                   # the sweep that asked for each run
     for key, r in distinct.items():
         c = RunConfig.from_dict(r["config"])
-        shape = (c.method, c.model, c.dataset, c.batch_size)
-        if not args.no_timing and shape not in rates and not r["cached"]:
-            rates[shape] = samples_per_second(c)
-        samples = training_samples(c)
-        cost[key] = samples, samples / rates[shape] if shape in rates else float("nan")
+        shape = (c.method, repr(sorted(c.options.items())), c.model, c.dataset, c.batch_size, c.clients,
+                 c.test_fraction, c.val_fraction, c.train_samples)
+        if not args.no_timing and shape not in speeds and not r["cached"]:
+            speeds[shape] = measure_speed(c)
+        cost[key] = training_samples(c), speeds[shape].seconds(c) if shape in speeds else float("nan")
         groups.setdefault(r["where"], []).append(key)
     w = max([28, *(len(where) for where in groups)])
     print(f"{'sweep':{w}s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
@@ -514,8 +514,10 @@ def _plan(args) -> int:
     import torch
 
     where = "this machine's GPU" if torch.cuda.is_available() else "this machine's CPU, one thread"
-    print(f"Times are training samples over the speed measured on {where} for each method, model "
-          "and dataset (one round of two clients, the difference of 2 and 6 local steps); a sweep "
-          "runs two at a time by default, so the wall time is about half. On a GPU machine the "
-          "same command measures the GPU.")
+    print(f"Times are measured on {where} for each method, its options, model and data: the "
+          "cost of a training sample and of a round's other work (rounds of two clients at 2 and "
+          "6 local steps), and of each scoring (personalised models, the global model on the "
+          "whole test set), times a run's samples, rounds and scorings; data loading and start-up "
+          "are not counted. A sweep runs two at a time by default, so the wall time is about half. "
+          "On a GPU machine the same command measures the GPU.")
     return 0

@@ -86,10 +86,11 @@ def test_the_plan_command_lists_the_runs(tmp_path):
 
 def test_a_speed_is_measured_not_assumed():
     from hetfl_core import RunConfig
-    from hetfl_core.book import samples_per_second
+    from hetfl_core.book import measure_speed
 
-    rate = samples_per_second(RunConfig(dataset="digits", clients=4, rounds=5, local_steps=3))
-    assert rate > 0 and rate == rate
+    speed = measure_speed(RunConfig(dataset="digits", clients=4, rounds=5, local_steps=3))
+    assert speed.personal > 0 and speed.personal_last > 0 and speed.global_model > 0
+    assert speed.per_sample >= 0 and speed.per_round >= 0 and speed.per_sample + speed.per_round > 0
 
 
 def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp_path, monkeypatch):
@@ -103,3 +104,27 @@ def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp
     records, errors = plan_chapter(chapter, "smoke", timeout=20)     # importing torch on a loaded machine: s
     assert errors == ["interrupted after 20 s of computing outside a sweep"]
     assert records[-1]["config"]["clients"] == 8                         # the cell after it ran
+
+
+def test_evaluations_counts_the_scorings_a_run_makes():
+    from hetfl_core import RunConfig
+    from hetfl_core.book import evaluations
+
+    base = RunConfig(dataset="digits", rounds=14, eval_every=4)
+    assert evaluations(base) == (4, 4)                              # rounds 4, 8, 12 and 14
+    assert evaluations(base.replace(eval_global_every=14)) == (4, 1)   # the last only
+    assert evaluations(base.replace(eval_global_every=8)) == (4, 2)    # 8 and 14
+    assert evaluations(base.replace(eval_global=False)) == (4, 0)
+    assert evaluations(base.replace(rounds=12)) == (3, 3)
+
+
+def test_a_run_s_estimate_adds_up_its_samples_rounds_and_scorings():
+    from hetfl_core import RunConfig
+    from hetfl_core.book import RunSpeed, training_samples
+
+    config = RunConfig(dataset="digits", clients=4, rounds=14, eval_every=4, local_steps=2, batch_size=8)
+    speed = RunSpeed(per_sample=1e-3, per_round=0.5, personal=1.0, personal_last=10.0, global_model=100.0)
+    assert training_samples(config) == 4 * 14 * 2 * 8
+    expected = 0.896 + 14 * 0.5 + 3 * 1 + 10 + 4 * 100
+    assert abs(speed.seconds(config) - expected) < 1e-9
+    assert abs(speed.seconds(config.replace(eval_global_every=14)) - (expected - 300)) < 1e-9
