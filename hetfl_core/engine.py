@@ -150,19 +150,15 @@ def build_simulation(config: RunConfig) -> Simulation:
     return sim
 
 
-def _score(triples, counts: dict | None = None) -> tuple:
-    """Pooled accuracy and loss of (model, x, y) triples, and each triple's accuracy.
-
-    With ``counts`` (a dict), binary tasks also add up true positives, false positives and
-    false negatives of class 1 into it, for the F1 score.
-    """
+def _pooled(parts) -> tuple:
+    """Pooled accuracy and loss of ``(correct, summed loss, samples)`` parts, and each part's
+    accuracy (``None`` for an empty part); ``None, None`` when there is no sample at all."""
     correct = total = 0
     loss = 0.0
     per_part = []
-    for model, x, y in triples:
-        c, l = evaluate(model, x, y, confusion=counts)
-        correct, loss, total = correct + c, loss + l, total + len(y)
-        per_part.append(c / len(y) if len(y) else None)
+    for c, l, n in parts:
+        correct, loss, total = correct + c, loss + l, total + n
+        per_part.append(c / n if n else None)
     if not total:
         return None, None, per_part
     return correct / total, loss / total, per_part
@@ -185,14 +181,20 @@ def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
     acc_global = loss_global = None
     global_counts, personal_counts = ({}, {}) if binary else (None, None)
     if model is not None:
-        acc_global, loss_global, _ = _score([(model, data.dataset.x_test, data.dataset.y_test)], global_counts)
-    acc, loss, per_client = _score(((method.personal_model(c.client_id), c.x_test, c.y_test) for c in data.clients),
-                                   personal_counts)
+        test = data.dataset
+        acc_global, loss_global, _ = _pooled([(*evaluate(model, test.x_test, test.y_test, confusion=global_counts),
+                                               len(test.y_test))])
+    tests, vals = [], []
+    for c in data.clients:      # each personalised model built once, scored on its test and validation splits
+        personal = method.personal_model(c.client_id)
+        tests.append((*evaluate(personal, c.x_test, c.y_test, confusion=personal_counts), len(c.y_test)))
+        if sim.config.val_fraction > 0 and len(c.y_val):
+            vals.append((*evaluate(personal, c.x_val, c.y_val), len(c.y_val)))
+    acc, loss, per_client = _pooled(tests)
     row = {"acc_global": acc_global, "loss_global": loss_global, "acc_personal": acc, "loss_personal": loss,
            "acc_clients": per_client}
     if sim.config.val_fraction > 0:   # pooled personalised accuracy on the validation splits (for tuning)
-        row["acc_val"] = _score((method.personal_model(c.client_id), c.x_val, c.y_val)
-                                for c in data.clients if len(c.y_val))[0]
+        row["acc_val"] = _pooled(vals)[0]
     if binary:  # MRPC-style tasks report F1 of the positive class too
         row["f1_global"] = f1_score(global_counts) if model is not None else None
         row["f1_personal"] = f1_score(personal_counts)

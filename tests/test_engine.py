@@ -172,3 +172,17 @@ def test_iid_beats_pathological_split_on_global_accuracy():
                 for s in (0, 1)]
         scores[partition] = np.mean(accs)
     assert scores["iid"] > scores["shards"] + 0.1
+
+
+def test_each_personalised_model_is_built_once_an_evaluation(tiny_config):
+    """A personalised model can cost a fine-tuning (FedBABU): the test and validation splits
+    are scored with one build of it."""
+    from hetfl_core.engine import evaluate_method
+
+    sim = build_simulation(tiny_config.replace(method="fedbabu", val_fraction=0.2))
+    built = []
+    personal_model = sim.method.personal_model
+    sim.method.personal_model = lambda client_id: built.append(client_id) or personal_model(client_id)
+    row = evaluate_method(sim)
+    assert sorted(built) == list(range(tiny_config.clients))
+    assert row["acc_val"] is not None and row["acc_personal"] is not None
