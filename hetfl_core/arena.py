@@ -228,9 +228,18 @@ def tuning_configs(s: Settings, methods) -> dict:
     return grid
 
 
+def _only_planned(tuning: dict, task: str, method: str) -> bool:
+    """Whether every tuning result of ``method`` on ``task`` is a planned one (``plan``
+    records runs without training them, :func:`hetfl_core.book.enter_plan_mode`)."""
+    results = [r for k, r in tuning.items() if k[:2] == (task, method)]
+    return bool(results) and all(r is not None and r.get("planned") for r in results)
+
+
 def pick_lr(tuning: dict, lr_grid: dict) -> dict:
     """``{(task, method): lr}``: the value of the task's grid ``lr_grid[task]`` with the best
-    final validation accuracy (``acc_val``); a run that diverged (``None``) loses; ties go to the smaller rate."""
+    final validation accuracy (``acc_val``); a run that diverged (``None``) loses; ties go to
+    the smaller rate. A method whose runs are only planned gets the smallest rate planned,
+    a stand-in that lets a plan record the runs the tuned rate would take."""
     chosen = {}
     for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
         scores = []
@@ -240,6 +249,8 @@ def pick_lr(tuning: dict, lr_grid: dict) -> dict:
             scores.append(rows[-1]["acc_val"] if rows else -math.inf)
         if max(scores) > -math.inf:
             chosen[(task, m)] = lr_grid[task][int(np.argmax(scores))]
+        elif _only_planned(tuning, task, m):
+            chosen[(task, m)] = next(lr for lr in lr_grid[task] if (task, m, lr) in tuning)
     return chosen
 
 
@@ -257,7 +268,9 @@ def widen(tuning: dict, lr_grid: dict) -> list:
     """``[(task, method, lr)]``: the rates still to try. For each method tuned so far (the
     keys of ``tuning``), if its best rate (by :func:`pick_lr` over the rates tried) is the
     smallest or the largest tried, the grid's next rate beyond it, when there is one and
-    it is untried; if every rate tried diverged, the next smaller one."""
+    it is untried; if every rate tried diverged, the next smaller one. A method whose runs
+    are only planned gets one rate more, the next larger (as :func:`training_samples`
+    counts)."""
     out = []
     for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
         grid = list(lr_grid[task])
@@ -265,6 +278,10 @@ def widen(tuning: dict, lr_grid: dict) -> list:
         mine = {k: v for k, v in tuning.items() if k[:2] == (task, m)}
         best = pick_lr(mine, {task: tried}).get((task, m))
         lo, hi = grid.index(tried[0]), grid.index(tried[-1])
+        if _only_planned(mine, task, m):       # a plan: one step outwards, as tuning mostly takes
+            if len(tried) == len(first_lrs(grid)) and hi < len(grid) - 1:
+                out.append((task, m, grid[hi + 1]))
+            continue
         if (best is None or best == tried[0]) and lo > 0:
             out.append((task, m, grid[lo - 1]))
         if best is not None and best == tried[-1] and len(tried) > 1 and hi < len(grid) - 1:

@@ -481,14 +481,19 @@ def _plan(args) -> int:
     distinct = {}
     for r in records:
         distinct.setdefault(r["key"], r)
+    from .methods import METHODS
+
     speeds: dict[tuple, object] = {}               # measured once per method, options, model and data
+    untimed: set[str] = set()                      # methods this process does not know
     cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to run)
     groups: dict[str, list] = {}                   # the sweep that asked for each run
     for key, r in distinct.items():
         c = RunConfig.from_dict(r["config"])
         shape = (c.method, repr(sorted(c.options.items())), c.model, c.dataset, c.batch_size, c.clients,
                  c.test_fraction, c.val_fraction, c.train_samples)
-        if not args.no_timing and shape not in speeds and not r["cached"]:
+        if c.method not in METHODS:             # a plug-in the chapter registers in its own kernel
+            untimed.add(c.method)
+        elif not args.no_timing and shape not in speeds and not r["cached"]:
             speeds[shape] = measure_speed(c)
         cost[key] = training_samples(c), speeds[shape].seconds(c) if shape in speeds else float("nan")
         groups.setdefault(r["where"], []).append(key)
@@ -497,10 +502,13 @@ def _plan(args) -> int:
     print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
     for where, keys in [*groups.items(), ("all", list(distinct))]:
         todo = [k for k in keys if not distinct[k]["cached"]]
-        seconds = sum(cost[k][1] for k in todo)           # nan where no speed was measured
-        hours = "—" if math.isnan(seconds) else f"{seconds / 3600:.2f}"
+        timed = [cost[k][1] for k in todo if not math.isnan(cost[k][1])]   # nan: no speed measured
+        hours = "—" if todo and not timed else f"{sum(timed) / 3600:.2f}"
         print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} "
               f"{sum(cost[k][0] for k in todo) / 1e6:20.2f} {hours:>11s}")
+    if untimed and not args.no_timing:
+        print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
+              "estimates leave their runs out", file=sys.stderr)
     if errors:
         print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
               "results of planned runs, or a cell interrupted while computing outside a sweep); "

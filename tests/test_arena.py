@@ -107,6 +107,20 @@ def test_tuning_starts_in_the_middle_and_widens_while_the_best_is_at_an_edge():
     assert arena.lr_edges({("image", "a"): 0.1}, {"image": (0.1,)}) == {}
 
 
+def test_a_plan_tunes_on_a_stand_in_rate_one_step_outwards():
+    """Planned results (``plan`` records runs without training them) carry no accuracy: the
+    tuning still asks for one rate more and picks a stand-in, so the plan records the runs
+    the arena would make; a method whose runs all failed is not taken for a planned one."""
+    planned = {"history": [], "planned": True}
+    grid = {"image": (0.03, 0.1, 0.3, 1.0)}
+    tuning = {("image", "p", 0.1): planned, ("image", "p", 0.3): planned,
+              ("image", "gone", 0.1): None, ("image", "gone", 0.3): None}
+    assert sorted(arena.widen(tuning, grid)) == [("image", "gone", 0.03), ("image", "p", 1.0)]
+    tuning[("image", "p", 1.0)] = planned
+    assert ("image", "p") not in {k[:2] for k in arena.widen(tuning, grid)}
+    assert arena.pick_lr(tuning, grid) == {("image", "p"): 0.1}
+
+
 def test_book_grid_brackets_and_the_sample_count_adds_every_run():
     s = arena.settings("book")
     for grid in s.lr_grid.values():
