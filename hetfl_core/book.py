@@ -363,12 +363,11 @@ def training_samples(config) -> float:
 
 def evaluations(config) -> tuple[int, int]:
     """How many times one run of ``config`` scores its personalised models and its global
-    model: every ``eval_every`` rounds and after the last, the global model only where
-    ``eval_global`` is on and, with ``eval_global_every``, only on its own schedule."""
-    due = [t for t in range(1, config.rounds + 1) if t % config.eval_every == 0 or t == config.rounds]
-    every = config.eval_global_every
-    scored = [t for t in due if every is None or t % every == 0 or t == config.rounds]
-    return len(due), len(scored) if config.eval_global else 0
+    model (:func:`~hetfl_core.engine.evaluation_due`, round by round)."""
+    from .engine import evaluation_due
+
+    due = [evaluation_due(config, t) for t in range(1, config.rounds + 1)]
+    return sum(personal for personal, _ in due), sum(personal and global_ for personal, global_ in due)
 
 
 _POOLS: dict[str, int] = {}
@@ -532,9 +531,8 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
     difference of the two times is the extra samples' cost, the rest of the shorter round
     its other work (all of it, for a method whose work does not follow the local steps).
     Scoring: a run of two rounds, scored after each."""
-    from .engine import build_simulation, evaluate_method
+    from .engine import build_simulation, evaluate_method, score_global_model
     from .errors import DivergenceError
-    from .training import evaluate
 
     import torch
 
@@ -552,10 +550,8 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
             pass
         return time.perf_counter() - start
 
-    def score_global() -> None:
-        model, test = sim.method.global_model(), sim.data.dataset
-        if model is not None:
-            evaluate(model, test.x_test, test.y_test)
+    def score_global() -> None:            # what evaluate_method adds with score_global
+        score_global_model(sim.method.global_model(), sim.data.dataset)
         sim.method.extra_metrics()
 
     try:

@@ -34,7 +34,7 @@ from .system import SYSTEMS, CostModel, DeviceProfile, make_devices, round_time
 from .training import evaluate
 
 __all__ = ["Simulation", "build_data", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
-           "single_thread"]
+           "single_thread", "evaluation_due", "score_global_model"]
 
 
 @dataclass
@@ -109,16 +109,23 @@ class Simulation:
                "loss": float(np.mean([r.loss for r in reports])),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
-        last = round_idx == config.rounds
-        due = round_idx % config.eval_every == 0 or last
+        due, score_global = evaluation_due(config, round_idx)
         if due if evaluate is None else evaluate:
-            every = config.eval_global_every
-            row.update(evaluate_method(self, score_global=config.eval_global and (
-                every is None or round_idx % every == 0 or last)))
+            row.update(evaluate_method(self, score_global=score_global))
         else:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
         row["clients"] = records
         return row
+
+
+def evaluation_due(config: RunConfig, round_idx: int) -> tuple[bool, bool]:
+    """Whether round ``round_idx`` ends with an evaluation (every ``eval_every`` rounds and
+    after the last), and whether that evaluation scores the global model (``eval_global``,
+    every ``eval_global_every`` rounds and after the last)."""
+    last = round_idx == config.rounds
+    every = config.eval_global_every
+    return (round_idx % config.eval_every == 0 or last,
+            config.eval_global and (every is None or round_idx % every == 0 or last))
 
 
 def system_of(config: RunConfig) -> str:
@@ -170,6 +177,15 @@ def f1_score(counts: dict) -> float | None:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
 
 
+def score_global_model(model, dataset, counts: dict | None = None) -> tuple:
+    """Accuracy and mean loss of the global ``model`` on ``dataset``'s whole test set (``None,
+    None`` where the method has no global model); ``counts`` (a dict) adds up the binary F1
+    counts (:func:`~hetfl_core.training.evaluate`)."""
+    if model is None:
+        return None, None
+    return _pooled([(*evaluate(model, dataset.x_test, dataset.y_test, confusion=counts), len(dataset.y_test))])[:2]
+
+
 def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
     """Personalised accuracy pooled over client test sets; and, where ``score_global`` (default:
     the config's ``eval_global``), the global model's accuracy on the global test set with the
@@ -178,12 +194,8 @@ def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
     binary = data.dataset.num_classes == 2
     score_global = sim.config.eval_global if score_global is None else score_global
     model = method.global_model() if score_global else None
-    acc_global = loss_global = None
     global_counts, personal_counts = ({}, {}) if binary else (None, None)
-    if model is not None:
-        test = data.dataset
-        acc_global, loss_global, _ = _pooled([(*evaluate(model, test.x_test, test.y_test, confusion=global_counts),
-                                               len(test.y_test))])
+    acc_global, loss_global = score_global_model(model, data.dataset, global_counts)
     tests, vals = [], []
     for c in data.clients:      # each personalised model built once, scored on its test and validation splits
         personal = method.personal_model(c.client_id)
