@@ -2,18 +2,13 @@
 claim ledger every paper chapter ends with.
 
 * History queries (:func:`final`, :func:`value_at`, :func:`first_reach`, :func:`per_seed`)
-  read one run's history; ``x`` may be any cumulative history key (``round``,
-  ``time_s``, ``uplink_bits``, ``flops``, ...) or ``traffic_bits`` (both directions).
-  A target that is never reached is ``math.inf``, so "sooner" comparisons stay correct
-  and tables print "never".
-* Formatting (:func:`fmt`, :func:`fmt_mean_sd`, :func:`compare`, :func:`markdown_table`)
-  turns numbers into text for people: no ``np.float64(...)``, "never" for an unreached
-  target, "—" for a missing value, comparison signs computed, table cells escaped;
-  :func:`folded_table` gives each row a folded line beneath it for its long text.
-* :func:`show_source` prints a library function as valid Python, without its docstring.
-* :class:`Ledger` holds a chapter's claims: each carries the paired value of every seed
-  (method against a pre-specified comparator) and a :class:`Criterion`, and its verdict
-  is :func:`judge`'s. :meth:`Ledger.save` writes the ledger for the book's scorecard
+  take as ``x`` any cumulative history key (``round``, ``time_s``, ``uplink_bits``, ...) or
+  ``traffic_bits`` (both directions); a target never reached is ``math.inf``.
+* Formatting (:func:`fmt`, :func:`fmt_mean_sd`, :func:`compare`, :func:`markdown_table`,
+  :func:`folded_table`) turns numbers into text for people; :func:`show_source` prints a
+  library function as valid Python, without its docstring.
+* :class:`Ledger` holds a chapter's claims, each judged by :func:`judge` from its paired
+  per-seed values; :meth:`Ledger.save` writes it for the book's scorecard
   (:func:`scorecard_markdown`) and the verdict box atop the chapter (:func:`verdict_box_markdown`).
 """
 from __future__ import annotations
@@ -54,9 +49,7 @@ DERIVED_KEYS: dict[str, Callable[[dict], float]] = {
 # -- history queries ------------------------------------------------------------------------
 def row_value(row: dict, key: str):
     """``row[key]``, or a derived key of :data:`DERIVED_KEYS`."""
-    if key in DERIVED_KEYS:
-        return DERIVED_KEYS[key](row)
-    return row.get(key)
+    return DERIVED_KEYS[key](row) if key in DERIVED_KEYS else row.get(key)
 
 
 def evaluated(result: dict, y: str = "acc_personal") -> list[dict]:
@@ -74,9 +67,8 @@ def final(result: dict, y: str = "acc_personal", last: int = 1) -> float:
 
 
 def total(result: dict, key: str) -> float:
-    """The end-of-run value of the cumulative ``key`` (``time_s``, ``uplink_bits``,
-    ``traffic_bits``, ``energy_j``, ...): its value in the last row of the history (``nan``
-    for a run with no history or no such value)."""
+    """The end-of-run value of the cumulative ``key`` (``time_s``, ``traffic_bits``,
+    ``energy_j``, ...): its last value in the history (``nan`` if it has none)."""
     for row in reversed(result["history"]):
         try:
             value = row_value(row, key)
@@ -89,7 +81,7 @@ def total(result: dict, key: str) -> float:
 
 def mean_finite(values) -> float:
     """The mean of the finite values (``nan`` and ``inf`` left out; ``nan`` if none is)."""
-    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
+    v = np.asarray(list(values), dtype=float)
     v = v[np.isfinite(v)]
     return float(v.mean()) if v.size else math.nan
 
@@ -124,31 +116,24 @@ def ratio(baseline, method) -> np.ndarray:
         out = b / m
     out[np.isinf(b) & np.isfinite(m)] = math.inf
     out[np.isfinite(b) & np.isinf(m)] = 0.0
-    out[np.isinf(b) & np.isinf(m)] = math.nan
     return out
 
 
 def best_on_average(values: dict, names: Iterable[str], lower: bool = False) -> str:
     """The pre-specified comparator of a paired claim: of ``names``, the one whose mean of
     ``values[name]`` over the seeds is highest (``lower``: lowest, for costs), chosen once;
-    each seed's value is then paired with that one rival's, never with the best rival of
-    that seed (a per-seed maximum over noisy rivals is biased against the method). Seeds
-    that are ``nan`` (not evaluated) are left out of a mean, an ``inf`` (a target never
-    reached) makes it ``inf``; a rival with no value is passed over; ties go to the first
-    name."""
+    each seed is then paired with that one rival, never with the best rival of that seed
+    (a per-seed maximum over noisy rivals is biased against the method). ``nan`` seeds are
+    left out of a mean, an ``inf`` makes it ``inf``; a rival with no value is passed over;
+    ties go to the first name."""
     names = list(names)
     if not names:
         raise ValueError("a comparator needs at least one rival")
-    means = {}
-    for n in names:
-        v = np.ravel(np.asarray(values[n], dtype=float))
-        v = v[~np.isnan(v)]
-        if v.size:
-            means[n] = float(np.mean(v))
+    seeds = {n: np.ravel(np.asarray(values[n], dtype=float)) for n in names}
+    means = {n: float(np.mean(v[~np.isnan(v)])) for n, v in seeds.items() if not np.isnan(v).all()}
     if not means:
         return names[0]
-    pick = min if lower else max
-    return pick(means, key=means.get)
+    return (min if lower else max)(means, key=means.get)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -207,11 +192,9 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
 def listing(pairs, sep: str = ", ", between: str = " ") -> str:
     """A mapping as a phrase for people, not a Python ``dict``: ``{"FedAvg": "75%", "Heroes":
     "30%"}`` is ``"FedAvg 75%, Heroes 30%"``; numbers are :func:`fmt`-ed, "none" if empty."""
-    def text(value):
-        return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
-
     items = dict(pairs).items()
-    return sep.join(f"{k}{between}{text(v)}" for k, v in items) if items else "none"
+    return sep.join(f"{k}{between}{fmt(v) if isinstance(v, (float, np.floating)) else v}"
+                    for k, v in items) if items else "none"
 
 
 def numbers(values, form: str = "{:g}") -> str:
@@ -278,20 +261,16 @@ def _block(text) -> str:
 
 
 def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Sequence[Sequence],
-                 detail_header: Sequence[str], summary: str | None = None,
-                 css_class: str = "") -> str:
-    """A table whose every row has a second, full-width row beneath it holding a folded
-    ``<details>``: the row's ``details`` cells, each after its ``detail_header`` name (a
-    ``None`` left out). Each pair of rows is one ``<tbody>`` (so a stylesheet stripes pairs,
-    not rows).
-
-    The skeleton is HTML and every cell's text a Markdown paragraph between blank lines,
-    so MyST (and Jupyter) render the cells' math, emphasis and references; ``summary`` is
-    the folded line's text (default: the detail names joined)."""
+                 detail_header: Sequence[str], summary: str, css_class: str = "") -> str:
+    """A table whose every row has a full-width row beneath it holding a folded
+    ``<details>`` (its line reads ``summary``): the row's ``details`` cells, each after its
+    ``detail_header`` name (a ``None`` left out). Each pair of rows is one ``<tbody>``, so a
+    stylesheet stripes pairs. The skeleton is HTML and every cell a Markdown paragraph, so
+    MyST (and Jupyter) render the cells' math, emphasis and references."""
     rows, details = [list(r) for r in rows], [list(d) for d in details]
     if len(rows) != len(details):
         raise ValueError(f"{len(rows)} rows but {len(details)} details")
-    summary = html.escape(summary or ", ".join(detail_header[:-1]) + " and " + detail_header[-1])
+    summary = html.escape(summary)
     out = [f'<table class="{" ".join(["table", FOLDED_CLASS, css_class]).strip()}">',
            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"]
     for row, detail in zip(rows, details):
@@ -311,9 +290,8 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
 
 def show_table(rows: Iterable[Sequence], header: Sequence[str], caption: str = "",
                css_class: str = "", **kwargs) -> None:
-    """Display :func:`markdown_table` in a notebook (with an optional caption line above);
-    ``css_class`` wraps the table in a ``<div>`` of that class (the book's stylesheet
-    styles, e.g., ``hetfl-numbers``: values that never wrap)."""
+    """Display :func:`markdown_table` in a notebook, with an optional caption line above, in a
+    ``<div>`` of ``css_class`` if one is given (:func:`within`)."""
     from IPython.display import Markdown, display
 
     text = within(markdown_table(rows, header, **kwargs), css_class)
@@ -332,7 +310,6 @@ def within(markdown: str, css_class: str = "") -> str:
     return f'<div class="{html.escape(css_class)}">\n\n{markdown}\n\n</div>'
 
 
-
 # -- source printer ---------------------------------------------------------------------------
 def source_text(obj, docstring: bool = False) -> str:
     """The source of a function or class, dedented to valid Python, its docstrings removed
@@ -340,21 +317,13 @@ def source_text(obj, docstring: bool = False) -> str:
     text = textwrap.dedent(inspect.getsource(obj))
     if docstring:
         return text
-    tree = ast.parse(text)
-    lines = text.splitlines()
     drop = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
-                    and isinstance(first.value.value, str):
-                if len(node.body) == 1:       # a docstring-only body keeps a valid body
-                    continue
-                drop.update(range(first.lineno - 1, first.end_lineno))
-    kept = [line for i, line in enumerate(lines) if i not in drop]
-    out = "\n".join(kept) + "\n"
-    ast.parse(out)   # still valid Python
-    return out
+    for node in ast.walk(ast.parse(text)):
+        # a docstring-only body keeps its docstring, to stay a valid body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and len(node.body) > 1 \
+                and ast.get_docstring(node, clean=False) is not None:
+            drop.update(range(node.body[0].lineno - 1, node.body[0].end_lineno))
+    return "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i not in drop)
 
 
 def show_source(*objs, docstring: bool = False) -> None:
@@ -526,14 +495,8 @@ def judge(values: Sequence, criterion: Criterion) -> Judgement:
     lo, hi = float(x.mean()) - half, float(x.mean()) + half
     interval = (math.exp(lo), math.exp(hi)) if criterion.log else (lo, hi)
     test = _OPS[criterion.op]
-    above = criterion.op in (">=", ">")
-    sure, other = (lo, hi) if above else (hi, lo)
-    if test(sure, bound):
-        verdict = "holds"
-    elif not test(other, bound):
-        verdict = "fails"
-    else:
-        verdict = "inconclusive"
+    sure, other = (lo, hi) if criterion.op in (">=", ">") else (hi, lo)     # the claim's side first
+    verdict = "holds" if test(sure, bound) else "inconclusive" if test(other, bound) else "fails"
     narrow = verdict == "holds" and abs(sure - bound) < 0.2 * half
     return Judgement(verdict, "t-interval", n, censored, interval, narrow)
 
@@ -657,21 +620,16 @@ class Ledger:
               why: str = "", digits: int = 1, unit: str = "", scale: float = 1.0, measured: str | None = None,
               section: str = "", headline: bool = False, kind: str = "paper",
               pairs=(), runs=None) -> Claim:
-        """Add a claim; its verdict comes from :func:`judge` of its per-seed ``values``
-        against ``criterion``.
+        """Add a claim, judged by :func:`judge` of its per-seed ``values`` against ``criterion``.
 
-        ``values`` is one number (or boolean) per seed: the paired value of the method
-        against a pre-specified comparator on the same seed (a difference, or a ratio for a
-        criterion with ``log=True``). ``measured`` overrides the default text
-        (:func:`fmt_mean_sd` of the values) when the values are booleans or need context,
-        e.g. ``"OPT first on 3 of 3 seeds"``. ``kind`` is ``"paper"`` (one of the paper's
-        claims, counted by the scorecard), ``"prediction"`` (this book's own expectation,
-        shown apart) or ``"invariant"`` (a quantity the code enforces: shown as a check,
-        never counted). ``pairs`` names the comparisons the claim judges, as registered
-        method names ``(method, rival)``: the scorecard lists a comparison that two
-        ledgers judge, side by side (:func:`judged_twice_markdown`); ``runs`` (the results
-        or configs the values came from) records their setting (:func:`setting_of`), so that
-        table can say in what two such claims' runs differ.
+        ``values`` holds one number (or boolean) per seed: the method's paired value against
+        a pre-specified comparator on that seed (a difference, or a ratio for ``log=True``).
+        ``measured`` replaces the default text (:func:`fmt_mean_sd` of the values), e.g.
+        ``"OPT first on 3 of 3 seeds"``; ``kind`` is one of :data:`KINDS`. ``pairs`` names
+        the ``(method, rival)`` comparisons it judges (registered names) and ``runs`` (the
+        results or configs behind the values) records their setting (:func:`setting_of`), so
+        that :func:`judged_twice_markdown` can set two ledgers' claims on one comparison side
+        by side and say in what their runs differ. No values raise ``ValueError``.
         """
         values = _per_seed_array(values)
         if values.size == 0:

@@ -250,7 +250,7 @@ def test_a_ledger_is_a_row_per_claim_with_its_criterion_and_why_folded_beneath()
     assert "B was tuned on 3 learning rates" in second and "≥ 0 pts" in second
     assert "This book in full:" not in first and "never on 1 of 4 seeds" in third
     with pytest.raises(ValueError):
-        report.folded_table([["a", "b"]], ["x", "y"], [], ["why"])
+        report.folded_table([["a", "b"]], ["x", "y"], [], ["why"], "why")
 
 
 def test_a_why_that_restates_the_claims_own_values_is_a_conjecture():
