@@ -1,29 +1,21 @@
-"""What every chapter of the book shares: its parameters checked, its scale, its sweeps,
-the caption under a reproduction (what it ran with, and how to rerun it) and its ledger
-of claims, all through one :class:`Chapter` object that a chapter makes in its first
-code cell::
+"""What every chapter of the book shares, through one :class:`Chapter` that a chapter makes
+in its first code cell: its parameters checked (:func:`check_parameters`), its scale, its
+sweeps, the caption under a reproduction (what it ran with, how to rerun it) and its ledger::
 
     book = Chapter("heroes", "Heroes", globals())
     runs = book.sweep({(m, s): base.replace(method=m, seed=s) for m in methods for s in seeds})
     book.caption(runs)
     book.claim("Table II", "Heroes is more accurate than FedAvg", paper="+10.46 points", ...)
-    ...
     book.ledger.show(); book.ledger.save()
 
-A chapter declares its parameters with types in its ``parameters`` cell::
-
-    scale: str = "book"
-    dataset: str = "fashion-mnist"
-    seed: int = 0
-
-(papermill's ``--help-notebook`` then shows each type); :func:`check_parameters` fails at
-once, in one line naming the parameter, on a value of the wrong type or out of range, and
-on a parameter papermill injected that the chapter does not declare (papermill itself only
-warns about those).
+Besides: a chapter's recorded paper-scale run (:func:`paper_scale_markdown`), and its plan,
+the runs it asks for and what they cost, found without training (:func:`plan_chapter`,
+:func:`measure_speed`).
 """
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import sys
@@ -51,10 +43,8 @@ BASELINES = ("authors", "simplified")
 
 #: the options that run a baseline simplified: HeteroFL and FedRolex without the masking
 #: trick, the Scaler and clipping, averaged by data size and scored with each client's
-#: width sub-model; FedBABU fine-tuning the head only (10 plain SGD steps before every
-#: evaluation) instead of the whole network; Ditto's personal models starting from the
-#: first global model a client receives; LG-FedAvg without its FedAvg warm start. (FjORD's
-#: epoch passes with one optimizer have no simplified option: it runs as its authors ran it.)
+#: sub-model; FedBABU fine-tuning only the head; Ditto starting from the first global model;
+#: LG-FedAvg without its warm start. (FjORD runs as its authors ran it: it has no such option.)
 _WIDTH_SIMPLIFIED = {"label_mask": False, "scaler": False, "clip_norm": None,
                      "weighting": "samples", "personal_eval": "submodel"}
 SIMPLIFIED_BASELINES = {
@@ -68,9 +58,8 @@ SIMPLIFIED_BASELINES = {
 
 
 def with_baselines(config, baselines: str = "authors"):
-    """``config`` as the ``baselines`` setting (:data:`BASELINES`) runs it: unchanged for
-    ``authors`` and for a method that is not a simplified baseline; otherwise with the
-    options of :data:`SIMPLIFIED_BASELINES` (over the config's own)."""
+    """``config`` as the ``baselines`` setting (:data:`BASELINES`) runs it: for
+    ``simplified``, with the options of :data:`SIMPLIFIED_BASELINES` over its own."""
     if baselines not in BASELINES:
         raise ConfigError(f"baselines must be one of {', '.join(BASELINES)}, got {baselines!r}")
     options = SIMPLIFIED_BASELINES.get(config.method) if baselines == "simplified" else None
@@ -79,13 +68,9 @@ def with_baselines(config, baselines: str = "authors"):
 
 def injected_parameters(history: Sequence[str]) -> set[str]:
     """Names papermill assigned: the cell it injects starts with ``# Parameters``."""
-    names: set[str] = set()
-    for source in history:
-        if source.lstrip().startswith("# Parameters"):
-            for node in ast.parse(source).body:
-                if isinstance(node, ast.Assign):
-                    names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    return names
+    return {target.id for source in history if source.lstrip().startswith("# Parameters")
+            for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)}
 
 
 def declaration(name: str, annotation) -> dict:
@@ -103,17 +88,17 @@ def declaration(name: str, annotation) -> dict:
 
 
 class ParameterError(ConfigError):
-    """A chapter parameter that is wrong. In a notebook (and so in papermill's report of
-    the failed cell) it shows as one line, ``ConfigError: ...``, without a traceback
-    through this module: IPython prints what ``_render_traceback_`` returns in place of a
-    traceback."""
+    """A chapter parameter that is wrong. A notebook (and papermill's report of the failed
+    cell) shows it as one line, ``ConfigError: ...``: IPython prints what
+    ``_render_traceback_`` returns in place of a traceback."""
 
     def _render_traceback_(self) -> list[str]:
         return [f"ConfigError: {self}"]
 
 
 def check_parameters(namespace: dict, history: Sequence[str] | None = None, **rules) -> None:
-    """Check a chapter's parameters (the annotated names of ``namespace``).
+    """Check a chapter's parameters: the annotated names of ``namespace`` (``seed: int = 0``
+    in its parameters cell, so that papermill's ``--help-notebook`` shows each type).
 
     * each value has its declared type (an ``int`` passes for a ``float``);
     * ``scale`` is one of :data:`~hetfl_core.config.SCALES`, ``seed`` an integer in
@@ -121,7 +106,7 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
     * ``rules`` adds a rule per name: a ``(low, high)`` pair of inclusive bounds (``None``
       for no bound) or a list of allowed values, e.g. ``lr=(1e-6, 10)``;
     * a name papermill injected (found in ``history``, default the kernel's ``In``) that
-      is not declared is an error.
+      is not declared is an error (papermill itself only warns).
 
     Raises :class:`ParameterError` (a :class:`~hetfl_core.errors.ConfigError`) with one
     line naming the parameter.
@@ -187,11 +172,10 @@ def _values(configs, name: str) -> list:
 
 
 def caption_text(configs, notebook: str, scale: str, seed: int = 0, baselines: str = "authors") -> str:
-    """What a reproduction ran with, from its run configurations, and the papermill command
-    that reruns the chapter as it ran (``scale`` and the chapter's ``seed`` parameter), e.g.
-    ``"Ran at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds
-    0–2; methods: fedavg, heterofl. Rerun as shown: `jupytext --to ipynb -o - book/heroes.md
-    | papermill - out.ipynb -p scale book -p seed 0` (...)"``. A field the runs vary prints its values joined by "/"."""
+    """What a reproduction ran with (a field the runs vary prints its values joined by "/")
+    and the command that reruns the chapter as it ran (:func:`rerun_command`), e.g. ``"Ran
+    at scale book with fashion-mnist, cnn, dirichlet, α=0.5, 20 clients, ..., seeds 0–2;
+    methods: fedavg, heterofl. Rerun as shown: `jupytext ... -p scale book -p seed 0` (...)"``."""
     from .config import RunConfig
     from .report import PARTITION_PARAMETERS
 
@@ -229,10 +213,9 @@ def caption(configs, notebook: str, scale: str, seed: int = 0, baselines: str = 
 
 
 def rerun_command(notebook: str, scale: str, seed: int = 0, baselines: str = "authors") -> str:
-    """The shell command that reruns chapter ``notebook`` (stored as MyST Markdown,
-    ``book/<notebook>.md``) at ``scale`` with ``seed`` (and ``baselines`` where it is not
-    the default), from the repository's root: jupytext writes the notebook to papermill,
-    which runs it into ``out.ipynb``."""
+    """The shell command, run from the repository's root, that reruns chapter ``notebook``
+    (``book/<notebook>.md``) at ``scale`` with ``seed`` (and ``baselines`` unless the
+    default): jupytext writes the notebook to papermill, which runs it into ``out.ipynb``."""
     other = "" if baselines == "authors" else f" -p baselines {baselines}"
     return (f"jupytext --to ipynb -o - book/{notebook}.md | papermill - out.ipynb "
             f"-p scale {scale} -p seed {seed}{other}")
@@ -255,8 +238,7 @@ class Chapter:
         self.scale = namespace.get("scale", "book")
         self.seed = namespace.get("seed", 0)
         self.baselines = namespace.get("baselines", "authors")
-        declared = namespace.get("__annotations__", {})
-        self.parameters = {k: namespace[k] for k in declared}
+        self.parameters = {k: namespace[k] for k in namespace.get("__annotations__", {})}
         self.ledger = Ledger(name, title, self.scale, self.parameters)
 
     def by_scale(self, **values):
@@ -268,18 +250,15 @@ class Chapter:
 
     def sweep(self, grid, **kwargs):
         """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
-        :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter;
-        a dict comes back as a dict with the same keys, equal configurations run once.
-        Every configuration runs as the chapter's ``baselines`` parameter says
-        (:func:`with_baselines`)."""
+        :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter, each
+        configuration as the chapter's ``baselines`` parameter says (:func:`with_baselines`);
+        a dict comes back as a dict with the same keys, equal configurations run once."""
         from .experiments import sweep
 
         kwargs.setdefault("desc", self.name)
         if isinstance(grid, dict):
-            grid = {key: with_baselines(c, self.baselines) for key, c in grid.items()}
-        else:
-            grid = [with_baselines(c, self.baselines) for c in grid]
-        return sweep(grid, **kwargs)
+            return sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()}, **kwargs)
+        return sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)
 
     def caption(self, runs) -> None:
         """The caption under a reproduction (:func:`caption`) for ``runs``: results or
@@ -370,15 +349,11 @@ def evaluations(config) -> tuple[int, int]:
     return sum(personal for personal, _ in due), sum(personal and global_ for personal, global_ in due)
 
 
-_POOLS: dict[str, int] = {}
-
-
+@functools.cache
 def _pool_size(dataset: str) -> int:
-    if dataset not in _POOLS:
-        from .data import load_dataset
+    from .data import load_dataset
 
-        _POOLS[dataset] = len(load_dataset(dataset).y_train)
-    return _POOLS[dataset]
+    return len(load_dataset(dataset).y_train)
 
 
 #: code cells run before the chapter's own in plan mode (the plan cell and the injected
@@ -387,14 +362,10 @@ _PLAN_OFFSET = 0
 
 
 def _cell() -> str:
-    """"code cell N": which of the chapter's code cells is running (plan mode)."""
-    try:
-        from IPython import get_ipython
+    """"code cell N": which of the chapter's code cells is running (plan mode runs in a kernel)."""
+    from IPython import get_ipython
 
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    return f"code cell {shell.execution_count - _PLAN_OFFSET}" if shell is not None else "script"
+    return f"code cell {get_ipython().execution_count - _PLAN_OFFSET}"
 
 
 def _record(configs, where: str) -> list[dict]:
@@ -435,8 +406,6 @@ def enter_plan_mode(offset: int = 0) -> None:
     _PLAN_OFFSET = offset
     swaps = {id(experiments.sweep): _planning_sweep, id(experiments.run_cached): _planning_run,
              id(engine.run): _planning_run}
-    if hasattr(experiments, "run"):
-        swaps[id(experiments.run)] = _planning_run
     for name, module in list(sys.modules.items()):
         if name == "hetfl_core" or name.startswith("hetfl_core."):
             for attr, value in list(vars(module).items()):
@@ -446,15 +415,13 @@ def enter_plan_mode(offset: int = 0) -> None:
 
 def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
                  timeout: int = 120) -> tuple[list[dict], list[str]]:
-    """The runs chapter ``chapter`` (``book/<name>.md``) asks for at ``scale``, without
-    training: the chapter is executed in plan mode (:func:`enter_plan_mode`), where every
-    sweep records its configs and returns the cached result of each, or an empty result
-    where it would train; the cells that fail on empty results are passed over, so a grid
-    built from an earlier grid's results may be missed, and a cell that computes for more
-    than ``timeout`` seconds outside a sweep (a check that trains a model itself) is
-    interrupted and passed over too. Returns the recorded runs (one
-    dict per config a sweep asked for: ``config``, ``key``, ``cached``) and the first line
-    of each cell's error."""
+    """The runs chapter ``chapter`` (a ``book/<name>.md`` path) asks for at ``scale``, found
+    without training by executing it in plan mode (:func:`enter_plan_mode`), where a sweep
+    returns each run's cached result or an empty one. Cells that fail on empty results are
+    passed over (a grid built from an earlier grid's results may be missed), and so is a cell
+    computing for over ``timeout`` seconds outside a sweep (a check that trains a model).
+    Returns the recorded runs (a dict per config: ``config``, ``key``, ``cached``, ``where``)
+    and the first line of each cell's error."""
     from unittest import mock
 
     import jupytext

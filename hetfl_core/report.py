@@ -270,7 +270,6 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
     rows, details = [list(r) for r in rows], [list(d) for d in details]
     if len(rows) != len(details):
         raise ValueError(f"{len(rows)} rows but {len(details)} details")
-    summary = html.escape(summary)
     out = [f'<table class="{" ".join(["table", FOLDED_CLASS, css_class]).strip()}">',
            "<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr></thead>"]
     for row, detail in zip(rows, details):
@@ -283,7 +282,7 @@ def folded_table(rows: Iterable[Sequence], header: Sequence[str], details: Seque
         text = "\n\n".join(f"**{name[:1].upper() + name[1:]}:** {' '.join(str(value).split())}"
                              for name, value in zip(detail_header, detail) if value is not None)
         out.append(f'<tr class="folded-detail"><td colspan="{len(header)}"><details>'
-                   f"<summary>{summary}</summary>\n\n{text}\n\n</details></td></tr></tbody>")
+                   f"<summary>{html.escape(summary)}</summary>\n\n{text}\n\n</details></td></tr></tbody>")
     out.append("</table>")
     return "\n".join(out)
 
