@@ -1,14 +1,9 @@
-"""Figure helpers for the papers' figure types, in one style and one palette.
-
-* :func:`method_style` - the colour and marker of a method, the same in every figure of
-  the book (:data:`METHOD_STYLES`); the five papers' methods in saturated colours, the
-  baselines by family (full-model, width-scaling, personalised, pruning) in related hues,
-  each with its own marker so a many-method figure can be decoded from its legend;
-
-* :func:`plot_curves` - accuracy (or loss) against round, simulated time, FLOPs or
-  traffic, one line per method, the spread over seeds shaded;
-* :func:`grouped_bars` - a methods x settings table as grouped bars;
-* :func:`client_class_heatmap` - a clients x classes count matrix.
+"""The book's figures in one style: :func:`method_style` gives a method the same colour and
+marker in every figure (:data:`METHOD_STYLES`: the papers' methods in saturated colours, the
+baselines by family in related hues, each its own marker); :func:`plot_curves` draws
+accuracy (or loss) against round, simulated time, FLOPs or traffic, the spread over seeds
+shaded; :func:`grouped_bars` a methods x settings table; :func:`client_class_heatmap` a
+clients x classes count matrix.
 """
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style"
            "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS",
            "panels", "plot_cases"]
 
-#: method key (lower case, letters and digits only) -> (colour, marker). The papers' methods
-#: first, then the baselines family by family.
+#: method key (lower case, letters and digits only) -> (colour, marker)
 METHOD_STYLES: dict[str, tuple[str, str]] = {
     # the five papers' methods (and their variants)
     "fedlps": ("#d62728", "o"), "fedlpscode": ("#ff9896", "h"), "heroes": ("#9467bd", "s"), "enc": ("#c5b0d5", "s"),
@@ -111,12 +105,9 @@ def series(result: dict, x: str = "round", y: str = "acc_personal") -> tuple[np.
 
 def plot_curves(results: list[dict], x: str = "round", y: str = "acc_personal", ax=None,
                 label=None, spread: str = "minmax", **line_kw):
-    """Plot ``y`` against ``x`` for runs grouped by ``label`` (default: the method name).
-
-    Runs with the same label (e.g. seeds) are drawn as their mean, with the min-max band
-    (``spread="minmax"``) or +-1 std (``"std"``) shaded. The x value at each point is the
-    mean over the group (simulated time differs between seeds only through sampling).
-    """
+    """Plot ``y`` against ``x`` for runs grouped by ``label`` (default: the method name):
+    a group (e.g. the seeds) is drawn as its mean at the mean x, with the min-max band
+    (``spread="minmax"``) or +-1 std (``"std"``) shaded."""
     if x not in X_AXES or y not in Y_AXES:
         raise ValueError(f"x must be one of {list(X_AXES)} and y one of {list(Y_AXES)}")
     ax = ax or plt.gca()
@@ -178,11 +169,9 @@ def plot_cases(cases: dict, x: str = "round", y: str = "acc_personal", title: st
 
 def grouped_bars(values: dict[str, dict[str, float]], ax=None, errors: dict | None = None,
                  ylabel: str = "", fmt: str | None = None):
-    """Grouped bars: ``values[group][series]``, e.g. ``{"dirichlet": {"fedavg": 0.8, ...}}``.
-
+    """Grouped bars: ``values[group][series]``, e.g. ``{"dirichlet": {"fedavg": 0.8, ...}}``;
     ``errors`` has the same shape (error bar half-widths); ``fmt`` (e.g. ``"{:.1f}"``)
-    writes each value on its bar.
-    """
+    writes each value on its bar."""
     ax = ax or plt.gca()
     groups = list(values)
     names = list(dict.fromkeys(n for g in groups for n in values[g]))

@@ -333,14 +333,10 @@ def show_source(*objs, docstring: bool = False) -> None:
 # -- criteria and verdicts --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Criterion:
-    """A test a claim's measured values must pass, and its text for the ledger.
-
-    ``test`` judges one seed's value. A criterion that compares with a number also carries
-    it: ``bound`` and ``op`` (one of ``">="``, ``">"``, ``"<="``, ``"<"``), and ``log`` when
-    the values are ratios judged on the log scale (speed-ups, savings). The ledger then
-    judges the mean of the seeds' values against ``bound`` with a t-interval (see
-    :func:`judge`); a criterion without a bound is judged per seed (a sign test).
-    """
+    """A test a claim's measured values must pass, and its text for the ledger: ``test``
+    judges one seed's value; a criterion that compares with a number also carries ``bound``,
+    ``op`` (``">="``, ``">"``, ``"<="`` or ``"<"``) and ``log`` (the values are ratios, such
+    as speed-ups, judged on the log scale), for :func:`judge` to use."""
 
     text: str
     test: Callable[[float], bool]
@@ -357,8 +353,7 @@ _OPS = {">=": lambda v, b: v >= b, ">": lambda v, b: v > b,
 
 
 def _num(bound: float, unit: str) -> str:
-    """``"3 points"``, and ``"1 point"``: a bound and its unit, the unit's noun singular
-    for a bound of exactly one."""
+    """``"3 points"``, and ``"1 point"`` for a bound of exactly one."""
     if abs(bound) == 1 and re.fullmatch(r" [a-z]+s", unit):
         unit = unit[:-1]
     return f"{bound:g}{unit}"
@@ -488,7 +483,7 @@ def judge(values: Sequence, criterion: Criterion) -> Judgement:
     if boolean or criterion.bound is None or not np.isfinite(kept).all() \
             or (criterion.log and (kept <= 0).any()):
         return Judgement(_sign_test([criterion(v) for v in kept]), "sign test", n, censored)
-    x = np.log(kept) if criterion.log else np.asarray(kept, float)
+    x = np.log(kept) if criterion.log else kept
     bound = math.log(criterion.bound) if criterion.log else criterion.bound
     half = _t_quantile(n) * float(x.std(ddof=1)) / math.sqrt(n)
     lo, hi = float(x.mean()) - half, float(x.mean()) + half
@@ -588,7 +583,7 @@ class Claim:
     @property
     def verdict_text(self) -> str:
         """The verdict, with the seed count when it is too small to count, and "narrow"."""
-        return _verdict_text(self.verdict, self.seeds, self.narrow)
+        return _verdict_text(vars(self))
 
 
 def ledger_dir() -> Path:
@@ -754,16 +749,16 @@ def _counts(ledger: dict, kind: str = "paper") -> dict[str, int]:
             for v in (*VERDICTS, *UNCOUNTED)}
 
 
-def _verdict_text(verdict: str, seeds: int, narrow: bool) -> str:
-    """:attr:`Claim.verdict_text` of a claim's parts (a saved claim is a dict)."""
-    if verdict == "indicative":
-        return f"indicative ({_plural(seeds, 'seed', 'seeds')})"
-    return verdict + (" (narrow)" if narrow else "")
+def _verdict_text(claim: dict) -> str:
+    """:attr:`Claim.verdict_text` of a saved claim (or of a :class:`Claim`'s ``vars``)."""
+    if claim["verdict"] == "indicative":
+        return f"indicative ({_plural(len(claim['values']), 'seed', 'seeds')})"
+    return claim["verdict"] + (" (narrow)" if claim.get("narrow") else "")
 
 
 def _verdict_cell(claim: dict) -> str:
     """A saved claim's verdict for a table, in bold unless it holds."""
-    text = _verdict_text(claim["verdict"], len(claim["values"]), claim.get("narrow"))
+    text = _verdict_text(claim)
     return text if text.startswith("holds") else f"**{text}**"
 
 
@@ -780,25 +775,20 @@ def verdict_box_markdown(ledger: dict) -> str:
     headline = [c for c in counted if c.get("headline")] or counted[:3]
     for c in headline:
         where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
-        lines.append(f"- **{_verdict_cell(c).strip('*')}**: {c['ref']}, {c['statement']}. "
+        lines.append(f"- **{_verdict_text(c)}**: {c['ref']}, {c['statement']}. "
                      f"Paper: {c['paper']}; here: {c['measured']}"
                      + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "") + f".{where}")
     lines.append(":::")
     return "\n".join(lines)
 
 
-def _values_text(claim: dict) -> str:
-    out = []
-    for v in claim["values"]:
-        if isinstance(v, bool):
-            out.append("yes" if v else "no")
-        elif v is None:
-            out.append(MISSING)
-        elif isinstance(v, str):
-            out.append(NEVER if v == "inf" else v)
-        else:
-            out.append(f"{v:.3g}")
-    return ", ".join(out)
+def _value_text(v) -> str:
+    """One of a saved claim's per-seed values (:func:`_plain`) for people."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, str):
+        return NEVER if v == "inf" else v
+    return MISSING if v is None else f"{v:.3g}"
 
 
 #: what the scorecard folds beneath each claim
@@ -818,8 +808,9 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
             claim += " " + _ref("evidence", c["section"])
         head, whole = _measured(c["measured"])
         rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
-        details.append([c["criterion"], *([_values_text(c)] if scorecard else []),
-                        c.get("interval_text") or MISSING, whole, c.get("why") or MISSING])
+        values = [", ".join(map(_value_text, c["values"]))] if scorecard else []
+        details.append([c["criterion"], *values, c.get("interval_text") or MISSING, whole,
+                        c.get("why") or MISSING])
     return rows, details
 
 
@@ -832,14 +823,11 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
     the checks apart."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
-    total = {v: 0 for v in columns}
     count_rows, sections = [], []
     rank = {v: i for i, v in enumerate(columns)}
     for name in order:
         ledger = ledgers[name]
         counts = _counts(ledger)
-        for v in columns:
-            total[v] += counts[v]
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
@@ -851,8 +839,8 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",
                 css_class=LEDGER_CLASS))
-    count_rows.append(["**all papers**", "", *(total[v] for v in columns),
-                       sum(r[-1] for r in count_rows)])
+    totals = [sum(r[i] for r in count_rows) for i in range(2, len(columns) + 3)]
+    count_rows.append(["**all papers**", "", *totals])
     return ("## Counts per paper\n\n"
             f"Counted: paper claims judged on at least {MIN_SEEDS} seeds by the one-sided 90% bounds "
             "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
