@@ -15,6 +15,7 @@ the runs it asks for and what they cost, found without training (:func:`plan_cha
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
 import os
@@ -498,30 +499,24 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
     difference of the two times is the extra samples' cost, the rest of the shorter round
     its other work (all of it, for a method whose work does not follow the local steps).
     Scoring: a run of two rounds, scored after each."""
-    from .engine import build_simulation, evaluate_method, score_global_model
+    from .engine import build_simulation, evaluate_method, score_global_model, single_thread
     from .errors import DivergenceError
-
-    import torch
 
     short = config.replace(rounds=2, participation=min(1.0, 2 / config.clients), local_epochs=1,
                            eval_global_every=None)
     participants = max(1, round(short.clients * short.participation))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)                  # as a run of a sweep trains: one thread
 
     def timed(work) -> float:
         start = time.perf_counter()
-        try:
+        with contextlib.suppress(DivergenceError):      # a diverged round took its time all the same
             work()
-        except DivergenceError:          # a diverged round took its time all the same
-            pass
         return time.perf_counter() - start
 
     def score_global() -> None:            # what evaluate_method adds with score_global
         score_global_model(sim.method.global_model(), sim.data.dataset)
         sim.method.extra_metrics()
 
-    try:
+    with single_thread():                  # as a run of a sweep trains: one thread
         rounds = []
         for k in steps:
             sim = build_simulation(short.replace(local_steps=k))
@@ -533,8 +528,6 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
         timed(lambda: sim.round(2, evaluate=False))
         personal_last = timed(lambda: evaluate_method(sim, score_global=False))
         global_model = timed(score_global)
-    finally:
-        torch.set_num_threads(threads)
     per_sample = max(rounds[1] - rounds[0], 0.0) / ((steps[1] - steps[0]) * short.batch_size * participants)
     per_round = max(rounds[0] - per_sample * steps[0] * short.batch_size * participants, 0.0)
     return RunSpeed(per_sample, per_round, personal, personal_last, global_model)

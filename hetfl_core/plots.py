@@ -158,8 +158,6 @@ def plot_cases(cases: dict, x: str = "round", y: str = "acc_personal", title: st
             if runs:
                 plot_curves(runs, x=x, y=y, ax=ax, label=lambda r, name=label: name, spread=spread,
                             **(style(label) if style else {}))
-        if ax.get_legend():
-            ax.get_legend().remove()
         ax.set_title(case)
     legend_below(fig, axes)
     if title:

@@ -254,8 +254,8 @@ _BLOCK_START = re.compile(r"^(\d*)([-+*#>.)])(?=\s|$)")
 
 
 def _block(text) -> str:
-    """A table cell's text as one Markdown paragraph: newlines folded, no leading indent,
-    a leading list, heading or quote marker escaped (the cell holds text, not a list)."""
+    """A table cell's text as one Markdown paragraph: a leading list, heading or quote
+    marker escaped (the cell holds text, not a list)."""
     text = " ".join(str(text).split())
     return _BLOCK_START.sub(r"\1\\\2", text, count=1) or MISSING
 
@@ -539,7 +539,7 @@ class Claim:
     section: str = ""              # the label of the chapter section with the evidence
     headline: bool = False         # shown in the verdict box at the top of the chapter
     kind: str = "paper"            # paper claim, book prediction or invariant (KINDS)
-    verdict: str = ""              # computed by Ledger.claim (judge); from passes if empty
+    verdict: str = ""              # computed by Ledger.claim (judge)
     method: str = ""               # how the verdict was reached
     interval: list | None = None   # one-sided 90% bounds of the mean, in value units
     interval_text: str = ""        # the interval for people, in the claim's unit
@@ -550,8 +550,6 @@ class Claim:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if not self.verdict:
-            self.verdict = verdict_of(self.passes)
         if self.verdict != "holds":
             why = self.why.strip()
             if not why:
@@ -570,8 +568,7 @@ class Claim:
 
     @property
     def per_seed(self) -> str:
-        """``"all"``, ``"none"`` or ``"some"``: how many seeds pass the criterion on their own
-        (what a chapter needs to know when, say, it writes a "why" only for seeds that miss)."""
+        """``"all"``, ``"none"`` or ``"some"``: how many seeds pass the criterion on their own."""
         k = sum(bool(p) for p in self.passes)
         return "all" if k == len(self.passes) else "none" if k == 0 else "some"
 
@@ -815,12 +812,10 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
 
 
 def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
-    """The book's scorecard: per paper, the counted verdicts (paper claims on at least
-    :data:`MIN_SEEDS` seeds), then the indicative and untestable ones apart; then every
-    claim, grouped by paper and verdict, as the chapters' ledgers show it (claim with a link
-    to its evidence, paper, this book, verdict), its criterion, per-seed values, interval
-    and "why" folded beneath it (:data:`SCORECARD_DETAIL`); the book's own predictions and
-    the checks apart."""
+    """The book's scorecard: per paper, the counted verdicts, then the uncounted ones and
+    the book's own predictions and checks apart; then every claim, grouped by paper and
+    verdict, as the ledgers show it, with a link to its evidence and its per-seed values
+    folded beneath it too (:data:`SCORECARD_DETAIL`)."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
     count_rows, sections = [], []
