@@ -112,48 +112,43 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
     Raises :class:`ParameterError` (a :class:`~hetfl_core.errors.ConfigError`) with one
     line naming the parameter.
     """
-    try:
-        _check_parameters(namespace, history, rules)
-    except ConfigError as exc:
-        raise ParameterError(str(exc)) from None
-
-
-def _check_parameters(namespace: dict, history: Sequence[str] | None, rules: dict) -> None:
     declared = dict(namespace.get("__annotations__", {}))
     if not declared:
-        raise ConfigError("the parameters cell declares no parameters (write 'seed: int = 0')")
-    if history is None:
-        history = namespace.get("In", [])
+        raise ParameterError("the parameters cell declares no parameters (write 'seed: int = 0')")
+    history = namespace.get("In", []) if history is None else history
     unknown = sorted(injected_parameters(history) - set(declared))
     if unknown:
-        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; this chapter takes: "
-                          f"{', '.join(declared)}")
+        raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; this chapter takes: "
+                             f"{', '.join(declared)}")
     for name, annotation in declared.items():
         if name not in namespace:
-            raise ConfigError(f"parameter {name} is declared but has no value")
+            raise ParameterError(f"parameter {name} is declared but has no value")
         meta = declaration(name, annotation)
         if name == "seed":
             meta.update(low=0, high=SEED_LIMIT, high_open=True)
         if isinstance(rules.get(name), tuple):
             meta["low"], meta["high"] = rules[name]
-        check_value(f"parameter {name}", namespace[name], meta)
+        try:
+            check_value(f"parameter {name}", namespace[name], meta)
+        except ConfigError as exc:
+            raise ParameterError(str(exc)) from None
     for name, allowed in (("scale", SCALES), ("baselines", BASELINES)):
         if name in declared and namespace[name] not in allowed:
-            raise ConfigError(f"parameter {name} must be one of {', '.join(allowed)}, "
-                              f"got {namespace[name]!r}")
+            raise ParameterError(f"parameter {name} must be one of {', '.join(allowed)}, "
+                                 f"got {namespace[name]!r}")
     if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
         from .data import canonical_dataset_name
 
         try:
             canonical_dataset_name(namespace["dataset"])
         except ConfigError as exc:
-            raise ConfigError(f"parameter dataset: {exc}") from None
+            raise ParameterError(f"parameter dataset: {exc}") from None
     for name, rule in rules.items():
         if name not in declared:
             raise ValueError(f"a rule for {name!r}, which is not a declared parameter")
         if not isinstance(rule, tuple) and namespace[name] not in rule:
-            raise ConfigError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, "
-                              f"got {namespace[name]!r}")
+            raise ParameterError(f"parameter {name} must be one of {', '.join(map(repr, rule))}, "
+                                 f"got {namespace[name]!r}")
 
 
 #: RunConfig fields a caption names, in this order: (field, prefix, how a value prints, suffix)
