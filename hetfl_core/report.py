@@ -630,10 +630,8 @@ class Ledger:
         if measured is None:
             measured = fmt_mean_sd(values, digits, unit, scale) if values.dtype != bool else \
                 of_seeds(sum(passes), len(passes))
-        interval_text = ""
-        if judgement.interval is not None:
-            lo, hi = judgement.interval
-            interval_text = f"[{fmt(lo, digits, '', scale)}, {fmt(hi, digits, '', scale)}]{unit}"
+        interval_text = "" if judgement.interval is None else \
+            "[{}, {}]{}".format(*(fmt(bound, digits, "", scale) for bound in judgement.interval), unit)
         if judgement.censored:
             measured += f"; {_plural(judgement.censored, 'seed', 'seeds')} censored"
         c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
@@ -653,8 +651,8 @@ class Ledger:
         return _claim_table(self.to_dict()["claims"])[0]
 
     def details(self) -> list[list[str]]:
-        """What each row folds away beneath it: criterion | 90% bounds | this book in full
-        (``None`` when the row shows it whole) | why it differs."""
+        """What each row folds away beneath it (:attr:`DETAIL`; ``None`` for "this book in
+        full" where the row shows it whole)."""
         return _claim_table(self.to_dict()["claims"])[1]
 
     HEADER = ("claim", "paper", "this book (mean ± sd, n seeds)", "verdict")
