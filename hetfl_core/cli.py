@@ -134,11 +134,9 @@ def _join_negative(argv: list[str]) -> list[str]:
 
 def _check_out(text: str, flag: str = "--out", devices: bool = True,
                example: str = "run.json") -> Path:
-    """The output path ``text`` as a :class:`Path`, refused in one line before any work when it
-    cannot be written: empty, ending in ``/`` (a directory's name), a directory, a symbolic
-    link (never followed: a link in a shared folder could point at any file), in a folder
-    that cannot be written, or a device or pipe that refuses a write (any device where
-    ``devices`` is false)."""
+    """The output path ``text``, refused in one line before any work where it cannot be written,
+    names a directory, or is a symbolic link (never followed: in a shared folder it could point
+    at any file), or a device (a device that refuses a write, where ``devices`` is true)."""
     if not text:
         raise ConfigError(f"{flag} needs a file name, got an empty path")
     path = Path(text)
@@ -165,9 +163,9 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True,
 
 
 def _write_out(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (checked by :func:`_check_out`): a device (``/dev/null``)
-    directly, a file by :func:`~hetfl_core.experiments.write_atomic`, so no reader sees half
-    a file and a symbolic link put at ``path`` since the check is replaced, never followed."""
+    """Write ``data`` to ``path``: a device (``/dev/null``) directly, a file whole by
+    :func:`~hetfl_core.experiments.write_atomic` (a link put there since the check is replaced)."""
+
     if path.exists() and not path.is_symlink() and not path.is_file():
         with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as device:
             device.write(data)

@@ -788,9 +788,19 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
         # a spawned worker re-importing the caller's main module, a script without the
         # __main__ guard: quietly, the parent reports the missing guard in one line
         raise SystemExit(1)
-    if isinstance(configs, dict):
-        return _sweep_grid(configs, processes, directory, desc, progress, executor, address,
-                           gpus_per_run)
+    if isinstance(configs, dict):       # a grid: each distinct config once, the results under its keys
+        distinct: dict[str, RunConfig] = {}
+        names = {}
+        for key, config in configs.items():
+            if not isinstance(config, RunConfig):
+                raise ConfigError(f"sweep(): the grid's entry {key!r} is {_type_name(config)}, "
+                                  "not a RunConfig")
+            names[key] = json.dumps(config.to_dict(), sort_keys=True, default=str)
+            distinct.setdefault(names[key], config)
+        results = sweep(list(distinct.values()), processes, directory, desc, progress, executor,
+                        address, gpus_per_run)
+        by_name = dict(zip(distinct, results))
+        return {key: by_name[names[key]] for key in configs}
     configs, processes = _checked_arguments(configs, processes, directory, executor, address,
                                             gpus_per_run)
     executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
@@ -839,23 +849,6 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
         raise HetflError(f"{len(outcomes.errors)} of {len(configs)} runs failed (finished runs are cached); "
                          f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]
-
-
-def _sweep_grid(grid: dict, processes, directory, desc, progress, executor, address,
-                gpus_per_run) -> dict:
-    """:func:`sweep` of a dict: each distinct config once, the results under the grid's keys."""
-    distinct: dict[str, RunConfig] = {}
-    names = {}
-    for key, config in grid.items():
-        if not isinstance(config, RunConfig):
-            raise ConfigError(f"sweep(): the grid's entry {key!r} is {_type_name(config)}, "
-                              "not a RunConfig")
-        names[key] = json.dumps(config.to_dict(), sort_keys=True, default=str)
-        distinct.setdefault(names[key], config)
-    results = sweep(list(distinct.values()), processes, directory, desc, progress, executor,
-                    address, gpus_per_run)
-    by_name = dict(zip(distinct, results))
-    return {key: by_name[names[key]] for key in grid}
 
 
 def by(results: dict, *parts) -> list:
