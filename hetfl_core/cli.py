@@ -1,26 +1,36 @@
-"""Command line: ``python -m hetfl_core run METHOD ...``, ``python -m hetfl_core list`` and
-``python -m hetfl_core list METHOD`` (a method's options, their defaults and its description),
-``python -m hetfl_core arena`` (the benchmark of :mod:`hetfl_core.arena`: a leaderboard as
-CSV and JSON and a Pareto figure) and ``python -m hetfl_core plot RUN.json ... -o FIG.png``.
+"""Command line: ``python -m hetfl_core run METHOD ...``, ``list [METHOD]`` (the methods,
+datasets, models and partitions, or one method's options and description), ``arena`` (the
+benchmark of :mod:`hetfl_core.arena`: a leaderboard and a Pareto figure), ``plot RUN.json ...
+-o FIG.png`` and ``plan CHAPTER`` (a chapter's runs and their estimated cost).
 
 Bad input (an unknown method or dataset, a value out of range, a dataset that is not
 installed, an output path that cannot be written) exits with code 2 and one line, before
-any training starts. ``--out`` and ``plot -o`` refuse a symbolic link and replace a file
-whole (a temporary file renamed over it).
+any training starts.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import importlib.util
+import inspect
+import io
 import json
 import math
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 
-from .book import BASELINES
-from .config import SCALES, RunConfig
+from .book import BASELINES, measure_speed, plan_chapter, training_samples
+from .config import SCALES, RunConfig, accepted
+from .data import DATASETS, PARTITIONS
+from .engine import system_of
 from .errors import ConfigError, DatasetUnavailable, HetflError
+from .experiments import cache_path, check_writable, run_cached, sweep, write_atomic
+from .methods import METHODS
+from .models import MODELS
+from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
 
 __all__ = ["main"]
 
@@ -44,43 +54,23 @@ def _parse_option(text: str):
         return key, value
 
 
-def _field_help(f: dataclasses.Field, default) -> str:
-    """A field's meaning, accepted values and default, for ``run --help``."""
-    from .config import accepted
-
-    choices = _choices().get(f.name)
-    values = f"one of: {', '.join(choices)}" if choices else accepted(f.metadata)
-    return f"{f.metadata['help']}; {values} (default: {default})"
-
-
-def _choices() -> dict:
-    """The names each named field accepts."""
-    from .data import DATASETS, PARTITIONS
-    from .methods import METHODS
-    from .models import MODELS
-    from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
-
-    return {"method": sorted(METHODS), "dataset": list(DATASETS), "model": list(MODELS),
-            "partition": list(PARTITIONS), "heterogeneity": list(HETEROGENEITY), "system": list(SYSTEMS),
-            "bandwidth_policy": list(BANDWIDTH_POLICIES)}
-
-
 def _build_parser() -> argparse.ArgumentParser:
+    choices = {"dataset": DATASETS, "model": MODELS, "partition": PARTITIONS, "heterogeneity": HETEROGENEITY,
+               "system": SYSTEMS, "bandwidth_policy": BANDWIDTH_POLICIES}
     parser = _Parser(prog="python -m hetfl_core", description="Heterogeneous federated learning simulator.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     listing = sub.add_parser("list", help="list methods, datasets, models and partitions, or one method's options")
     listing.add_argument("method", nargs="?", help="show this method's options (--option KEY=VALUE) and description")
     run = sub.add_parser("run", help="run one method and write its history as JSON")
-    run.add_argument("method", help=f"the federated method; one of: {', '.join(_choices()['method'])}")
-    defaults = RunConfig()
+    run.add_argument("method", help=f"the federated method; one of: {', '.join(sorted(METHODS))}")
     for f in dataclasses.fields(RunConfig):
         if f.name in _API_ONLY:
             continue
-        default = getattr(defaults, f.name)
+        values = f"one of: {', '.join(choices[f.name])}" if f.name in choices else accepted(f.metadata)
         kind = {"action": argparse.BooleanOptionalAction} if f.metadata["kind"] is bool else \
             {"type": f.metadata["kind"], "metavar": f.name.upper()}
-        run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=default,
-                         help=_field_help(f, default), **kind)
+        run.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=f.default,
+                         help=f"{f.metadata['help']}; {values} (default: {f.default})", **kind)
     run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="a method option, e.g. --option mu=0.01 (repeatable; see 'list METHOD')")
     run.add_argument("--out", help="write {config, history} JSON here (checked writable before "
@@ -134,11 +124,8 @@ def _join_negative(argv: list[str]) -> list[str]:
     out = []
     for token in argv:
         if out and out[-1].startswith("--") and "=" not in out[-1] and token.startswith("-"):
-            try:
+            with suppress(ValueError):
                 float(token)
-            except ValueError:
-                pass
-            else:
                 out[-1] += "=" + token
                 continue
         out.append(token)
@@ -147,13 +134,9 @@ def _join_negative(argv: list[str]) -> list[str]:
 
 def _check_out(text: str, flag: str = "--out", devices: bool = True,
                example: str = "run.json") -> Path:
-    """The output path ``text`` as a :class:`Path`, refused in one line before any work when it
-    cannot be written: empty, ending in ``/`` (a directory's name), a directory, a symbolic
-    link (never followed: a link in a shared folder could point at any file), in a folder
-    that cannot be written, or a device or pipe that refuses a write (any device where
-    ``devices`` is false)."""
-    from .experiments import check_writable
-
+    """The output path ``text``, refused in one line before any work where it cannot be written,
+    names a directory, or is a symbolic link (never followed: in a shared folder it could point
+    at any file), or a device (a device that refuses a write, where ``devices`` is true)."""
     if not text:
         raise ConfigError(f"{flag} needs a file name, got an empty path")
     path = Path(text)
@@ -172,20 +155,16 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True,
             raise ConfigError(f"{flag} {path} is not a regular file; give a file name")
         try:                       # a device: an empty write reaches it (/dev/full refuses even that)
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-            try:
-                os.write(fd, b"")
-            finally:
-                os.close(fd)
+            with open(fd, "wb", buffering=0) as device:
+                device.write(b"")
         except OSError as exc:
             raise ConfigError(f"{flag} {path} cannot be written: {exc.strerror}") from None
     return path
 
 
 def _write_out(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (checked by :func:`_check_out`): a device (``/dev/null``)
-    directly, a file by :func:`~hetfl_core.experiments.write_atomic`, so no reader sees half
-    a file and a symbolic link put at ``path`` since the check is replaced, never followed."""
-    from .experiments import write_atomic
+    """Write ``data`` to ``path``: a device (``/dev/null``) directly, a file whole by
+    :func:`~hetfl_core.experiments.write_atomic` (a link put there since the check is replaced)."""
 
     if path.exists() and not path.is_symlink() and not path.is_file():
         with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as device:
@@ -197,12 +176,6 @@ def _write_out(path: Path, data: bytes) -> None:
 def _list(name: str | None) -> int:
     """``list``: the methods, datasets, models and partitions; or, given a method's ``name``,
     its summary, its options (default, accepted values, meaning) and its module's description."""
-    import inspect
-
-    from .data import DATASETS, PARTITIONS
-    from .methods import METHODS
-    from .models import MODELS
-
     if name is None:
         width = max(map(len, [*METHODS, *DATASETS]))
         print("methods:")
@@ -253,9 +226,6 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     """``run``: validate, check the outputs, run (or read the cache), report, write ``--out``."""
-    from .engine import system_of
-    from .experiments import cache_path, run_cached, sweep
-
     if args.engine == "flower":
         ignored = [flag for flag, given in (("--executor ray", args.executor == "ray"),
                                             ("--address", args.address is not None)) if given]
@@ -296,8 +266,6 @@ def _run(args) -> int:
 def _load_plugin(path: str) -> None:
     """Import a Python file that registers methods (``@register``); any failure, ``sys.exit``
     included, is one :class:`ConfigError` line naming the file."""
-    import importlib.util
-
     file = _regular_file(path, f"--plugin {path}", "; give the .py file that registers the method")
     spec = importlib.util.spec_from_file_location(f"hetfl_plugin_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
@@ -320,7 +288,6 @@ def _arena(args) -> int:
     import matplotlib.pyplot as plt
 
     from . import arena
-    from .experiments import check_writable
 
     arena.check_arguments(args.scale, args.processes, args.seed)
     for path in args.plugin:
@@ -349,26 +316,6 @@ def _arena(args) -> int:
               f"{r['mean']['time_s']:8.1f} s  {r['mean']['bits'] / 8e6:8.2f} MB", file=sys.stderr)
     print(f"wrote {csv_path}, {json_path} and {png}", file=sys.stderr)
     return 1 if runs.failed else 0
-
-
-def _plot_path(text: str) -> tuple[Path, str]:
-    """``-o``'s path and image format, checked before anything is read or drawn: the format
-    is the extension's (``.png`` is appended to a name without one, as the path then
-    written and reported), one matplotlib can write; the path as :func:`_check_out` wants
-    it, and a regular file (never a device)."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    if text and os.path.basename(text) not in ("", ".", "..") and not os.path.lexists(text) \
-            and not Path(text).suffix:
-        text += ".png"
-    path = _check_out(text, "-o", devices=False, example="runs.png")
-    formats = FigureCanvasBase.get_supported_filetypes()
-    fmt = path.suffix[1:].lower()
-    if fmt not in formats:
-        what = f"format {fmt!r}" if fmt else "no extension"
-        raise ConfigError(f"-o {path}: {what} names no image format; end it in one of: "
-                          f"{', '.join('.' + f for f in sorted(formats))}")
-    return path, fmt
 
 
 def _regular_file(path: str, name: str, hint: str = "") -> Path:
@@ -411,19 +358,30 @@ def _read_run(path: str, y: str) -> dict:
 
 
 def _plot(args) -> int:
-    """``plot``: accuracy against rounds, simulated time and traffic, one line per file."""
-    import io
-
+    """``plot``: accuracy against rounds, simulated time and traffic, one line per file. ``-o``
+    is checked before anything is read or drawn: a regular file (never a device) whose
+    extension names a format matplotlib writes (``.png`` is appended to a name without one)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.backend_bases import FigureCanvasBase
 
     from .plots import Y_AXES, legend_below, plot_curves
 
     if args.y not in Y_AXES:
         raise ConfigError(f"--y must be one of: {', '.join(Y_AXES)}; got {args.y!r}")
-    out, fmt = _plot_path(args.out)
+    text = args.out
+    if text and os.path.basename(text) not in ("", ".", "..") and not os.path.lexists(text) \
+            and not Path(text).suffix:
+        text += ".png"
+    out = _check_out(text, "-o", devices=False, example="runs.png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    fmt = out.suffix[1:].lower()
+    if fmt not in formats:
+        what = f"format {fmt!r}" if fmt else "no extension"
+        raise ConfigError(f"-o {out}: {what} names no image format; end it in one of: "
+                          f"{', '.join('.' + f for f in sorted(formats))}")
     results = [_read_run(path, args.y) for path in args.runs]
     names = [Path(p).stem for p in args.runs]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), constrained_layout=True)
@@ -457,8 +415,6 @@ def _chapter_path(name: str):
 
 
 def _parameter_value(text: str):
-    import ast
-
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
@@ -469,8 +425,6 @@ def _plan(args) -> int:
     """``plan``: execute a chapter in plan mode (:func:`hetfl_core.book.plan_chapter`), then
     list its distinct runs per sweep with their training samples and, measured on this
     machine, an estimate of the time they would take."""
-    from .book import measure_speed, plan_chapter, training_samples
-
     path = _chapter_path(args.chapter)
     params = {name: _parameter_value(value) for name, value in args.parameter}
     print(f"planning {path} at scale {args.scale} (the chapter runs, its sweeps only record)...",
@@ -481,8 +435,6 @@ def _plan(args) -> int:
     distinct = {}
     for r in records:
         distinct.setdefault(r["key"], r)
-    from .methods import METHODS
-
     speeds: dict[tuple, object] = {}               # measured once per method, options, model and data
     untimed: set[str] = set()                      # methods this process does not know
     cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to run)

@@ -135,53 +135,29 @@ def _json_default(value):
 
 def _field(default, help: str, kind, low=None, high=None, *, low_open=False, high_open=False,
            optional=False):
-    """A config field declared once, as a method option is: an :class:`Option` (its default,
-    one-line meaning, type and range) in the field's metadata, with its declaration beside it.
-
-    ``kind`` is ``int``, ``float``, ``str`` or ``bool``; ``low``/``high`` bound a number
-    (open where ``low_open``/``high_open``); ``optional`` also allows ``None``. The command
-    line's ``--help`` and :meth:`RunConfig.validate` both read these.
-    """
+    """A config field with its declaration (an :class:`Option`; ``kind`` is ``int``, ``float``,
+    ``str`` or ``bool``) in its metadata, where ``run --help`` and :meth:`RunConfig.validate` read it."""
     option = Option(default, help, low, high, low_open, high_open, optional=optional, kind=kind)
     return field(default=default, metadata={"help": help, "option": option, **option.meta})
 
 
 @dataclass
 class RunConfig:
-    """One federated run.
+    """One federated run: the data (``dataset``, a seeded ``train_samples`` subset, its
+    ``partition`` among ``clients``, each client's test and validation share), the federation
+    (``participation``, ``rounds``, device ``heterogeneity``, ``time_noise``, the cost model),
+    local SGD (``model``, ``lr``, ``momentum``, ``weight_decay``, ``batch_size``, for
+    ``local_epochs`` or exactly ``local_steps`` steps) and evaluation (every ``eval_every``
+    rounds and after the last). Each field's meaning, type and range are declared beside it,
+    shown by ``run --help`` and checked by :meth:`validate`.
 
-    Data: ``dataset`` (see ``python -m hetfl_core list``), ``train_samples`` (a seeded
-    subset of the training pool, ``None`` for all), ``partition`` (``iid``, ``dirichlet``,
-    ``shards``, ``quantity``, ``dominant``, ``missing``, ``natural`` for text corpora) with
-    ``alpha`` (Dirichlet / quantity concentration, or the skew share of ``dominant`` and
-    ``missing``) and
-    ``classes_per_client`` (shards), each client's ``test_fraction`` and ``val_fraction``.
-
-    Federation: ``clients`` in all, a ``participation`` fraction sampled each round,
-    ``rounds``, ``heterogeneity`` of the devices (``none``, ``low``, ``medium``, ``high``),
-    and ``time_noise``, the spread of each client's compute time around its device's.
-
-    Local training: ``model``, SGD with ``lr``, ``momentum``, ``weight_decay`` and
-    ``batch_size``, for ``local_epochs`` epochs or, if set, exactly ``local_steps`` steps.
-
-    Evaluation: every ``eval_every`` rounds and after the last; ``eval_global=False`` skips
-    scoring the global model on the dataset's whole test set (the costliest part of an
-    evaluation) where only personalised accuracy is read, and ``eval_global_every`` scores
-    it less often than the personalised models (only at the end, for instance, where only
-    its final accuracy is read).
-
-    ``device`` is where models and data live (``cpu``, ``cuda``, ``cuda:N``, ``mps``,
-    ``auto``; see :mod:`hetfl_core.devices`). ``batched_clients`` trains a round's clients
-    as one vectorised batch where the method allows it (:mod:`hetfl_core.batched`; ``None``:
-    on for CUDA, off on the CPU); the numbers agree with the sequential path to float rounding.
-
-    ``partition="given"`` deals the training pool by ``given_indices``, one list of sample
-    indices per client (one partition, made elsewhere, fed to two implementations).
-
-    ``options`` holds the method's own hyperparameters (e.g. ``{"mu": 0.01}`` for FedProx);
-    each method lists its options and defaults.
-
-    Each field's type and range are declared beside it and checked by :meth:`validate`.
+    ``eval_global=False`` skips scoring the global model on the whole test set (the costliest
+    part of an evaluation) where only personalised accuracy is read; ``eval_global_every``
+    scores it less often (only at the end, for instance). ``batched_clients`` trains a round's
+    clients as one vectorised batch (:mod:`hetfl_core.batched`); the numbers agree with the
+    sequential path to float rounding. ``partition="given"`` deals the training pool by
+    ``given_indices`` (one partition, made elsewhere, fed to two implementations). ``options``
+    holds the method's own hyperparameters (``{"mu": 0.01}`` for FedProx; see ``list METHOD``).
     """
 
     method: str = _field("fedavg", "the federated method (see 'list')", str)
@@ -296,6 +272,8 @@ class RunConfig:
 
     def _check_fit(self, info) -> None:
         """The model, partition and client count against the dataset's metadata (no loading)."""
+        from .data import PARTITIONS, check_skew_level
+
         reads, side, classes, train_size = info
         if MODEL_INPUTS[self.model] != reads:
             fits = ", ".join(m for m, r in MODEL_INPUTS.items() if r == reads)
@@ -304,16 +282,12 @@ class RunConfig:
             raise ConfigError(f"model {self.model!r} needs images of at least {MIN_IMAGE_SIDE[self.model]}x"
                               f"{MIN_IMAGE_SIDE[self.model]}, {self.dataset} has {side}x{side}: use --model cnn")
         if self.partition == "natural" and reads == "image":
-            from .data import PARTITIONS
-
             fits = ", ".join(p for p in PARTITIONS if p != "natural")
             raise ConfigError(f"partition 'natural' needs a text corpus with natural clients, {self.dataset} has "
                               f"none; choose one of: {fits}")
         if self.partition == "writers" and reads != "image":
             raise ConfigError(f"partition 'writers' styles images, {self.dataset} is text; use natural or iid")
         if self.partition in ("dominant", "missing") and classes is not None:
-            from .data import check_skew_level
-
             check_skew_level(self.partition, self.alpha, classes)
         if self.partition == "shards" and classes is not None and self.classes_per_client > classes:
             raise ConfigError(f"classes_per_client must be in 1..{classes} ({self.dataset} has {classes} "
@@ -350,8 +324,7 @@ class RunConfig:
         """A config from a ``{field: value}`` dict (as :meth:`to_dict` writes it)."""
         if not isinstance(values, dict):
             raise ConfigError(f"a config must be a dict of field: value, got {type(values).__name__} {values!r:.60}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - names
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
         return cls(**values)

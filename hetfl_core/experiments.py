@@ -1,17 +1,11 @@
 """Running many configurations: an on-disk cache keyed by the whole config, and sweeps.
 
-* :func:`run_cached` returns a finished run from the cache or runs it and stores it,
-  written atomically (temp file + rename), so an interrupted sweep loses no finished run;
-  an unreadable or wrongly shaped file is a miss and is rewritten, and a lock file per
-  run makes concurrent sweeps into one cache compute each run once.
-* :func:`sweep` runs the missing configs in separate processes, one torch thread each
-  (as every run has: :func:`hetfl_core.engine.single_thread`), with a progress bar.
-
-The cache key covers the config, the package's source, the source of the method's classes
-(a plug-in's file included), the data, the torch and numpy versions and the resolved
-device (:func:`key_salt`), so a changed algorithm or dataset never serves stale numbers;
-a stored file is served only if it is a whole run of that very config (:func:`is_result_of`).
-The cache lives in ``$HETFL_CACHE`` or ``~/.cache/hetfl/runs``.
+:func:`run_cached` returns a finished run from the cache (``$HETFL_CACHE`` or
+``~/.cache/hetfl/runs``) or runs it and stores it atomically, so an interrupted sweep loses
+no finished run; :func:`sweep` runs the missing configs of a list or a grid in worker
+processes (or on Ray). The key holds everything a run's numbers depend on (:func:`key_salt`),
+so a changed algorithm or dataset never serves stale numbers, and a stored file is served
+only if it is a whole run of that very config (:func:`is_result_of`).
 """
 from __future__ import annotations
 
@@ -24,6 +18,7 @@ import hashlib
 import importlib
 import importlib.machinery
 import inspect
+import itertools
 import json
 import os
 import re
@@ -45,7 +40,9 @@ from numbers import Integral, Real
 from pathlib import Path
 
 from .config import RunConfig, plain_value
+from .engine import single_thread
 from .errors import ConfigError, HetflError
+from .methods import METHODS, get_method
 
 __all__ = ["cache_dir", "check_writable", "describe_run", "run_lock", "source_hash",
            "method_source_hash", "key_salt", "cache_path", "is_result_of", "load_cached", "log_run",
@@ -63,8 +60,7 @@ _NO_LINKS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 def cache_dir() -> Path:
     """Where finished runs are stored: ``$HETFL_CACHE``, or ``~/.cache/hetfl/runs`` where it is
-    unset. Set but empty is a one-line :class:`ConfigError` (it would cache into whatever the
-    current directory is)."""
+    unset; set but empty (the current directory, whatever it is) is a :class:`ConfigError`."""
     value = os.environ.get("HETFL_CACHE")
     if value is None:
         return Path.home() / ".cache" / "hetfl" / "runs"
@@ -117,8 +113,7 @@ def _code_digest(code, h) -> None:
 
 
 def _class_code_hash(cls) -> str:
-    """A hash of a class defined where no source file is (a notebook cell): its functions'
-    code and its other attributes' values."""
+    """A hash of a notebook cell's class: its functions' code and its other attributes' values."""
     h = hashlib.sha256()
     for name, value in sorted(vars(cls).items()):
         functions = [value.fget, value.fset, value.fdel] if isinstance(value, property) else \
@@ -133,8 +128,8 @@ def _class_code_hash(cls) -> str:
 
 
 def _module_namespace(klass) -> dict:
-    """The globals of the module that defines ``klass`` (read from its functions, so a
-    plug-in loaded from a file without entering ``sys.modules`` has them too)."""
+    """The globals of ``klass``'s module, read from its functions (a plug-in file need not
+    be in ``sys.modules``)."""
     for value in vars(klass).values():
         function = getattr(value, "__func__", value)
         if hasattr(function, "__globals__"):
@@ -144,10 +139,9 @@ def _module_namespace(klass) -> dict:
 
 
 def _local_helper_files(namespace: dict) -> list[str]:
-    """The source files of the modules that a module (its globals ``namespace``) uses,
-    directly or through each other, that are neither installed libraries nor this package:
-    a plug-in's own helper modules (``import helpers``, ``from helpers import step``), sorted."""
-    # installed code (the standard library, site-packages) and this package (source_hash covers it)
+    """The sorted source files of the modules a module (its globals ``namespace``) uses, directly
+    or through each other, other than installed libraries and this package (which
+    :func:`source_hash` covers): a plug-in's helper modules (``from helpers import step``)."""
     paths = sysconfig.get_paths()
     roots = tuple(os.path.realpath(r) + os.sep for r in {
         paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parent)})
@@ -168,14 +162,11 @@ def _local_helper_files(namespace: dict) -> list[str]:
 
 
 def method_source_hash(method: str) -> str:
-    """A hash of the code of ``method``'s class and of every class it derives from: the file
-    each is defined in (``inspect.getsourcefile``), or, for a class without one (a notebook
-    cell), its functions' code; and the files of the helper modules those files use that
-    are neither installed libraries nor this package (:func:`_local_helper_files`). A
-    plug-in file, a helper module it imports, a chapter's method (FedAvgM) and an edited
-    method file each change it; where the file lies does not (only its text and the class names)."""
-    from .methods.base import get_method
-
+    """A hash of the code of ``method``'s class and every class it derives from (the file each
+    is defined in or, for a notebook cell's, its functions' code) and of the local helper
+    modules those files use (:func:`_local_helper_files`). A plug-in file, a helper it imports,
+    a chapter's method (FedAvgM) and an edited method file each change it; where a file lies
+    does not."""
     h = hashlib.sha256()
     helpers: set[str] = set()
     for klass in get_method(method).__mro__[:-1]:          # all but object
@@ -196,19 +187,16 @@ def method_source_hash(method: str) -> str:
 def key_salt(config: RunConfig) -> str:
     """Everything besides the config that a run's numbers depend on, as the cache key reads
     it: the package's source (:func:`source_hash`), the method's classes
-    (:func:`method_source_hash`), the data
-    (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`), the torch, numpy and
-    scikit-learn versions (scikit-learn ships the digits data and splits some datasets),
-    and the device ``config.device`` resolves to here (``auto`` keys as ``cpu`` or ``cuda``).
-    Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance
-    (``tests/test_golden.py`` checks three kernel paths)."""
+    (:func:`method_source_hash`), the data (:func:`~hetfl_core.data.fingerprint.dataset_fingerprint`),
+    the torch, numpy and scikit-learn versions (scikit-learn ships the digits data and splits
+    some datasets), and the device ``config.device`` resolves to here (``auto`` keys as ``cpu``
+    or ``cuda``). Not the CPU's vector kernels: results from two CPUs agree to the golden tolerance."""
     import numpy
+    import sklearn
     import torch
 
     from .data.fingerprint import dataset_fingerprint
     from .devices import resolve_device
-
-    import sklearn
 
     return json.dumps({"source": source_hash(), "method": method_source_hash(config.method),
                        "data": dataset_fingerprint(config.dataset), "torch": torch.__version__,
@@ -220,34 +208,19 @@ def key_salt(config: RunConfig) -> str:
 def _create_exclusive(directory: Path, prefix: str, suffix: str) -> tuple[int, Path]:
     """A new file in ``directory``, opened for writing without following links, with the
     permissions the umask leaves of 0666 (a shared cache stays readable by its group)."""
+
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_LINKS
     while True:
         path = directory / f"{prefix}{os.getpid()}-{secrets.token_hex(6)}{suffix}"
-        try:
+        with suppress(FileExistsError):
             return os.open(path, flags, 0o666), path
-        except FileExistsError:
-            continue
-
-
-def _reserve(fd: int, size: int) -> None:
-    """Claim ``size`` bytes for the open file ``fd``: ``posix_fallocate`` where the file system
-    has it, else by writing zeros (either raises ``OSError`` on a full disk or over quota)."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-        return
-    except (AttributeError, OSError) as exc:
-        unsupported = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
-        if isinstance(exc, OSError) and exc.errno not in unsupported:
-            raise
-    os.write(fd, bytes(size))
 
 
 def check_writable(directory: Path, what: str, name: str | None = None,
                    size: int = PROBE_BYTES) -> None:
-    """Raise :class:`ConfigError` unless a file (called ``name``, if given) of ``size`` bytes
-    can be written in ``directory`` or in the directories that would be made for it: checked
-    with a probe file that claims the bytes, before any training, so a run is never computed
-    and then lost to a read-only or full disk."""
+    """Raise :class:`ConfigError` (naming ``what``) unless a file called ``name`` of ``size``
+    bytes can be written in ``directory`` or the directories that would be made for it: a probe
+    file claims the bytes, so a run is never computed and then lost to a read-only or full disk."""
     directory = Path(directory)
     existing = directory
     while not existing.exists() and existing != existing.parent:
@@ -262,8 +235,13 @@ def check_writable(directory: Path, what: str, name: str | None = None,
     except OSError as exc:
         raise ConfigError(f"{what}: cannot write in {existing} ({exc.strerror})") from None
     try:
-        _reserve(fd, size)
-    except OSError as exc:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except (AttributeError, OSError) as exc:      # a file system without it: write zeros
+            if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+            os.write(fd, bytes(size))
+    except OSError as exc:                            # a full disk, or over quota
         raise ConfigError(f"{what}: cannot write {size // 1024} KiB in {existing} "
                           f"({exc.strerror})") from None
     finally:
@@ -280,10 +258,6 @@ def cache_path(config: RunConfig, directory: Path | None = None) -> Path:
     return Path(directory or cache_dir()) / f"{method}-{config.key(key_salt(config))}.json"
 
 
-def _is_number(value) -> bool:
-    return type(value) in (int, float)
-
-
 #: the numbers every history row holds, and the scores (``None`` in a round not evaluated)
 ROW_NUMBERS = ("time_s", "round_time_s", "idle_s", "loss", "uplink_bits", "downlink_bits", "flops",
                "energy_j")
@@ -295,62 +269,50 @@ def is_result_of(result, config: RunConfig) -> bool:
     it: its ``config`` equals ``config`` (as JSON stores it), and its history has one row per
     round, each a dict with its ``round`` (1, 2, ...), the numbers :data:`ROW_NUMBERS`, the
     scores :data:`ROW_SCORES` (numbers or ``None``), ``acc_clients`` and a list of ``clients``."""
+    def number(value, or_none: bool = False) -> bool:
+        return type(value) in (int, float) or or_none and value is None
+
     if not (isinstance(result, dict) and isinstance(result.get("history"), list)
             and result.get("config") == json.loads(json.dumps(config.to_dict()))
             and len(result["history"]) == config.rounds):
         return False
     for i, row in enumerate(result["history"], 1):
-        if not (isinstance(row, dict) and type(row.get("round")) is int and row["round"] == i):
+        if not (isinstance(row, dict) and type(row.get("round")) is int and row["round"] == i
+                and all(number(row.get(k)) for k in ROW_NUMBERS)
+                and all(k in row and number(row[k], or_none=True) for k in ROW_SCORES)):
             return False
-        if not all(_is_number(row.get(k)) for k in ROW_NUMBERS) or \
-                not all(k in row and (row[k] is None or _is_number(row[k])) for k in ROW_SCORES):
-            return False
-        per_client = row.get("acc_clients", ())
+        per_client, clients = row.get("acc_clients", ()), row.get("clients")
         if not (per_client is None or isinstance(per_client, list)
-                and all(v is None or _is_number(v) for v in per_client)):
+                and all(number(v, or_none=True) for v in per_client)):
             return False
-        clients = row.get("clients")
         if not (isinstance(clients, list) and all(isinstance(c, dict) for c in clients)):
             return False
     return True
-
-
-def _read_cache_file(path: Path) -> bytes | None:
-    """The bytes of the cache file at ``path``; ``None`` if there is none or it cannot be read.
-    Anything but a regular file there (a directory, a FIFO, a device) is a one-line
-    :class:`ConfigError`: opened without blocking and checked before it is read, never waited on."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        fd = None
-    except OSError:
-        return None
-    try:
-        mode = os.stat(path).st_mode if fd is None else os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else \
-                "a FIFO" if stat.S_ISFIFO(mode) else "not a file"
-            raise ConfigError(f"the cache file {path} is {kind}, so the run could not be stored: "
-                              f"remove it")
-        if fd is None:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError:
-        return None
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 def load_cached(config: RunConfig, directory: Path | None = None) -> dict | None:
     """The stored result of ``config``, or ``None``: a file that cannot be read, is not JSON
     (or nests too deep to parse) or is not a whole run of ``config`` (:func:`is_result_of`:
     another config's result, a row without its round) is a miss, and the next run rewrites it.
-    A directory or a FIFO at the file's place is a one-line :class:`ConfigError`."""
-    data = _read_cache_file(cache_path(config, directory))
-    if data is None:
+    Anything but a regular file there (a directory, a FIFO) is a one-line :class:`ConfigError`:
+    it is opened without blocking and checked before it is read, never waited on."""
+    path = cache_path(config, directory)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
         return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a file"
+        raise ConfigError(f"the cache file {path} is {kind}, so the run could not be stored: remove it")
     try:
         result = json.loads(data.decode())
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -381,12 +343,10 @@ def run_lock(config: RunConfig, directory: Path | None = None):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.fstat(fd)
-            try:
+            with suppress(FileNotFoundError):          # its holder removed it while this one waited
                 now = os.stat(path, follow_symlinks=False)
                 if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
                     break
-            except FileNotFoundError:                 # its holder removed it while this one waited
-                pass
         except BaseException:
             os.close(fd)
             raise
@@ -408,10 +368,9 @@ def _plain_result(value):
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all: to a new temporary file beside it
-    (:func:`_create_exclusive`), then renamed over it, so no reader sees half a file and a
-    symbolic link at ``path`` is replaced, never followed. On failure the temporary file is
-    removed and the ``OSError`` raised."""
+    """Write ``data`` to ``path`` whole or not at all: to a new temporary file beside it, then
+    renamed over it, so no reader sees half a file and a symbolic link at ``path`` is replaced,
+    never followed. On failure the temporary file is removed and the ``OSError`` raised."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_exclusive(path.parent, ".tmp-", ".tmp")
     try:
@@ -428,12 +387,10 @@ def _write_atomic(path: Path, result: dict) -> None:
     """Store ``result`` at ``path`` by :func:`write_atomic`; a failure is one :class:`HetflError`
     line naming the cache directory (a full disk, a read-only one, a value JSON cannot hold)."""
     try:
-        text = json.dumps(result, default=_plain_result)
+        write_atomic(path, json.dumps(result, default=_plain_result).encode())
     except (TypeError, ValueError, RecursionError) as exc:
         raise HetflError(f"the result cannot be stored in {CACHE_WHAT} {path.parent}: "
                          f"{exc}") from None
-    try:
-        write_atomic(path, text.encode())
     except OSError as exc:
         raise HetflError(f"cannot store the run in {CACHE_WHAT} {path.parent}: "
                          f"{exc.strerror or exc}") from None
@@ -456,46 +413,38 @@ def log_run(config: RunConfig, cached: bool, seconds: float) -> None:
         f.write(line + "\n")
 
 
-def expected_size(config: RunConfig) -> int:
-    """A generous guess of the bytes ``config``'s stored result takes (a row per round and a
-    record per client in it), at least :data:`PROBE_BYTES` and at most 16 MiB: what
-    :func:`run_cached` claims on disk before training."""
-    return min(max(PROBE_BYTES, 4096 + config.rounds * (2048 + 400 * config.clients)), 16 << 20)
-
-
 def run_cached(config: RunConfig, directory: Path | None = None, progress: bool = False,
                use_cache: bool = True) -> dict:
     """Run ``config`` unless its result is cached; store what is run.
 
     Before training: the config is checked, the cache file's place must hold a file or
-    nothing, and the cache directory must take :func:`expected_size` bytes. Should the write
-    still fail (the disk filled meanwhile), the :class:`HetflError` names the cache directory
-    and carries the finished run as its ``result``."""
+    nothing, and the cache directory must take a generous guess of the result's bytes (a row
+    per round, a record per client in it; 64 KiB to 16 MiB). Should the write still fail (the
+    disk filled meanwhile), the :class:`HetflError` names the cache directory and carries the
+    finished run as its ``result``."""
     from .engine import run
 
     config.validate()
     start = time.perf_counter()
+    result = load_cached(config, directory) if use_cache else None
+    cached = result is not None
     if not use_cache:
         result = run(config, progress=progress)
-        log_run(config, False, time.perf_counter() - start)
-        return result
-    cached = load_cached(config, directory)
-    if cached is None:
-        check_writable(Path(directory or cache_dir()), CACHE_WHAT,     # before training
-                       size=expected_size(config))
+    elif not cached:
+        size = min(max(PROBE_BYTES, 4096 + config.rounds * (2048 + 400 * config.clients)), 16 << 20)
+        check_writable(Path(directory or cache_dir()), CACHE_WHAT, size=size)
         with run_lock(config, directory):
-            cached = load_cached(config, directory)      # another process may have run it meanwhile
-            if cached is None:
+            result = load_cached(config, directory)      # another process may have run it meanwhile
+            cached = result is not None
+            if not cached:
                 result = run(config, progress=progress)
                 try:
                     _write_atomic(cache_path(config, directory), result)
                 except HetflError as exc:
                     exc.result = result
                     raise
-                log_run(config, False, time.perf_counter() - start)
-                return result
-    log_run(config, True, time.perf_counter() - start)
-    return cached
+    log_run(config, cached, time.perf_counter() - start)
+    return result
 
 
 _RUNNING = False     # in a worker: a run is under way
@@ -503,21 +452,19 @@ _STARTED = None      # in a worker: the queue on which it announces each run it 
 
 
 def _on_interrupt(signum, frame):
-    """A worker's SIGINT: abort the run under way; an idle worker leaves quietly. (A
-    Jupyter kernel's shutdown and its interrupt button signal the whole process group.)"""
+    """A worker's SIGINT (a Jupyter kernel signals its whole process group): abort the run
+    under way; an idle worker leaves quietly."""
     if _RUNNING:
         raise KeyboardInterrupt
     os._exit(0)
 
 
 def _die_with_parent(parent: int) -> None:
-    """End this worker when the process ``parent`` dies, however it dies (even SIGKILL):
-    Linux's PR_SET_PDEATHSIG signals it at once, and a thread watching the parent's pid
-    covers other systems and a parent that died before the call."""
-    try:
+    """End this worker when the process ``parent`` dies, even by SIGKILL: Linux's
+    PR_SET_PDEATHSIG signals it at once, and a thread watching the parent's pid covers other
+    systems and a parent that died before the call."""
+    with suppress(OSError, AttributeError):         # not Linux: the watchdog alone
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):       # not Linux: the watchdog alone
-        pass
 
     def watch():
         while os.getppid() == parent:
@@ -527,63 +474,42 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True, name="hetfl-parent-watchdog").start()
 
 
-def _worker_init(parent: int, started=None):
+def _worker_init(parent: int, started):
     """A pool worker's start: end with the parent, one torch thread, :func:`_on_interrupt` for
     SIGINT, and ``started`` (a queue) to announce each run it starts."""
     global _STARTED
-    from .engine import single_thread
-
     _die_with_parent(parent)
     single_thread()
     signal.signal(signal.SIGINT, _on_interrupt)
     _STARTED = started
 
 
-def _method_reference(config: RunConfig) -> tuple[str, str]:
-    """Where the class of ``config``'s method lives: its module and qualified name."""
-    from .methods import get_method
-
-    cls = get_method(config.method)
-    return cls.__module__, cls.__qualname__
-
-
-def _register_from(name: str, module: str, qualname: str) -> None:
-    """Register, in this worker, the class at ``module``.``qualname`` as method ``name``: the
-    parent's registry is the truth, including plug-ins it registered at run time (a kept
-    worker may hold another class under that name from an earlier sweep)."""
-    from .methods import METHODS
-
-    try:
-        obj = importlib.import_module(module)   # a spawned worker's __main__: the caller's script
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:
-        raise HetflError(f"method {name!r} ({module}.{qualname}) cannot be loaded in a worker "
-                         f"process ({type(exc).__name__}: {exc}); use processes=1") from None
-    METHODS[name] = obj
-
-
-def _worker(config_dict: dict, directory: str | None, tag: tuple = (),
-            method: tuple[str, str] | None = None) -> dict:
+def _worker(config_dict: dict, directory: str, tag: tuple, module: str, qualname: str) -> dict:
     """One run in a pool worker: announce ``tag`` with this worker's pid (so the parent knows
-    which run a dying worker had under way), register the method's class from ``method``
-    (module, qualified name), and run it."""
+    which run a dying worker had under way), register the class ``module.qualname`` as the
+    config's method, and run it. The parent's registry is the truth, plug-ins it registered at
+    run time included (a kept worker may hold another class under that name from an earlier sweep)."""
     global _RUNNING
+    name = config_dict["method"]
     _RUNNING = True
     try:
-        if _STARTED is not None and tag:
-            _STARTED.put((*tag, os.getpid()))
-        if method is not None:
-            _register_from(config_dict["method"], *method)
-        return run_cached(RunConfig.from_dict(config_dict), Path(directory) if directory else None)
+        _STARTED.put((*tag, os.getpid()))
+        try:
+            cls = importlib.import_module(module)   # a spawned worker's __main__: the caller's script
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        except Exception as exc:
+            raise HetflError(f"method {name!r} ({module}.{qualname}) cannot be loaded in a worker "
+                             f"process ({type(exc).__name__}: {exc}); use processes=1") from None
+        METHODS[name] = cls
+        return run_cached(RunConfig.from_dict(config_dict), Path(directory))
     finally:
         _RUNNING = False
 
 
 def _main_module() -> tuple[str | None, list | None]:
-    """The caller's main module, as a spawned worker re-imports it: its file (``None`` in a
-    notebook or ``python -c``) and the statements of its top level (``None`` where the file
-    cannot be read back)."""
+    """The caller's main module as a spawned worker re-imports it: its file (``None`` in a
+    notebook or ``python -c``) and its top-level statements (``None`` if unreadable)."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     try:
         return path, ast.parse(Path(path).read_bytes()).body if path else None
@@ -592,10 +518,8 @@ def _main_module() -> tuple[str | None, list | None]:
 
 
 def _in_this_process_only(cls) -> str | None:
-    """Why a spawned worker process cannot load the method class ``cls``, or ``None`` when it
-    can: a worker imports the class's module, and re-runs the caller's script for ``__main__``
-    (a notebook's or ``python -c``'s ``__main__`` has no file; a class defined under the
-    ``__main__`` guard or in a function is not there for it to find)."""
+    """Why a spawned worker process cannot load the method class ``cls`` (it imports the
+    class's module, and re-runs the caller's script for ``__main__``), or ``None`` when it can."""
     module, qualname = cls.__module__, cls.__qualname__
     if "<locals>" in qualname:
         return "its class is defined inside a function"
@@ -622,7 +546,7 @@ def _in_this_process_only(cls) -> str | None:
 _POOL: ProcessPoolExecutor | None = None
 _POOL_STARTED = None      # the queue on which _POOL's workers announce the runs they start
 _POOL_HAS_RUN = False     # a run has started in _POOL: a break after that is not a start-up failure
-_SWEEPS = 0               # sweeps run in this process: the tag of each pool sweep's runs
+_SWEEP_TAGS = itertools.count(1)   # tags the runs of each pool sweep of this process
 
 
 def _worker_pool(processes: int) -> ProcessPoolExecutor:
@@ -642,11 +566,10 @@ def _worker_pool(processes: int) -> ProcessPoolExecutor:
 
 
 def _note_started(sweep_tag: int, under_way: dict[int, int]) -> None:
-    """Read the pool workers' announcements: ``under_way`` maps a worker's pid to the run (of
-    the sweep tagged ``sweep_tag``) it started last. Read often: the queue is a pipe, and a
-    full pipe would block the workers."""
+    """Read the workers' announcements into ``under_way`` (a worker's pid -> the run of sweep
+    ``sweep_tag`` it started last); read often: a full pipe would block the workers."""
     global _POOL_HAS_RUN
-    while _POOL_STARTED is not None and not _POOL_STARTED.empty():
+    while not _POOL_STARTED.empty():
         tag, i, pid = _POOL_STARTED.get()
         _POOL_HAS_RUN = True
         if tag == sweep_tag:
@@ -669,8 +592,8 @@ def _one_line(exc: Exception) -> str:
 
 
 class _Outcomes:
-    """What a sweep's runs came to: each run's result in ``results`` or its error in
-    ``errors``, the runs so settled in ``done``, the progress bar moved on for each."""
+    """A sweep's runs so far: results in ``results``, ``(i, error)`` in ``errors``, the
+    settled runs in ``done``; each settled run moves the progress bar on."""
 
     def __init__(self, results: list, bar):
         self.results, self.errors, self.done, self.bar = results, [], set(), bar
@@ -685,16 +608,6 @@ class _Outcomes:
         self.bar.update()
 
 
-def _run_serially(configs, todo, directory, outcomes: _Outcomes) -> None:
-    """The missing runs in this process, one after the other; any failure is recorded."""
-    for i in todo:
-        try:
-            outcome = run_cached(configs[i], directory)
-        except Exception as exc:      # any failure is that run's; the others still run
-            outcome = exc
-        outcomes.record(i, outcome)
-
-
 def _signal_name(exitcode: int | None) -> str:
     """How a worker process ended, in words (``SIGKILL``, ``exit status 1``)."""
     if exitcode is not None and exitcode < 0:
@@ -705,14 +618,6 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit status {exitcode}"
 
 
-def _main_has_guard() -> bool:
-    """Whether the caller's main module has an ``if __name__ == "__main__":`` block at its top
-    level (no file, as in a notebook: nothing to re-import, so nothing to guard)."""
-    path, top = _main_module()
-    return not path or top is not None and any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
-                                               for n in top)
-
-
 def _start_up_failure(exitcodes: list[int | None]) -> str:
     """Why a pool's workers died before any run started in it, in one line, from their exit
     codes: a signal (killed, e.g. for lack of memory), or an error while re-importing the
@@ -721,7 +626,9 @@ def _start_up_failure(exitcodes: list[int | None]) -> str:
     if killed:
         return (f"a worker process was killed while starting ({_signal_name(killed[0])}), e.g. "
                 "for lack of memory; finished runs are cached")
-    if _main_has_guard():
+    path, top = _main_module()       # no file (a notebook): nothing to re-import, nothing to guard
+    if not path or top is not None and any(isinstance(n, ast.If) and "__name__" in ast.unparse(n.test)
+                                           for n in top):
         ended = next((c for c in exitcodes if c not in (None, 0, -signal.SIGTERM)), None)
         return (f"the worker processes died while starting ({_signal_name(ended)}): re-importing "
                 "the caller's main module failed in them; finished runs are cached")
@@ -733,23 +640,20 @@ def _start_up_failure(exitcodes: list[int | None]) -> str:
 def _run_in_pool(configs, todo, processes, directory, outcomes: _Outcomes) -> None:
     """The missing runs in the kept worker pool; any failure is recorded.
 
-    A worker that dies mid-run (killed, or out of memory) breaks the pool, which stops its
-    other workers too: the pool is rebuilt and every run not finished is submitted again.
-    The run that was under way in the dead worker is retried once; under way in a dying
-    worker a second time, it counts as failed. Runs under way in the workers the broken pool
-    stopped are run again without counting. A pool whose workers die before any run has
-    started in it fails the sweep at once, naming the likely cause (a script without the
-    ``__main__`` guard, whose workers re-run the sweep)."""
-    global _SWEEPS
-    _SWEEPS += 1
-    sweep_tag = _SWEEPS
+    A worker that dies mid-run breaks the pool, which stops its other workers too: the pool
+    is rebuilt and every unfinished run submitted again. The dead worker's run is retried
+    once (dying a second time, it fails); the runs the broken pool stopped rerun without
+    counting. A pool whose workers die before any run started in it fails the sweep at once,
+    naming the likely cause (:func:`_start_up_failure`)."""
+    sweep_tag = next(_SWEEP_TAGS)
+    classes = {i: get_method(configs[i].method) for i in todo}
     deaths = dict.fromkeys(todo, 0)        # how often each run was under way in a dying worker
     remaining = list(todo)
     while remaining:
         pool = _worker_pool(processes)
         where = str(directory or cache_dir())   # resolved here: a kept worker has an older environ
         futures = {pool.submit(_worker, configs[i].to_dict(), where, (sweep_tag, i),
-                               _method_reference(configs[i])): i for i in remaining}
+                               classes[i].__module__, classes[i].__qualname__): i for i in remaining}
         under_way: dict[int, int] = {}
         try:
             for fut in as_completed(futures):
@@ -809,9 +713,8 @@ def _type_name(value) -> str:
 
 
 def _checked_arguments(configs, processes, directory, executor, address, gpus_per_run):
-    """:func:`sweep`'s arguments checked before any run, each wrong one refused with a
-    :class:`ConfigError` of one line; returns the configs as a list and ``processes`` (the
-    default, 2, for ``None``)."""
+    """:func:`sweep`'s arguments, each wrong one refused in one line: the configs as a list
+    and ``processes`` (2 for ``None``)."""
     if isinstance(configs, RunConfig):
         raise ConfigError("sweep() takes a list of RunConfig, got one RunConfig; pass [config]")
     if isinstance(configs, (str, bytes, dict)) or not isinstance(configs, Iterable):
@@ -824,8 +727,7 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
                               "build one with RunConfig.from_dict")
         if not isinstance(c, RunConfig):
             raise ConfigError(f"sweep(): item {i} is {_type_name(c)}, not a RunConfig")
-    if processes is None:
-        processes = 2
+    processes = 2 if processes is None else processes
     for value, ok, wanted in (
             (processes, isinstance(processes, Integral) and processes >= 1, "processes must be a whole number >= 1"),
             (directory, directory is None or isinstance(directory, (str, os.PathLike)),
@@ -839,10 +741,8 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
 
 
 def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
-    """``todo`` split into runs the pool workers can run and runs of methods registered in
-    this process only (:func:`_in_this_process_only`), which run here; a warning says which."""
-    from .methods import get_method
-
+    """``todo`` split into runs the pool workers can run and runs of methods registered in this
+    process only, which run here; a warning says which."""
     why = {name: _in_this_process_only(get_method(name))
            for name in {configs[i].method for i in todo}}
     here = [i for i in todo if why[configs[i].method]]
@@ -868,31 +768,39 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     (a local Ray with ``processes`` CPUs when there is none), each task holding one CPU
     and ``gpus_per_run`` GPUs (see :mod:`hetfl_core.ray_executor`). The defaults come from
     ``$HETFL_EXECUTOR`` (``process`` or ``ray``) and ``$HETFL_RAY_ADDRESS``, so a chapter
-    run by papermill sweeps on a cluster without changing a line. ``gpus_per_run`` (and
-    ``address``) given to the process executor is ignored with a warning: the same call may
-    meet either executor through ``$HETFL_EXECUTOR``.
+    run by papermill sweeps on a cluster without changing a line; ``gpus_per_run`` and
+    ``address`` given to the process executor are ignored with a warning.
 
-    A failing run, whatever its error, does not stop the others: every finished run is
-    stored, then the error of the first failed config (in the given order) is raised as one
-    line naming the config by the fields that set it apart. A run whose worker dies under it (killed, or out of memory) is run
-    once more, on either executor; dying twice, it counts as failed.
+    A failing run does not stop the others: every finished run is stored, then the error of
+    the first failed config (in the given order) is raised as one line naming the config by
+    the fields that set it apart. A run whose worker dies under it (killed, or out of memory)
+    is run once more, on either executor; dying twice, it counts as failed.
 
     Workers are spawned processes that import the caller's main module, so a script calls
     ``sweep`` under ``if __name__ == "__main__":`` (notebooks need nothing). They are kept
-    for the next sweep with the same ``processes`` and end when the caller's process does.
-    A worker loads each run's method class by its module and name, so plug-ins registered
-    at run time work; a class that exists in this process only (defined in a notebook, in a
-    function, or under the ``__main__`` guard) cannot be loaded there, and its runs run in
-    this process, with a warning (on Ray such a class travels with its tasks).
-    Arguments of the wrong type are refused with one line before any run.
+    for the next sweep with the same ``processes`` and end with the caller's process. A
+    worker loads each run's method class by its module and name, so plug-ins registered at
+    run time work; a class that exists in this process only (defined in a notebook, in a
+    function, or under the ``__main__`` guard) runs in this process, with a warning (on Ray
+    it travels with its tasks). Arguments of the wrong type are refused in one line.
     """
     if getattr(current_process(), "_inheriting", False):
         # a spawned worker re-importing the caller's main module, a script without the
         # __main__ guard: quietly, the parent reports the missing guard in one line
         raise SystemExit(1)
-    if isinstance(configs, dict):
-        return _sweep_grid(configs, processes, directory, desc, progress, executor, address,
-                           gpus_per_run)
+    if isinstance(configs, dict):       # a grid: each distinct config once, the results under its keys
+        distinct: dict[str, RunConfig] = {}
+        names = {}
+        for key, config in configs.items():
+            if not isinstance(config, RunConfig):
+                raise ConfigError(f"sweep(): the grid's entry {key!r} is {_type_name(config)}, "
+                                  "not a RunConfig")
+            names[key] = json.dumps(config.to_dict(), sort_keys=True, default=str)
+            distinct.setdefault(names[key], config)
+        results = sweep(list(distinct.values()), processes, directory, desc, progress, executor,
+                        address, gpus_per_run)
+        by_name = dict(zip(distinct, results))
+        return {key: by_name[names[key]] for key in configs}
     configs, processes = _checked_arguments(configs, processes, directory, executor, address,
                                             gpus_per_run)
     executor = executor or os.environ.get("HETFL_EXECUTOR") or "process"
@@ -911,8 +819,8 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
     todo = [i for i, r in enumerate(results) if r is None]
     if not todo:
         return results  # type: ignore[return-value]
-    check_writable(Path(directory or cache_dir()), "the cache directory ($HETFL_CACHE)"
-                   if directory is None else "sweep's directory argument")
+    what = CACHE_WHAT if directory is None else "sweep's directory argument"
+    check_writable(Path(directory or cache_dir()), what)
     pooled, here = [], todo
     if executor == "process" and processes > 1 and len(todo) > 1:
         pooled, here = _split_off_local_methods(configs, todo)
@@ -929,30 +837,18 @@ def sweep(configs, processes: int | None = 2, directory: Path | None = None, des
             here = sorted(pooled + here)
         elif pooled:
             _run_in_pool(configs, pooled, processes, directory, outcomes)
-        _run_serially(configs, here, directory, outcomes)
+        for i in here:
+            try:
+                outcome = run_cached(configs[i], directory)
+            except Exception as exc:      # any failure is that run's; the others still run
+                outcome = exc
+            outcomes.record(i, outcome)
     bar.close()
     if outcomes.errors:
         i, exc = min(outcomes.errors, key=lambda e: e[0])
         raise HetflError(f"{len(outcomes.errors)} of {len(configs)} runs failed (finished runs are cached); "
                          f"first: {describe_run(configs, i)}: {_one_line(exc)}")
     return results  # type: ignore[return-value]
-
-
-def _sweep_grid(grid: dict, processes, directory, desc, progress, executor, address,
-                gpus_per_run) -> dict:
-    """:func:`sweep` of a dict: each distinct config once, the results under the grid's keys."""
-    distinct: dict[str, RunConfig] = {}
-    names = {}
-    for key, config in grid.items():
-        if not isinstance(config, RunConfig):
-            raise ConfigError(f"sweep(): the grid's entry {key!r} is {_type_name(config)}, "
-                              "not a RunConfig")
-        names[key] = json.dumps(config.to_dict(), sort_keys=True, default=str)
-        distinct.setdefault(names[key], config)
-    results = sweep(list(distinct.values()), processes, directory, desc, progress, executor,
-                    address, gpus_per_run)
-    by_name = dict(zip(distinct, results))
-    return {key: by_name[names[key]] for key in grid}
 
 
 def by(results: dict, *parts) -> list:
@@ -962,9 +858,6 @@ def by(results: dict, *parts) -> list:
     is every method's seed-0 run). A key that is not a tuple is a key of one part."""
     if not parts:
         raise ValueError("by() needs at least one part of a key to select on")
-    chosen = []
-    for key, value in results.items():
-        key = key if isinstance(key, tuple) else (key,)
-        if len(key) >= len(parts) and all(p is None or k == p for k, p in zip(key, parts)):
-            chosen.append(value)
-    return chosen
+    keys = {key: key if isinstance(key, tuple) else (key,) for key in results}
+    return [value for key, value in results.items() if len(keys[key]) >= len(parts)
+            and all(p is None or k == p for k, p in zip(keys[key], parts))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -38,8 +39,6 @@ def accepted(meta: dict) -> str:
 
 def check_value(name: str, value, meta: dict):
     """Raise :class:`ConfigError` unless ``value`` has the declared type, is finite and in range."""
-    import numbers
-
     kind = meta["kind"]
     if value is None and meta.get("optional"):
         return

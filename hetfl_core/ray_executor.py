@@ -1,27 +1,23 @@
 """Sweeps on a Ray cluster: :func:`hetfl_core.experiments.sweep` with ``executor="ray"``.
 
-Each missing run is one Ray task that calls :func:`~hetfl_core.experiments.run_cached`
-on a worker, so a run is cached there as it is in a process pool (atomically, keyed by
-the config and the source hash) and an interrupted sweep resumes from what finished.
-With a shared filesystem as the cache directory every node reads and writes the same
-cache; without one, the driver stores each result it receives as well. A task is named
-by its run's cache file (``fedavg-<key>``), which is how Ray's dashboard and the
-worker's process title show it.
+Each missing run is one Ray task, named by its cache file (``fedavg-<key>``), that calls
+:func:`~hetfl_core.experiments.run_cached` on a worker, so it is cached there as in a
+process pool and an interrupted sweep resumes from what finished; without a filesystem
+shared with the nodes, the driver stores each result it receives as well. The package and
+each run's method class travel with the tasks (Ray's ``py_modules``; a plug-in registered
+in the driver runs on the workers), so the nodes need the dependencies and the datasets
+(``$HETFL_DATA``), not a checkout.
 
-The package travels with the tasks (Ray's ``py_modules``), so the cluster's nodes need
-the dependencies and the datasets (``$HETFL_DATA``), not a checkout. A method's class
-travels with each task too, so a plug-in registered in the driver (a notebook's, a
-script's) runs on the workers.
-
-Failures stay one run's: any exception in a run comes back as one plain line, and a
-worker that dies under a run (SIGKILL, an out-of-memory kill, a lost node) makes Ray run
-it once more (``max_retries=1``; a run is deterministic, so a second death is reported,
-not retried again). A bad ``address`` is refused in one line within seconds.
+A failure stays one run's, as one plain line; a worker that dies under a run (SIGKILL, an
+out-of-memory kill, a lost node) makes Ray run it once more (``max_retries=1``: a run is
+deterministic, so a second death is reported). A bad ``address`` is refused in one line
+within seconds.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -59,29 +55,24 @@ def _check_reachable(address: str) -> None:
 
 @contextmanager
 def _stderr_held_back(held: list[str]):
-    """Hold back what is written to the standard error (file descriptor 2, where Ray's C++
-    core logs each failed attempt to reach a cluster) during the block; its lines go to
-    ``held``, and are written out after all when the block succeeds."""
-    import sys
+    """Hold back file descriptor 2 (where Ray's C++ core logs each failed attempt to reach a
+    cluster) during the block: its lines go to ``held``, and to stderr after all on success."""
     import tempfile
 
     sys.stderr.flush()
     saved = os.dup(2)
     log = tempfile.TemporaryFile()
     os.dup2(log.fileno(), 2)
-    succeeded = False
     try:
         yield
-        succeeded = True
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         log.seek(0)
         text = log.read()
         log.close()
-        if succeeded:
-            os.write(2, text)
         held.extend(line for line in text.decode(errors="replace").splitlines() if line.strip())
+    os.write(2, text)                       # the block succeeded: Ray's lines after all
 
 
 def connect(address: str | None = None, cpus: int | None = None):
@@ -129,11 +120,9 @@ _OWN_DECLARATIONS = ("label", "batchable")
 
 
 def _method_by_value(cls) -> bytes:
-    """The method class ``cls`` pickled for a Ray worker: by reference for the package's own
-    methods (the workers have the package), by value for any other (a plug-in whose module
-    exists only here), with its own ``label`` and ``batchable`` (see :func:`_load_method`)."""
-    import sys
-
+    """The method class ``cls`` pickled for a Ray worker, with its own ``label`` and
+    ``batchable``: by reference for the package's own methods, by value for any other (a
+    plug-in whose module exists only here)."""
     from ray import cloudpickle
 
     own = {key: cls.__dict__[key] for key in _OWN_DECLARATIONS if key in cls.__dict__}
@@ -149,9 +138,8 @@ def _method_by_value(cls) -> bytes:
 
 
 def _load_method(method: bytes):
-    """The class :func:`_method_by_value` pickled, rebuilt in this process with the
-    declarations it had in the driver's (a rebuilt subclass would otherwise be reset to
-    ``batchable = False``, and its label to its name)."""
+    """The class :func:`_method_by_value` pickled, with the ``label`` and ``batchable`` it
+    had in the driver (a rebuilt subclass would otherwise be reset to its defaults)."""
     from ray import cloudpickle
 
     cls, own = cloudpickle.loads(method)
@@ -160,19 +148,17 @@ def _load_method(method: bytes):
     return cls
 
 
-def _run_task(run_cached, config_dict: dict, directory: str, method: bytes | None = None):
-    """One run on a Ray worker (``run_cached``: :func:`hetfl_core.experiments.run_cached`):
-    one torch thread (the task holds one CPU), the method's class (``method``, pickled)
-    registered under the config's method name; any failure comes back as a one-line
-    :class:`HetflError`, so the driver reports it like a pool's."""
+def _run_task(run_cached, config_dict: dict, directory: str, method: bytes):
+    """One run on a Ray worker (``run_cached``: :func:`hetfl_core.experiments.run_cached`),
+    with one torch thread (the task holds one CPU) and the pickled class ``method`` registered
+    under the config's method name; any failure comes back as a one-line :class:`HetflError`."""
     import torch
+
+    from .methods import METHODS
 
     torch.set_num_threads(1)
     try:
-        if method is not None:
-            from .methods import METHODS
-
-            METHODS[config_dict["method"]] = _load_method(method)
+        METHODS[config_dict["method"]] = _load_method(method)
         return run_cached(RunConfig.from_dict(config_dict), Path(directory))
     except HetflError as exc:
         return HetflError(str(exc))
@@ -195,22 +181,19 @@ def _task_failure(exc: Exception) -> HetflError:
     return HetflError(f"{type(exc).__name__}: {_plain(exc)}")
 
 
-def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, address: str | None = None,
-                 gpus_per_run: float = 0, cpus: int | None = None, task_name=None):
+def ray_outcomes(run_cached, configs: dict[int, RunConfig], directory: Path, address: str | None,
+                 gpus_per_run: float, cpus: int, task_name):
     """Run ``configs`` (index -> config) as Ray tasks of ``run_cached`` (the caller's
-    :func:`hetfl_core.experiments.run_cached`); yield ``(index, result or HetflError)`` as
-    each finishes, whatever the failure (an exception in the run, a dead worker, a lost
-    node). ``task_name(config)`` names each task in Ray's dashboard (by default the method).
-    An interrupt cancels the runs not yet finished."""
+    :func:`hetfl_core.experiments.run_cached`), each named ``task_name(config)`` in Ray's
+    dashboard; yield ``(index, result or HetflError)`` as each finishes, whatever the failure
+    (an exception in the run, a dead worker, a lost node). An interrupt cancels the runs not
+    yet finished."""
     from .methods import get_method
 
-    if gpus_per_run < 0:
-        raise ConfigError(f"gpus_per_run must be >= 0, got {gpus_per_run}")
     ray = connect(address, cpus)
     task = ray.remote(_run_task)
     classes = {c.method: _method_by_value(get_method(c.method)) for c in configs.values()}
-    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1,
-                            name=task_name(c) if task_name else c.method)
+    pending = {task.options(num_cpus=1, num_gpus=gpus_per_run, max_retries=1, name=task_name(c))
                .remote(run_cached, c.to_dict(), str(directory), classes[c.method]): i
                for i, c in configs.items()}
     try:
