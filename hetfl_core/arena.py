@@ -125,7 +125,6 @@ class Settings:
     text_seeds: int             # seeds in the text scenario
     map_seeds: int              # seeds in the other image cells
     lr_grid: dict               # task -> the learning rates every method is tuned over
-    extra: dict = field(default_factory=dict)
     baselines: str = "authors"  # how the baselines run (:data:`hetfl_core.book.BASELINES`)
 
     def seeds_in(self, scenario: Scenario) -> int:
@@ -455,15 +454,12 @@ def run_metrics(result: dict, target: float, budget: float) -> dict:
 def targets(runs: ArenaRuns, scenario: Scenario, share: float = 0.9) -> tuple[float, float]:
     """The scenario's target accuracy (``share`` of the best method's final mean
     personalised accuracy) and time budget (the median finishing time of its methods)."""
-    accs, times = [], []
-    for m in runs.methods:
-        rs = runs.runs(scenario, m)
-        if rs:
-            accs.append(np.nanmean([final(r) for r in rs]))
-            times.append(np.mean([r["history"][-1]["time_s"] for r in rs]))
-    if not accs:
+    per_method = [rs for m in runs.methods if (rs := runs.runs(scenario, m))]
+    if not per_method:
         return math.nan, math.nan
-    return share * float(np.nanmax(accs)), float(np.median(times))
+    best = np.nanmax([np.nanmean([final(r) for r in rs]) for rs in per_method])
+    times = [np.mean([r["history"][-1]["time_s"] for r in rs]) for rs in per_method]
+    return share * float(best), float(np.median(times))
 
 
 #: leaderboard columns: key -> (header, digits, scale, unit)
@@ -471,8 +467,9 @@ COLUMNS = {"acc": ("personalised acc. (%)", 1, 100, ""), "acc_global": ("global 
            "worst10": ("worst 10% (%)", 1, 100, ""), "acc_at_budget": ("acc. at time budget (%)", 1, 100, ""),
            "time_s": ("time (s)", 1, 1, ""), "bits": ("traffic (MB)", 1, 1 / 8e6, ""),
            "energy_j": ("energy (J)", 2, 1, ""), "flops": ("GFLOPs", 0, 1e-9, ""),
-           "time_to_target": ("time to target (s)", 1, 1, ""), "bits_to_target": ("MB to target", 1, 1 / 8e6, ""),
-           "energy_to_target": ("J to target", 2, 1, ""), "flops_to_target": ("GFLOPs to target", 0, 1e-9, "")}
+           "time_to_target": ("time to target (s)", 1, 1, ""),
+           "bits_to_target": ("MB to target", 1, 1 / 8e6, ""), "energy_to_target": ("J to target", 2, 1, ""),
+           "flops_to_target": ("GFLOPs to target", 0, 1e-9, "")}
 
 
 def leaderboard(runs: ArenaRuns) -> list[dict]:
@@ -493,7 +490,8 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
             block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
                           "lr": lrs[0], "lrs": lrs, "seeds": len(rs), "system": SYSTEM, "target": target,
-                          "budget_s": budget, "mean": {k: _mean(v) for k, v in values.items()}, "values": values})
+                          "budget_s": budget, "mean": {k: _mean(v) for k, v in values.items()},
+                          "values": values})
         if scenario.task == "text" and block:
             block.append(_majority_row(runs, scenario, block[0]))
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))

@@ -144,10 +144,8 @@ def job_signature(job: ClientJob) -> tuple:
 
 def train_jobs(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
                weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train every job (in place) and return each one's per-phase :class:`LocalResult`.
-
-    Jobs are grouped by :func:`job_signature`; each group trains as one vectorised batch.
-    """
+    """Train every job (in place), each group of one :func:`job_signature` as one vectorised
+    batch, and return each job's per-phase :class:`LocalResult`."""
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job_signature(job), []).append(i)

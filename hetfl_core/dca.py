@@ -262,12 +262,9 @@ def _repair(system: RoundSystem, k, r, share, k_min):
 
 
 def _feasible(system: RoundSystem, k, r, share, k_min, rtol: float = 1e-9):
-    """``(k, share)`` that meet the deadline (and any energy budget) at ``r``, or ``None``.
-
-    Tries the solver's shares with k lowered where tolerance left a client a hair over the
-    deadline (:func:`_repair`), then the least shares that fit (k, r) (:func:`min_share`)
-    scaled up to fill the band. An inaccurate solve can return neither.
-    """
+    """``(k, share)`` that meet the deadline (and any energy budget) at ``r``, or ``None``: the
+    solver's shares with k :func:`_repair`-ed, else the least shares that fit (k, r) scaled up
+    to fill the band."""
     candidates = [share]
     need = min_share(system, upload_bits(k, system.d_base, system.value_bits),
                      system.deadline_s - system.compute_time(r))

@@ -266,11 +266,8 @@ def divergence_suspects(config: RunConfig, method: Method) -> str:
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
-    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see
-    :func:`run_rounds`).
-
-    The data is built and the rounds run on one torch thread (:class:`single_thread`); the
-    caller's thread count is restored afterwards."""
+    """Run one configuration and return ``{"config": ..., "history": [...]}`` (:func:`run_rounds`),
+    data built and rounds run on one torch thread (:class:`single_thread`)."""
     with single_thread():
         return run_rounds(build_simulation(config), progress, callback)
 

@@ -70,6 +70,6 @@ def main(grid: Grid, context: Context) -> None:
 @client.train()
 def train(msg: Message, context: Context) -> Message:
     """The method's ``client_update`` for the client the message names, on one torch thread
-    as in hetfl's engine (another thread count changes float sums in the 8th digit)."""
+    (:class:`~hetfl_core.engine.single_thread`)."""
     with single_thread():
         return _client_update(msg, context)
