@@ -69,7 +69,7 @@ PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"), "hero
 #: its data, which is the arena's personalised accuracy; its server keeps no single model)
 PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_personal",
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
-#: the one cost model every run is charged by (:mod:`hetfl_core.system`; why: the module docstring)
+#: the one cost model every run is charged by (:mod:`hetfl_core.system`): the wireless cell
 SYSTEM = "wireless"
 #: methods whose training never reads the device tiers: they use ``self.devices`` for no
 #: decision (SRP-pFed only with its semi-asynchronous ``window``, off by default), so their
