@@ -20,9 +20,8 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
   walked outwards while the best rate sits at the edge of those tried (:func:`widen`), and
   a method whose best is at the grid's own edge is flagged (:func:`lr_edges`); every other
   hyperparameter is its paper's default (a run that diverges falls back to the next
-  smaller rate of the grid). OFA-FL
-  serves each client the largest density its device tier affords and runs its pruning
-  schedule scaled to the arena's rounds (see :func:`method_options`).
+  smaller rate of the grid). OFA-FL serves each client the largest density its device tier
+  affords and runs its pruning schedule scaled to the arena's rounds (:func:`method_options`).
 
 :func:`run_arena` runs (or reads from the cache) the whole grid; :func:`leaderboard`
 turns the runs into one row per scenario and method: personalised and global accuracy,
@@ -35,23 +34,26 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from .book import with_baselines
-from .config import ALL, RunConfig, by_scale, check_scale
+from .config import ALL, RunConfig, by_scale, check_scale, check_value
+from .engine import build_data
 from .errors import ConfigError, HetflError
+from .experiments import _one_line, load_cached, sweep
+from .methods import METHODS as _REGISTERED
+from .methods import get_method
+from .report import final, first_reach, value_at
 
-__all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES",
-           "SKEWS", "Scenario", "Settings", "settings", "scenarios", "method_options",
-           "tuning_configs", "pick_lr",
-           "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples",
-           "run_configs", "ArenaRuns", "check_arguments", "run_arena", "worst_share", "run_metrics",
-           "leaderboard", "COLUMNS", "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto",
-           "winners",
-           "label"]
+__all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "SKEWS",
+           "Scenario", "Settings", "settings", "scenarios", "method_options", "tuning_configs", "pick_lr",
+           "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples", "run_configs", "ArenaRuns",
+           "check_arguments", "run_arena", "worst_share", "run_metrics", "leaderboard", "COLUMNS",
+           "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto", "winners", "label"]
 
 #: the arena's methods: the five papers' first, then the baselines
 METHODS = ("fedlps", "heroes", "ofafl", "srp-pfed", "sparse-prune-pfl", "fedavg", "fedprox", "heterofl",
@@ -60,17 +62,14 @@ PAPER_METHODS = METHODS[:5]
 #: the baselines each paper compared against that also run in the arena (FedLPS Table I,
 #: Heroes Table II, SRP-pFed Table III, the lightweight PFL paper's Figs. 3-4); OFA-FL
 #: compared only with pruning schedules (LTP, one-shot), none of which is an arena method
-PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"),
-                   "heroes": ("fedavg", "heterofl"),
-                   "ofafl": (),
-                   "srp-pfed": ("fedavg", "fedper", "fedrep", "lg-fedavg", "ditto", "local"),
+PAPER_BASELINES = {"fedlps": ("fedavg", "heterofl", "fedrolex", "fedper"), "heroes": ("fedavg", "heterofl"),
+                   "ofafl": (), "srp-pfed": ("fedavg", "fedper", "fedrep", "lg-fedavg", "ditto", "local"),
                    "sparse-prune-pfl": ("fedper", "lg-fedavg", "fedavg")}
 #: the metric each paper reports its method by (OFA-FL's: each client's own sub-network on
 #: its data, which is the arena's personalised accuracy; its server keeps no single model)
 PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_personal",
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
-#: the one cost model every run is charged by (see :mod:`hetfl_core.system`): the wireless
-#: cell, the only one on which the lightweight PFL method's allocation (Alg. 2) exists
+#: the one cost model every run is charged by (:mod:`hetfl_core.system`): the wireless cell
 SYSTEM = "wireless"
 #: methods whose training never reads the device tiers: they use ``self.devices`` for no
 #: decision (SRP-pFed only with its semi-asynchronous ``window``, off by default), so their
@@ -91,9 +90,7 @@ def tier_blind(method: str) -> bool:
 def label(method: str) -> str:
     """A registered method's display name, its class's ``label`` (``"sparse-prune-pfl"`` ->
     ``"Lightweight PFL"``); an unregistered name as it is."""
-    from .methods import METHODS
-
-    return METHODS[method].label if method in METHODS else method
+    return _REGISTERED[method].label if method in _REGISTERED else method
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,10 @@ class Scenario:
         return f"{self.task}, {self.skew}, {self.heterogeneity} heterogeneity"
 
 
+#: the one text scenario: Shakespeare's own split, medium heterogeneity
+_TEXT = Scenario("text", "natural", "medium")
+
+
 @dataclass
 class Settings:
     """What every method gets at one scale (identical for all of them)."""
@@ -124,8 +125,17 @@ class Settings:
     text_seeds: int             # seeds in the text scenario
     map_seeds: int              # seeds in the other image cells
     lr_grid: dict               # task -> the learning rates every method is tuned over
-    extra: dict = field(default_factory=dict)
     baselines: str = "authors"  # how the baselines run (:data:`hetfl_core.book.BASELINES`)
+
+    def seeds_in(self, scenario: Scenario) -> int:
+        """The number of seeds every method runs in ``scenario``."""
+        if scenario == self.reference:
+            return self.seeds
+        return self.text_seeds if scenario.task == "text" else self.map_seeds
+
+    def references(self) -> dict:
+        """``{task: scenario}``: where each task's learning rate is tuned."""
+        return {"image": self.reference, **({"text": _TEXT} if self.text is not None else {})}
 
 
 def settings(scale: str, seed: int = 0) -> Settings:
@@ -153,14 +163,11 @@ def settings(scale: str, seed: int = 0) -> Settings:
                       val_fraction=0.1, test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
                       eval_every=by_scale(scale, smoke=1, book=4, paper=10), seed=seed)
     image = image.replace(eval_global_every=image.rounds)
-    text = None if scale == "smoke" else RunConfig(
-        dataset="shakespeare", model="charlstm-s", partition="natural",
-        clients=by_scale(scale, smoke=6, book=10, paper=50), participation=image.participation,
-        rounds=by_scale(scale, smoke=2, book=12, paper=100), local_steps=image.local_steps,
-        batch_size=16,
-        train_samples=by_scale(scale, smoke=2000, book=6000, paper=ALL), val_fraction=0.1,
-        test_fraction=0.2, heterogeneity="medium", system=SYSTEM,
-        eval_every=by_scale(scale, smoke=1, book=3, paper=10), seed=seed)
+    text = None if scale == "smoke" else image.replace(   # the image task's clients, steps and splits
+        dataset="shakespeare", model="charlstm-s", partition="natural", batch_size=16,
+        rounds=by_scale(scale, smoke=2, book=12, paper=100),
+        train_samples=by_scale(scale, smoke=2000, book=6000, paper=ALL),
+        eval_every=by_scale(scale, smoke=1, book=3, paper=10))
     text = text and text.replace(eval_global_every=text.rounds)
     return Settings(scale=scale, image=image, text=text,
                     skews=by_scale(scale, smoke=("α=0.5",), book=("α=0.1", "α=0.5", "near-IID"),
@@ -181,7 +188,7 @@ def settings(scale: str, seed: int = 0) -> Settings:
 def scenarios(s: Settings) -> list[Scenario]:
     """Every scenario of the grid: the image cells (skew x heterogeneity), then the text one."""
     cells = [Scenario("image", k, h) for k in s.skews for h in s.heterogeneities]
-    return cells + ([Scenario("text", "natural", "medium")] if s.text is not None else [])
+    return cells + ([_TEXT] if s.text is not None else [])
 
 
 def method_options(method: str, config: RunConfig) -> dict:
@@ -189,8 +196,6 @@ def method_options(method: str, config: RunConfig) -> dict:
     says otherwise for the arena's run of ``config`` (:meth:`Method.arena_options
     <hetfl_core.methods.base.Method.arena_options>`: OFA-FL's capacities by device tier and
     its schedule scaled to the rounds; the lightweight PFL method's split on the LSTM)."""
-    from .methods import get_method
-
     return get_method(method).arena_options(config)
 
 
@@ -205,27 +210,21 @@ def _config(s: Settings, scenario: Scenario, method: str, lr: float, seed: int) 
     return with_baselines(c.replace(options=method_options(method, c)), s.baselines)
 
 
-def _supported(config: RunConfig) -> bool:
+def _refusal(config: RunConfig) -> str | None:
+    """Why ``config`` cannot run (its validation error), or ``None``."""
     try:
         config.validate()
-    except ConfigError:
-        return False
-    return True
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def tuning_configs(s: Settings, methods) -> dict:
-    """``{(task, method, lr): config}``: each method at each learning rate of the grid, in
-    the task's reference scenario (the image reference cell; the text scenario), first seed."""
-    seed = s.image.seed
-    refs = {"image": s.reference, **({"text": Scenario("text", "natural", "medium")} if s.text else {})}
-    grid = {}
-    for task, scenario in refs.items():
-        for m in methods:
-            for lr in s.lr_grid[task]:
-                c = _config(s, scenario, m, lr, seed)
-                if _supported(c):
-                    grid[(task, m, lr)] = c
-    return grid
+    """``{(task, method, lr): config}``: each method that can run the task at each learning
+    rate of the grid, in the task's reference scenario (:meth:`Settings.references`), first seed."""
+    configs = {(task, m, lr): _config(s, scenario, m, lr, s.image.seed)
+               for task, scenario in s.references().items() for m in methods for lr in s.lr_grid[task]}
+    return {k: c for k, c in configs.items() if _refusal(c) is None}
 
 
 def _only_planned(tuning: dict, task: str, method: str) -> bool:
@@ -258,19 +257,16 @@ def first_lrs(grid) -> tuple:
     """The rates tuning starts from: the two middle values of ``grid`` (the lower middle
     pair of an odd grid; all of a grid of at most two)."""
     grid = tuple(grid)
-    if len(grid) <= 2:
-        return grid
-    mid = len(grid) // 2 - 1
+    mid = max(len(grid) // 2 - 1, 0)
     return grid[mid:mid + 2]
 
 
 def widen(tuning: dict, lr_grid: dict) -> list:
-    """``[(task, method, lr)]``: the rates still to try. For each method tuned so far (the
-    keys of ``tuning``), if its best rate (by :func:`pick_lr` over the rates tried) is the
-    smallest or the largest tried, the grid's next rate beyond it, when there is one and
-    it is untried; if every rate tried diverged, the next smaller one. A method whose runs
-    are only planned gets one rate more, the next larger (as :func:`training_samples`
-    counts)."""
+    """``[(task, method, lr)]``: the rates still to try. For each method in ``tuning``, if
+    its best rate (:func:`pick_lr` over the rates tried) is the smallest or the largest
+    tried, the grid's next rate beyond it, if any; if every rate tried diverged, the next
+    smaller one. A method whose runs are only planned gets the next larger rate once (as
+    :func:`training_samples` counts)."""
     out = []
     for task, m in dict.fromkeys((t, m) for t, m, _ in tuning):
         grid = list(lr_grid[task])
@@ -293,21 +289,14 @@ def lr_edges(lrs: dict, lr_grid: dict) -> dict:
     """``{(task, method): "smallest" | "largest"}`` for every method whose chosen rate is at
     an edge of its task's grid (where a wider grid might serve it better); empty for a
     one-value grid."""
-    out = {}
-    for (task, m), lr in lrs.items():
-        grid = tuple(lr_grid[task])
-        if len(grid) > 1 and lr in (grid[0], grid[-1]):
-            out[(task, m)] = "smallest" if lr == grid[0] else "largest"
-    return out
+    return {(task, m): "smallest" if lr == lr_grid[task][0] else "largest"
+            for (task, m), lr in lrs.items()
+            if len(lr_grid[task]) > 1 and lr in (lr_grid[task][0], lr_grid[task][-1])}
 
 
 def majority_rate(config: RunConfig) -> float:
     """The accuracy of always predicting the most frequent label of the clients' pooled
     test splits (on Shakespeare: the most frequent next character)."""
-    import torch
-
-    from .engine import build_data
-
     data = build_data(config)
     y = torch.cat([c.y_test.reshape(-1) for c in data.clients])
     if y.numel() == 0:
@@ -330,24 +319,17 @@ def training_samples(s: Settings, methods=METHODS, lrs_per_method: float | None 
         grid = s.lr_grid[task]
         tuned = lrs_per_method if lrs_per_method is not None else \
             min(len(grid), len(first_lrs(grid)) + 1)
-        cells = [sc for sc in scenarios(s) if sc.task == task]
-        seeds = sum(s.seeds if sc == s.reference else s.text_seeds if task == "text"
-                    else s.map_seeds for sc in cells)
+        seeds = sum(s.seeds_in(sc) for sc in scenarios(s) if sc.task == task)
         out[task] = per_run * len(methods) * (tuned + seeds - 1)     # seed 0 of a cell is tuned
     return out
 
 
 def run_configs(s: Settings, methods, lrs: dict) -> dict:
     """``{(scenario, method, seed): config}`` for every cell, tuned method and seed."""
-    grid = {}
-    for scenario in scenarios(s):
-        n = s.seeds if scenario == s.reference else s.text_seeds if scenario.task == "text" else s.map_seeds
-        for m in methods:
-            if (scenario.task, m) not in lrs:
-                continue
-            for seed in range(s.image.seed, s.image.seed + n):
-                grid[(scenario, m, seed)] = _config(s, scenario, m, lrs[(scenario.task, m)], seed)
-    return grid
+    first = s.image.seed
+    return {(sc, m, seed): _config(s, sc, m, lrs[(sc.task, m)], seed)
+            for sc in scenarios(s) for m in methods if (sc.task, m) in lrs
+            for seed in range(first, first + s.seeds_in(sc))}
 
 
 @dataclass
@@ -374,8 +356,6 @@ class ArenaRuns:
 def _sweep_tolerant(grid: dict, processes: int, desc: str, directory, progress: bool):
     """Run every config of ``grid`` through :func:`~hetfl_core.experiments.sweep`; a run
     that fails (diverges, say) is recorded, the others are kept."""
-    from .experiments import _one_line, load_cached, sweep
-
     keys, configs = list(grid), list(grid.values())
     try:
         results = sweep(configs, processes=processes, directory=directory, desc=desc, progress=progress)
@@ -391,14 +371,10 @@ def check_arguments(scale: str, processes: int, seed: int) -> None:
     """Raise :class:`ConfigError` (one line) unless the arena can run at ``scale`` with
     ``processes`` workers from the first seed ``seed``: every seed it will use, ``seed`` to
     ``seed`` + the number of seeds - 1, must be a valid :attr:`RunConfig.seed`."""
-    import dataclasses
-
-    from .config import check_value
-
     check_scale(scale)
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ConfigError(f"processes must be an integer of at least 1, got {processes!r}")
-    meta = next(f.metadata for f in dataclasses.fields(RunConfig) if f.name == "seed")
+    meta = next(f.metadata for f in fields(RunConfig) if f.name == "seed")
     check_value("seed", seed, meta)
     s = settings(scale, seed)
     n = max(s.seeds, s.text_seeds, s.map_seeds)
@@ -410,31 +386,16 @@ def run_arena(scale: str = "smoke", methods=None, processes: int = 2, seed: int 
     """Tune, then run the whole arena at ``scale`` (cached and resumable: a rerun reads
     every finished run from the cache). ``methods`` defaults to :data:`METHODS`; any
     registered method (a plug-in) may be named. A method that cannot run a task's model is
-    left out of that task. A run that fails (diverges) is run again at the next smaller
-    rate of the grid, for every method alike; one that still fails is reported in ``failed``.
+    left out of that task; a run that still fails one rate lower is reported in ``failed``.
     ``baselines="simplified"`` runs the baselines simplified
     (:data:`hetfl_core.book.SIMPLIFIED_BASELINES`)."""
-    import dataclasses
-
-    from .methods import get_method
-
     check_arguments(scale, processes, seed)
-    s = dataclasses.replace(settings(scale, seed), baselines=baselines)
+    s = replace(settings(scale, seed), baselines=baselines)
     methods = tuple(dict.fromkeys(methods or METHODS))
-    if not methods:
-        raise ConfigError("name at least one method")
     for m in methods:
         get_method(m)
-    tasks = ["image"] + (["text"] if s.text else [])
-    unsupported = {}
-    for task in tasks:
-        scenario = s.reference if task == "image" else Scenario("text", "natural", "medium")
-        for m in methods:
-            c = _config(s, scenario, m, s.lr_grid[task][0], seed)
-            try:
-                c.validate()
-            except ConfigError as exc:
-                unsupported[(task, m)] = str(exc)
+    unsupported = {(task, m): why for task, scenario in s.references().items() for m in methods
+                   if (why := _refusal(_config(s, scenario, m, s.lr_grid[task][0], seed)))}
     every = tuning_configs(s, methods)
     todo = [k for k in every if k[2] in first_lrs(s.lr_grid[k[0]])]
     tuning = {}
@@ -477,36 +438,28 @@ def run_metrics(result: dict, target: float, budget: float) -> dict:
     plus down), ``energy_j`` (``nan`` where the history has none) and ``flops`` at the end;
     the same four costs when personalised accuracy first reaches ``target`` (``inf`` if it
     never does); and the personalised accuracy within the simulated-time ``budget``."""
-    from .report import final, first_reach, value_at
-
     rows = [r for r in result["history"] if r.get("acc_clients") is not None]
     last = result["history"][-1]
-    has_energy = last.get("energy_j") is not None
     out = {"acc": final(result), "acc_global": final(result, "acc_global"),
            "worst10": worst_share(rows[-1]["acc_clients"]) if rows else math.nan,
            "time_s": _last(result, "time_s"), "bits": last["uplink_bits"] + last["downlink_bits"],
            "energy_j": _last(result, "energy_j"), "flops": _last(result, "flops"),
            "acc_at_budget": value_at(result, budget)}
     for key, x in (("time", "time_s"), ("bits", "traffic_bits"), ("energy", "energy_j"), ("flops", "flops")):
-        out[f"{key}_to_target"] = math.nan if key == "energy" and not has_energy else \
-            first_reach(result, target, x)
+        no_energy = key == "energy" and last.get("energy_j") is None
+        out[f"{key}_to_target"] = math.nan if no_energy else first_reach(result, target, x)
     return out
 
 
 def targets(runs: ArenaRuns, scenario: Scenario, share: float = 0.9) -> tuple[float, float]:
     """The scenario's target accuracy (``share`` of the best method's final mean
     personalised accuracy) and time budget (the median finishing time of its methods)."""
-    from .report import final
-
-    accs, times = [], []
-    for m in runs.methods:
-        rs = runs.runs(scenario, m)
-        if rs:
-            accs.append(np.nanmean([final(r) for r in rs]))
-            times.append(np.mean([r["history"][-1]["time_s"] for r in rs]))
-    if not accs:
+    per_method = [rs for m in runs.methods if (rs := runs.runs(scenario, m))]
+    if not per_method:
         return math.nan, math.nan
-    return share * float(np.nanmax(accs)), float(np.median(times))
+    best = np.nanmax([np.nanmean([final(r) for r in rs]) for rs in per_method])
+    times = [np.mean([r["history"][-1]["time_s"] for r in rs]) for rs in per_method]
+    return share * float(best), float(np.median(times))
 
 
 #: leaderboard columns: key -> (header, digits, scale, unit)
@@ -515,8 +468,7 @@ COLUMNS = {"acc": ("personalised acc. (%)", 1, 100, ""), "acc_global": ("global 
            "time_s": ("time (s)", 1, 1, ""), "bits": ("traffic (MB)", 1, 1 / 8e6, ""),
            "energy_j": ("energy (J)", 2, 1, ""), "flops": ("GFLOPs", 0, 1e-9, ""),
            "time_to_target": ("time to target (s)", 1, 1, ""),
-           "bits_to_target": ("MB to target", 1, 1 / 8e6, ""),
-           "energy_to_target": ("J to target", 2, 1, ""),
+           "bits_to_target": ("MB to target", 1, 1 / 8e6, ""), "energy_to_target": ("J to target", 2, 1, ""),
            "flops_to_target": ("GFLOPs to target", 0, 1e-9, "")}
 
 
@@ -534,13 +486,12 @@ def leaderboard(runs: ArenaRuns) -> list[dict]:
                 continue
             per = [run_metrics(r, target, budget) for r in rs]
             values = {k: [p[k] for p in per] for k in per[0]}
-            mean = {k: _mean(v) for k, v in values.items()}
+            lrs = sorted({r["config"]["lr"] for r in rs}, reverse=True)
             block.append({"scenario": scenario.name, "task": scenario.task, "skew": scenario.skew,
                           "heterogeneity": scenario.heterogeneity, "method": m, "label": label(m),
-                          "lr": max(r["config"]["lr"] for r in rs),
-                          "lrs": sorted({r["config"]["lr"] for r in rs}, reverse=True), "seeds": len(rs),
-                          "system": SYSTEM, "target": target,
-                          "budget_s": budget, "mean": mean, "values": values})
+                          "lr": lrs[0], "lrs": lrs, "seeds": len(rs), "system": SYSTEM, "target": target,
+                          "budget_s": budget, "mean": {k: _mean(v) for k, v in values.items()},
+                          "values": values})
         if scenario.task == "text" and block:
             block.append(_majority_row(runs, scenario, block[0]))
         block.sort(key=lambda r: -np.nan_to_num(r["mean"]["acc"], nan=-1))

@@ -71,10 +71,8 @@ class Phase:
 
     def loss_fn(self):
         """The ``loss_fn`` that ``local_sgd`` takes for this phase (``None``: cross-entropy)."""
-        if self.loss is not None:
+        if self.loss is not None or not self.sub_masks:
             return self.loss
-        if not self.sub_masks:
-            return None
         return lambda model, xb, yb: joint_loss(model, self.sub_masks, xb, yb)
 
 
@@ -146,19 +144,16 @@ def job_signature(job: ClientJob) -> tuple:
 
 def train_jobs(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
                weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train every job (in place) and return each one's per-phase :class:`LocalResult`.
-
-    Jobs are grouped by :func:`job_signature`; each group trains as one vectorised batch.
-    """
+    """Train every job (in place), each group of one :func:`job_signature` as one vectorised
+    batch, and return each job's per-phase :class:`LocalResult`."""
     groups: dict[tuple, list[int]] = {}
     for i, job in enumerate(jobs):
         groups.setdefault(job_signature(job), []).append(i)
-    results: list = [None] * len(jobs)
+    results = {}
     for members in groups.values():
-        for i, res in zip(members, train_group([jobs[i] for i in members], batch_size, lr, momentum,
-                                               weight_decay)):
-            results[i] = res
-    return results
+        group = [jobs[i] for i in members]
+        results.update(zip(members, train_group(group, batch_size, lr, momentum, weight_decay)))
+    return [results[i] for i in range(len(jobs))]
 
 
 def _schedule(jobs, phase_idx: int, steps: int, batch_size: int, offsets: list[int]):
@@ -170,10 +165,9 @@ def _schedule(jobs, phase_idx: int, steps: int, batch_size: int, offsets: list[i
     weight = torch.zeros(steps, k, batch_size, dtype=torch.float64)
     sizes = torch.zeros(steps, k, dtype=torch.long)
     for j, job in enumerate(jobs):
-        n = len(job.client.y_train)
         own = job.phases[phase_idx].steps
         index[:, j, :] = offsets[j]
-        for s, idx in enumerate(minibatch_indices(n, own, batch_size, job.generator)):
+        for s, idx in enumerate(minibatch_indices(len(job.client.y_train), own, batch_size, job.generator)):
             b = len(idx)
             index[s, j, :b] = idx + offsets[j]
             weight[s, j, :b] = 1.0 / b

@@ -25,7 +25,9 @@ compare against. Units inside the solver: Mbit, MHz, seconds.
 """
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -223,8 +225,6 @@ class _Subproblem:
         self.problem = cp.Problem(cp.Minimize(-self.wk @ k - self.sr @ r), cons)
 
     def solve(self):
-        import warnings
-
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")          # "optimal_inaccurate" is checked by the caller
@@ -238,14 +238,8 @@ class _Subproblem:
         return tuple(np.asarray(x.value, float) for x in self.vars)
 
 
-_SUBPROBLEMS: dict = {}
-
-
-def _subproblem(n, with_energy, k_min, r_min, r_max) -> _Subproblem:
-    key = (n, with_energy, k_min, r_min, r_max)
-    if key not in _SUBPROBLEMS:
-        _SUBPROBLEMS[key] = _Subproblem(*key)
-    return _SUBPROBLEMS[key]
+#: one subproblem per (n, with_energy, k_min, r_min, r_max), re-solved with new parameters
+_subproblem = functools.cache(_Subproblem)
 
 
 def largest_k(system: RoundSystem, budget, lo, hi, iters: int = 60):
@@ -264,16 +258,13 @@ def _repair(system: RoundSystem, k, r, share, k_min):
     bad = upload_bits(np.asarray(k, float), system.d_base, system.value_bits) > budget
     if not bad.any():
         return k
-    return np.where(bad, largest_k(system, budget, np.full(system.n, k_min), np.asarray(k, float).copy(), 60), k)
+    return np.where(bad, largest_k(system, budget, np.full(system.n, k_min), np.asarray(k, float)), k)
 
 
 def _feasible(system: RoundSystem, k, r, share, k_min, rtol: float = 1e-9):
-    """``(k, share)`` that meet the deadline (and any energy budget) at ``r``, or ``None``.
-
-    Tries the solver's shares with k lowered where tolerance left a client a hair over the
-    deadline (:func:`_repair`), then the least shares that fit (k, r) (:func:`min_share`)
-    scaled up to fill the band. An inaccurate solve can return neither.
-    """
+    """``(k, share)`` that meet the deadline (and any energy budget) at ``r``, or ``None``: the
+    solver's shares with k :func:`_repair`-ed, else the least shares that fit (k, r) scaled up
+    to fill the band."""
     candidates = [share]
     need = min_share(system, upload_bits(k, system.d_base, system.value_bits),
                      system.deadline_s - system.compute_time(r))

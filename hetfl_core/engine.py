@@ -17,6 +17,7 @@ The engine knows no method by name (the plug-in and its registry are
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -160,14 +161,11 @@ def build_simulation(config: RunConfig) -> Simulation:
 def _pooled(parts) -> tuple:
     """Pooled accuracy and loss of ``(correct, summed loss, samples)`` parts, and each part's
     accuracy (``None`` for an empty part); ``None, None`` when there is no sample at all."""
-    correct = total = 0
-    loss = 0.0
-    per_part = []
-    for c, l, n in parts:
-        correct, loss, total = correct + c, loss + l, total + n
-        per_part.append(c / n if n else None)
+    per_part = [c / n if n else None for c, _, n in parts]
+    total = sum(n for _, _, n in parts)
     if not total:
         return None, None, per_part
+    correct, loss = sum(c for c, _, _ in parts), sum((part[1] for part in parts), 0.0)
     return correct / total, loss / total, per_part
 
 
@@ -221,16 +219,14 @@ def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
 def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, ClientPlan]]):
     """Each planned client's report, in order: ``client_update`` in this process, or, where
     the run batches clients and the method opts in, the round's clients as one batch."""
+    jobs = [(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k)) for k, plan in plans]
     if sim.method.batchable and uses_batched_clients(sim.config):
-        jobs = [(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
-                for k, plan in plans]
         yield from batched_updates(sim.method, sim.config, jobs)
-        return
-    for k, plan in plans:
-        yield sim.method.client_update(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k))
+    else:
+        yield from (sim.method.client_update(*job) for job in jobs)
 
 
-class single_thread:  # noqa: N801 - called like the function it was: single_thread()
+class single_thread:  # noqa: N801 - used like a function: single_thread()
     """One torch thread for every run (:func:`run`, the command line, sweeps' workers): a
     different count changes float sums in the 8th digit, and the cache key does not hold it.
 
@@ -261,8 +257,6 @@ def divergence_suspects(config: RunConfig, method: Method) -> str:
     text = " or ".join(suspects)
     cls = type(method)
     if not cls.__module__.startswith("hetfl_core."):
-        import inspect
-
         try:
             where = inspect.getsourcefile(cls) or cls.__module__
         except TypeError:
@@ -272,11 +266,8 @@ def divergence_suspects(config: RunConfig, method: Method) -> str:
 
 
 def run(config: RunConfig, progress: bool = False, callback=None) -> dict:
-    """Run one configuration and return ``{"config": ..., "history": [...]}`` (see
-    :func:`run_rounds`).
-
-    The data is built and the rounds run on one torch thread (:class:`single_thread`); the
-    caller's thread count is restored afterwards."""
+    """Run one configuration and return ``{"config": ..., "history": [...]}`` (:func:`run_rounds`),
+    data built and rounds run on one torch thread (:class:`single_thread`)."""
     with single_thread():
         return run_rounds(build_simulation(config), progress, callback)
 

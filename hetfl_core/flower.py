@@ -193,8 +193,10 @@ def _check_changes(changes: dict, method, what: str) -> dict:
         raise HetflError(f"{what} is a {type(changes).__name__}, not a dict of changes; refused")
     shipped = _method_state(method)
     for name, change in changes.items():
-        settable = (isinstance(name, str) and name.isidentifier()
-                    and name not in (*_NOT_SHIPPED, "device") and not _is_code(method, name))
+        settable = isinstance(name, str) and name.isidentifier() and name not in (*_NOT_SHIPPED, "device")
+        if settable:   # not one of the class's functions, properties or nested classes
+            found = inspect.getattr_static(type(method), name, None)
+            settable = not (callable(found) or hasattr(found, "__get__"))
         kind = change[0] if isinstance(change, tuple) and change else None
         if settable and kind == "set" and len(change) == 2:
             continue
@@ -204,13 +206,6 @@ def _check_changes(changes: dict, method, what: str) -> dict:
             continue
         raise HetflError(f"{what} changes {name!r} in a way no client_update does; refused")
     return changes
-
-
-def _is_code(method, name: str) -> bool:
-    """Whether ``name`` is one of the method class's functions, properties or nested classes
-    (which a change would replace on the server)."""
-    found = inspect.getattr_static(type(method), name, None)
-    return callable(found) or hasattr(found, "__get__")
 
 
 def _method_state(method) -> dict:
@@ -224,11 +219,9 @@ def _node_data(config_json: str):
 
 
 def _train(task, node_id: int) -> dict:
-    """A node's side of a train message: rebuild the method from the shipped state, train the
-    client the task names, and return the reply's ``{"report", "changes"}`` archives. A
-    state or plan that names a type hetfl does not ship is refused unread. Neither the
-    method's constructor nor its ``setup`` runs on the node: the shipped state is what they
-    built on the server."""
+    """A node's side of a train message: the method rebuilt from the shipped state (neither its
+    constructor nor ``setup`` runs on the node), the named client trained, and the reply's
+    ``{"report", "changes"}`` archives; a state or plan naming a type not shipped is refused unread."""
     from .methods import get_method
 
     config_json = task["config"]
@@ -257,8 +250,6 @@ def client_app():
 
     @app.train()
     def train(msg: Message, context) -> Message:
-        """Rebuild the method from the shipped state, train the named client, reply with its
-        report and the state it changed."""
         reply = ConfigRecord(_train(msg.content["hetfl"], context.node_id))
         return Message(RecordDict({"hetfl": reply}), reply_to=msg)
 
@@ -280,15 +271,6 @@ def _wait_for_nodes(grid, count: int, stop: threading.Event, timeout_s: float = 
         if stop.wait(0.1):
             raise _Stopped("stopped while waiting for Flower nodes")
     return nodes
-
-
-def _send_and_receive(grid, message, stop: threading.Event, poll_s: float = 0.02):
-    """The reply to ``message``, polled until it comes or ``stop`` is set."""
-    waiting = set(grid.push_messages([message]))
-    while not (replies := list(grid.pull_messages(waiting))):
-        if stop.wait(poll_s):
-            raise _Stopped("stopped while waiting for a Flower node's reply")
-    return replies[0]
 
 
 def _node_reason(reason: str) -> str:
@@ -324,6 +306,8 @@ def _grid_updates(grid, nodes: list[int], stop: threading.Event | None = None):
     ``stop`` ends the wait for a reply."""
     from flwr.app import ConfigRecord, Message, RecordDict
 
+    stop = stop or threading.Event()
+
     def updates(sim, round_idx, jobs):
         config_json = json.dumps(sim.config.to_dict())
         for k, plan in jobs:
@@ -332,8 +316,11 @@ def _grid_updates(grid, nodes: list[int], stop: threading.Event | None = None):
                                  "plan": _dumps(plan), "state": _dumps(_method_state(sim.method))})
             message = Message(RecordDict({"hetfl": task}), dst_node_id=node, message_type="train",
                               group_id=str(round_idx))
-            reply = _send_and_receive(grid, message, stop or threading.Event())
-            yield _read_reply(reply, sim.method, k, node, round_idx)
+            waiting = set(grid.push_messages([message]))
+            while not (replies := list(grid.pull_messages(waiting))):
+                if stop.wait(0.02):
+                    raise _Stopped("stopped while waiting for a Flower node's reply")
+            yield _read_reply(replies[0], sim.method, k, node, round_idx)
 
     return updates
 

@@ -22,7 +22,6 @@ importable where the ServerApp and the ClientApps run; the app bundle itself hol
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from flwr.app import Context, Message
@@ -32,6 +31,7 @@ from flwr.serverapp import Grid, ServerApp
 from .config import RunConfig
 from .engine import single_thread
 from .errors import ConfigError
+from .experiments import write_atomic
 from .flower import client_app, server_app
 
 __all__ = ["server", "client", "read_run_config"]
@@ -59,27 +59,17 @@ def read_run_config(run_config: dict) -> tuple[RunConfig, Path, int]:
     return config, Path(run_config["output"]).expanduser(), nodes
 
 
-def _write(path: Path, result: dict) -> None:
-    """Write ``result`` as JSON to ``path`` whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(json.dumps(result))
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
 @server.main()
 def main(grid: Grid, context: Context) -> None:
     """Run the configured hetfl run with each client's update on a SuperNode and write it."""
     config, output, nodes = read_run_config(dict(context.run_config))
-    server_app([config], nodes, on_run=lambda result, method: _write(output, result))(grid, context)
+    app = server_app([config], nodes, on_run=lambda run, _: write_atomic(output, json.dumps(run).encode()))
+    app(grid, context)
 
 
 @client.train()
 def train(msg: Message, context: Context) -> Message:
     """The method's ``client_update`` for the client the message names, on one torch thread
-    as in hetfl's engine (another thread count changes float sums in the 8th digit)."""
+    (:class:`~hetfl_core.engine.single_thread`)."""
     with single_thread():
         return _client_update(msg, context)
