@@ -20,8 +20,7 @@ from .heroes import Heroes
 class Flanc(Heroes, name="flanc", label="Flanc"):
     """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
-    Trains its clients sequentially, for Heroes' reasons: composed models whose block
-    selection is an attribute, not a parameter, and differs by width.
+    Trains its clients sequentially, for Heroes' reasons.
     """
 
     option_specs = {**Heroes.option_specs,

@@ -5,38 +5,27 @@ sub-model of width w = the widest of ``widths`` not above c, made of the *first*
 ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). By default the method runs
 as its authors ran it:
 
-* **Scaler** (Sec. 3): while training, every hidden layer's output is divided by the
-  width w, so that a sub-model's activations keep the full model's scale; at test time
-  the layer is the identity (``scaler``).
-* **Masking trick** (the non-IID experiments, Sec. 4): a client's logits of the labels
-  absent from its training data are set to 0 before the cross-entropy, so their
-  classifier rows get no gradient, and the client does not send those rows: they are
-  neither trained nor averaged by it (``label_mask``).
-* **Aggregation** (Sec. 3.1, Eq. 3): each entry is the plain mean over the participants
-  that hold it (``weighting="count"``); entries nobody holds keep their value.
-* **Gradient clipping** at global norm 1 before every local step (``clip_norm``): the
-  authors' training code does it; the paper does not mention it.
-* **Scores** (Sec. 4): the full-width global model, in test mode. History key
-  ``acc_global`` is its accuracy on the whole test set; ``acc_personal`` (and
-  ``loss_personal``, ``acc_clients``, ``acc_val``) its accuracy on each client's own test
-  split with the logits of labels the client does not train on set to 0, pooled over
-  clients: the paper's "local" accuracy (``personal_eval="global-masked"``).
+* **Scaler** (Sec. 3, ``scaler``): while training, every hidden layer's output is divided
+  by w, so a sub-model's activations keep the full model's scale; in tests, the identity.
+* **Masking trick** (Sec. 4, ``label_mask``): a client's logits of the labels absent from
+  its training data are set to 0 before the cross-entropy, and it does not send their
+  classifier rows: they are neither trained nor averaged by it.
+* **Aggregation** (Sec. 3.1, Eq. 3, ``weighting``): each entry is the plain mean over the
+  participants that hold it; entries nobody holds keep their value.
+* **Gradient clipping** (``clip_norm``) at norm 1 before every local step: the authors'
+  training code does it; the paper does not mention it.
+* **Scores** (Sec. 4, ``personal_eval``): the full-width global model, in test mode:
+  ``acc_global`` on the whole test set; ``acc_personal`` (and ``loss_personal``,
+  ``acc_clients``, ``acc_val``) on each client's own test split with the logits of labels
+  it does not train on set to 0, pooled over clients: the paper's "local" accuracy.
 
-Options that keep earlier behaviour, for ablations: ``weighting="samples"`` (entries
-weighted by the clients' data sizes, as FjORD aggregates), ``label_mask=False``,
-``scaler=False``, ``clip_norm=None``, and ``personal_eval="submodel"`` (each client
-scored with its own width sub-model of the global model) or ``"global"`` (the unmasked
-global model).
-
-Deviations kept on purpose: the width levels are 1, 1/2, 1/4 by device capability, fixed
-for the run (the paper's five levels and its dynamic redraws are configuration); the
-width models have no batch normalisation, so the paper's static BN (Sec. 3) has nothing
-to do. Without normalisation layers the Scaler acts in full: with the authors' batch
-norm after it, its effect is mostly absorbed by the normalisation.
-
-With the option ``width_budget`` a client's width is instead the one Heroes gives the
-same device (Yan et al., Alg. 1 l. 6-11), p/P of every layer, so that the methods are
-compared at equal per-device model sizes.
+The options switch each of these off for ablations (see their help). Deviations kept on
+purpose: the width levels are 1, 1/2, 1/4 by capability, fixed for the run (the paper's
+five levels and dynamic redraws are configuration); the width models have no batch
+normalisation, so the paper's static BN has nothing to do, and the Scaler acts in full
+(the authors' batch norm after it absorbs most of its effect). With ``width_budget`` a
+client's width is the one Heroes gives the same device (Yan et al., Alg. 1 l. 6-11), so
+the methods compare at equal per-device model sizes.
 """
 from __future__ import annotations
 
@@ -102,9 +91,8 @@ class LabelMasked(nn.Module):
 class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
-    Trains its clients sequentially: each width is a model of its own shape, the Scaler
-    rescales hidden outputs through forward hooks, the label mask gives every client its own
-    loss, and the batched SGD rule has no gradient clipping (``clip_norm``).
+    Trains its clients sequentially: per-width model shapes, the Scaler's forward hooks,
+    per-client label-masked losses and gradient clipping are not in the batched SGD.
     """
 
     option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
@@ -122,7 +110,6 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         super().setup(sim)
         self.widths = {}
         if self.options["width_budget"] is not None:
-            # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
             budget = float(self.options["width_budget"])
@@ -164,7 +151,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                                   else out)
 
     def configure_round(self, round_idx, client_ids):
-        """Each client's width from its capability (static across rounds)."""
+        """Each client's width, fixed for the run."""
         self.round_idx = round_idx
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), width=self.widths[k]) for k in client_ids}
 
@@ -180,11 +167,17 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                     held[name][absent] = 0
         return values, held
 
+    def cut(self, width: float, round_idx: int) -> tuple[nn.Module, dict]:
+        """The global model cut to ``width`` by the unit rule of round ``round_idx``, and the
+        kept units."""
+        idx = self.indices(width, round_idx)
+        model = self.build_model(width)
+        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        return model, idx
+
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
-        idx = self.indices(plan.width, self.round_idx)
-        model = self.build_model(plan.width)
-        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        model, idx = self.cut(plan.width, self.round_idx)
         with self.scaled(model, plan.width):
             result = self.local_train(model, client, plan.local_steps, generator,
                                       loss_fn=self.training_loss(client))
@@ -214,7 +207,4 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
 
     def width_model(self, width: float) -> nn.Module:
         """The global model cut to ``width`` by the unit rule of the current round."""
-        idx = self.indices(width, max(self.round_idx, 1))
-        model = self.build_model(width)
-        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
-        return model
+        return self.cut(width, max(self.round_idx, 1))[0]

@@ -6,14 +6,11 @@ client trains its whole model locally, then sends the global layers for averagin
 SRP-pFed's comparison keeps LeNet-5's first two layers private, i.e. ``head_layers=3``.
 
 The authors start every client's model from a model trained by FedAvg. Here that warm
-start is part of the run: its first ``fedavg_share`` of the rounds (rounded, and never the
-last round) are plain FedAvg rounds
-(every parameter trained, uploaded and averaged, and charged as such by the cost model),
-after which every client's private body starts from the FedAvg body and only the head is
-averaged. The default 0.8 is the authors' published MNIST recipe, 400 FedAvg rounds
-followed by 100 LG-FedAvg rounds (their CIFAR-10 recipe, 1200 then 200, is 0.857).
-``fedavg_share=0`` starts LG-FedAvg from the random initialisation, as earlier versions
-of this class did.
+start is part of the run: its first ``fedavg_share`` of the rounds (rounded, never the
+last round) are plain FedAvg rounds, charged as such, after which every client's private
+body starts from the FedAvg body and only the head is averaged. The default 0.8 is the
+authors' MNIST recipe, 400 FedAvg rounds then 100 LG-FedAvg rounds (CIFAR-10's, 1200 then
+200, is 0.857); ``fedavg_share=0`` starts from the random initialisation.
 
 Kept on purpose: the head (and the warm start's model) is averaged weighted by n_k (the
 authors average unweighted; the two agree with equal client sizes); the warm start ends
@@ -53,7 +50,7 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
         return head_parameter_names(self.model, self.options["head_layers"])
 
     def configure_round(self, round_idx, client_ids):
-        """FedAvg's plans, each marked as a warm-start (FedAvg) round or an LG-FedAvg round."""
+        """FedAvg's plans, each marked as a warm-start (FedAvg) round or not."""
         plans = super().configure_round(round_idx, client_ids)
         for plan in plans.values():
             plan.extra["fedavg"] = round_idx <= self.fedavg_rounds
@@ -66,8 +63,7 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
         return super().client_update(client, plan, generator)
 
     def client_job(self, client, plan, generator):
-        """:meth:`client_update` as a job: FedAvg's in the warm-start rounds, FedPer's (the
-        whole model trained, the head uploaded) afterwards."""
+        """:meth:`client_update` as a job: FedAvg's, then FedPer's (all trained, head uploaded)."""
         if plan.extra.get("fedavg"):
-            return self.fedavg_job(client, plan, generator)
+            return FedAvg.client_job(self, client, plan, generator)
         return super().client_job(client, plan, generator)
