@@ -37,9 +37,6 @@ from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
-#: where a client's personal model v_k starts (and what a never-visited client is scored with)
-PERSONAL_STARTS = ("initial", "global")
-
 
 @register
 class Ditto(FedAvg, name="ditto", label="Ditto"):
@@ -55,7 +52,7 @@ class Ditto(FedAvg, name="ditto", label="Ditto"):
                     "personal_start": Option(
                         "initial", "where v_k starts: initial (w^0, Alg. 1 and the authors' code) "
                         "or global (the first global model the client receives)",
-                        choices=PERSONAL_STARTS)}
+                        choices=("initial", "global"))}
 
     def setup(self, sim):
         super().setup(sim)

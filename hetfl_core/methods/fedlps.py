@@ -55,7 +55,6 @@ from .fedavg import FedAvg
 #: Models whose hidden unit layers form a chain (each layer feeds the next one).
 SUPPORTED_MODELS = ("mlp", "cnn", "lenet5", "wcnn")
 PATTERNS = ("learned", "random", "ordered", "magnitude")
-RATIO_RULES = ("pucbv", "capability", "fixed")
 
 
 def pucbv_horizon(config) -> float:
@@ -71,7 +70,8 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
         "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),
         "pattern": Option("learned", "which units a ratio keeps", choices=PATTERNS),
-        "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen", choices=RATIO_RULES),
+        "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen",
+                             choices=("pucbv", "capability", "fixed")),
         "ratio": Option(0.5, "every client's ratio under ratio_rule fixed", 0, 1, low_open=True),
         "capability": Option("fixed", "device tiers fixed or redrawn every round", choices=("fixed", "dynamic")),
         "aggregation": Option("eq13", "Eq. (13), or each entry averaged over its holders",
@@ -275,14 +275,9 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
 
     # -- models --------------------------------------------------------------------------------
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
-        """The client's current pattern (its last mask, or the one its scores give now)."""
-        ratio = self.ratios[client_id]
-        if self.options["pattern"] == "learned":
-            return top_units(self.scores[client_id], ratio)
-        if self.options["pattern"] == "magnitude":
-            return top_units(unit_magnitudes(self.model), ratio)
+        """The pattern the client's scores give now (a random pattern: its round-zero draw)."""
         fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
-        return top_units(self.round_scores(client_id, fixed), ratio)
+        return top_units(self.round_scores(client_id, fixed), self.ratios[client_id])
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

@@ -5,47 +5,42 @@ parent 27b236be: the last commit deleted it). It differs from the paper's (Xue e
 Algorithm 1, which :class:`~hetfl_core.methods.fedlps.FedLPS` follows, in these places;
 this variant computes each one as the released code does:
 
-* **The pattern is not learned.** Each visit starts from fresh scores, N(0, 1) sorted in
+* **The pattern is not learned.** Each visit starts from fresh N(0, 1) scores sorted in
   descending order (Models.py:49; a new ``WeightLayer`` per visit, Hetero_Client.py:183-190),
   not the client's persistent Q (Alg. 1 line 18). The mask multiplies ``param.data``
   outside autograd and ``torch.heaviside`` has no derivative (Models.py:54-66,
-  Hetero_Client.py:205-212), so the task loss gives Q no gradient (paper: Eqs. 10-11). The
-  only gradient on Q, on the kept units only (Hetero_Client.py:243-244), is lambda times an
-  ``MSELoss`` between Q of shape (n, 1) and sigma(sum |w| of each masked row) of shape (n,),
-  which broadcasts to the mean over all n x n pairs (Hetero_Client.py:162-172; Eq. 8 is
-  per unit). So the kept units are the first ones in every visit, unless that
-  contraction reorders the scores within a visit.
+  Hetero_Client.py:205-212), so the task loss gives Q no gradient (paper: Eqs. 10-11). Q's
+  only gradient, on kept units (Hetero_Client.py:243-244), is lambda times an ``MSELoss``
+  between Q of shape (n, 1) and sigma(sum |w| of each masked row) of shape (n,): the mean
+  over all n x n pairs (Hetero_Client.py:162-172; Eq. 8 is per unit). So the kept units
+  are the first ones in every visit, unless that contraction reorders the scores.
 * **One unit too few.** k = max(int(s n), 1) scores pass ``topk``, then a strict
-  ``nn.Threshold`` at the smallest of them keeps k - 1 (Models.py:55-60; Eq. 4 keeps the top
-  s J_l): a layer with int(s n) = 1 keeps none.
+  ``nn.Threshold`` at the smallest keeps k - 1 (Models.py:55-60; Eq. 4 keeps s J_l).
 * **Only weight rows are masked** (Models.py:16-31, 62-66; FedLPS.py:139-144): dropped
-  units' rows are zeroed for the forward pass, get no gradient and are restored from
-  omega^r after every step (``weight_recover``, Hetero_Client.py:248); biases and the next
-  layer's input columns train as usual, so a dropped unit outputs act(b) (Eq. 5 zeroes
-  every weight of a dropped unit). The upload is local minus server weights, dropped rows
-  zeroed (Hetero_Client.py:274-282; Eq. 12).
-* **Aggregation** is the unweighted mean over the participants of omega^r + Delta_k, plus
-  N(0, ``noise``^2) on every parameter from the run's seeded generator (agg/avg.py:9-24,
-  options.py:35); Eq. (13) weights by p_k and adds no noise.
-* **No proximal term**: the scripts never set ``--fedprox`` (options.py:60; the paper's
-  L_pr of Eqs. 6-9, mu = 1).
+  rows are zeroed for the forward pass, get no gradient and are restored after every step
+  (``weight_recover``, Hetero_Client.py:248); biases and the next layer's columns train,
+  so a dropped unit outputs act(b) (Eq. 5 zeroes all its weights). The upload is local
+  minus server weights, dropped rows zeroed (Hetero_Client.py:274-282; Eq. 12).
+* **Aggregation**: the unweighted mean of omega^r + Delta_k plus N(0, ``noise``^2) on
+  every parameter, from the run's seeded generator (agg/avg.py:9-24, options.py:35);
+  Eq. (13) weights by p_k and adds no noise.
+* **No proximal term** (``--fedprox`` is never set, options.py:60; Eqs. 6-9: mu = 1).
 * **Learning rate** lr x ``lr_decay``^(r - 1) in round r (Hetero_Client.py:153-157,
   options.py:29; the paper: constant).
 * **Tiers redrawn every round** (``model_split_mode='dynamic'``, options.py:95;
-  FedLPS.py:34-45, 178): ``capability="dynamic"``, which runs and charges the client on
-  the round's tier (Sec. III-B fixes a client's capability).
-* **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``;
+  FedLPS.py:34-45, 178; Sec. III-B fixes them): ``capability="dynamic"``.
+* **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``,
   Hetero_Client.py:199; the paper: E local steps), unless the run sets ``local_steps``.
 * **Scoring.** Only a visit at a ratio above ``keep_above`` = 0.25 replaces the client's
-  kept model (Hetero_Client.py:261-267, ``mask_rate_list[2]``); a client without one is
-  scored with the *dense* global model (FedLPS.py:242-251). Alg. 1 line 24 keeps the
-  sparse model of every visit. (The released code reports the unweighted mean of the
-  clients' accuracies, FedLPS.py:273-275; ``acc_clients`` holds them.)
-* **P-UCBV** keeps the epsilon-greedy step (``explore``, Hetero_Client.py:133-137); its
-  other quirks (a phantom zero reward per arm, the off-by-one crediting of
-  FedLPS.py:222-227, an elimination test that never fires) are not reproduced.
-* **Data.** The released code has no IID path (``--iid``, options.py:13, is never read;
-  sampling.py:246-298 deals label-sorted shards); this variant runs on any partition.
+  kept model (Hetero_Client.py:261-267, ``mask_rate_list[2]``; Alg. 1 line 24: every
+  visit); a client without one is scored with the *dense* global model
+  (FedLPS.py:242-251). The released code reports the unweighted mean of the clients'
+  accuracies (FedLPS.py:273-275; ``acc_clients`` holds them).
+* **P-UCBV** keeps the epsilon-greedy step (``explore``, Hetero_Client.py:133-137), not
+  its other quirks (a phantom zero reward per arm, the off-by-one crediting of
+  FedLPS.py:222-227, an elimination test that never fires).
+* **Data.** ``--iid`` (options.py:13) is never read: every run deals label-sorted shards
+  (sampling.py:246-298); this variant runs on any partition.
 
 The per-round tier, learning rate and epochs travel in the round's ``ClientPlan``.
 """

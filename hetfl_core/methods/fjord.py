@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from ..models import kept_units
 from ..submodel import hidden_output_hook, hidden_units, kept_fractions_of_indices
-from ..system import dense_bits, training_flops
+from ..system import training_flops
 from ..training import evaluate
-from .base import ClientReport, register
+from .base import register
 from .heterofl import HeteroFL, width_options
 
 
@@ -69,11 +69,7 @@ class FjORD(HeteroFL, name="fjord", label="FjORD"):
         with hidden_output_hook(model, drop):
             result = self.local_train(model, client, plan.local_steps, generator,
                                       loss_fn=ordered_dropout_loss)
-        n_params = sum(t.numel() for t in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
-                            result.loss, flops=flops[0], uplink_bits=dense_bits(n_params),
-                            downlink_bits=dense_bits(n_params),
-                            local_steps=plan.local_steps, width=plan.width)
+        return self.report(client, plan, model, idx, result.loss, flops[0])
 
     def extra_metrics(self) -> dict:
         """``acc_widths``: the global model at every width level on the whole test set, in

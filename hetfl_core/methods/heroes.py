@@ -41,10 +41,6 @@ from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
-SELECTIONS = ("free", "subgrid", "random")
-FREQUENCIES = ("adaptive", "fixed")
-TAU_MODES = ("calibrated", "raw", "eps")
-
 
 @register
 class Heroes(FedAvg, name="heroes", label="Heroes"):
@@ -57,11 +53,12 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
                             1, 1024),
-        "selection": Option("free", "how a client's blocks are chosen", choices=SELECTIONS),
+        "selection": Option("free", "how a client's blocks are chosen",
+                            choices=("free", "subgrid", "random")),
         "frequency": Option("adaptive", "local steps: adaptive per client (Alg. 1 l. 12-22) or fixed",
-                            choices=FREQUENCIES),
+                            choices=("adaptive", "fixed")),
         "tau_mode": Option("calibrated", "how the first client's steps tau* are set (Eq. 25 calibrated, raw, "
-                           "or to reach a loss eps)", choices=TAU_MODES),
+                           "or to reach a loss eps)", choices=("calibrated", "raw", "eps")),
         "tau0": Option(None, "first-round local steps (None: the run's local steps)", 1, 10_000_000, kind=int),
         "tau_max": Option(None, "most local steps a client runs (None: 2 tau0)", 1, 10_000_000, kind=int),
         "width_budget": Option(1.2, "per-iteration time budget mu_max, in units of the full model's time on "

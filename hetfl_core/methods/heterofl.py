@@ -46,8 +46,6 @@ from .fedavg import FedAvg
 
 __all__ = ["HeteroFL", "LabelMasked", "width_options"]
 
-PERSONAL_EVALS = ("global-masked", "global", "submodel")
-
 
 def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, weighting: str,
                   personal_eval: str) -> dict[str, Option]:
@@ -69,7 +67,7 @@ def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, we
                             "data size (samples)", choices=("count", "samples")),
         "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per "
                                 "client, the global model, or each client's width sub-model",
-                                choices=PERSONAL_EVALS),
+                                choices=("global-masked", "global", "submodel")),
     }
 
 
@@ -155,9 +153,9 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         self.round_idx = round_idx
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), width=self.widths[k]) for k in client_ids}
 
-    def upload(self, client, model: nn.Module, idx: dict) -> tuple[dict, dict]:
-        """The trained sub-model in global shapes, ``(values, held)``; under ``label_mask``
-        the classifier rows of labels absent from the client's data are not held."""
+    def report(self, client, plan, model: nn.Module, idx: dict, loss: float, flops: float) -> ClientReport:
+        """The trained sub-model sent back in global shapes, ``(values, held)``; under
+        ``label_mask`` the classifier rows of labels absent from the client's data are not held."""
         values, held = embed(self.model, model.state_dict(), idx)
         if self.options["label_mask"]:
             absent = ~self.present_labels(client.client_id)
@@ -165,7 +163,10 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                 name = f"{self.classifier}.{kind}"
                 if name in held:
                     held[name][absent] = 0
-        return values, held
+        bits = dense_bits(sum(p.numel() for p in model.parameters()))
+        return ClientReport(client.client_id, client.n_train, (values, held), loss, flops=flops,
+                            uplink_bits=bits, downlink_bits=bits, local_steps=plan.local_steps,
+                            width=plan.width)
 
     def cut(self, width: float, round_idx: int) -> tuple[nn.Module, dict]:
         """The global model cut to ``width`` by the unit rule of round ``round_idx``, and the
@@ -181,13 +182,8 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         with self.scaled(model, plan.width):
             result = self.local_train(model, client, plan.local_steps, generator,
                                       loss_fn=self.training_loss(client))
-        n_params = sum(p.numel() for p in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
-                            result.loss,
-                            flops=training_flops(self.costs, result.samples,
-                                                 keep=kept_fractions_of_indices(self.model, idx)),
-                            uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
-                            local_steps=plan.local_steps, width=plan.width)
+        flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
+        return self.report(client, plan, model, idx, result.loss, flops)
 
     def aggregate(self, round_idx, reports):
         """Per entry: sum_k a_k held_k w_k / sum_k a_k held_k, a_k = 1 (``count``) or n_k

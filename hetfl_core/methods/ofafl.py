@@ -13,19 +13,17 @@ Server, each round t (Alg. 1, corrected; see ``hetfl_core.lottery``):
     theta_g <- per-coordinate, sample-size-weighted mean over the clients holding it
 
 Client (Alg. 4): on each batch, the loss is the plain mean of the losses of its own
-sub-network m[C[i]] * theta and of every smaller pruned one, m * theta, on the same batch.
-The forward pass uses own * theta, so a client never grows weights outside its budget.
+sub-network m[C[i]] * theta and of every smaller pruned one on the same batch; weights
+outside its own mask stay zero.
 
-Resolutions of the paper's gaps (Alg. 1-4 and Sec. 3): r_relative = R[n]/R[n-1]; magnitudes over
-the parent's support with exact top-k; only weights are pruned, biases rewound whole
-(``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean; fixed
-schedule by default. Defaults are the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2],
-W = 200, P = 50); the MNIST schedule is not given. Training FLOPs are charged as the paper
-computes (masks multiplied into dense weights: J dense passes per batch); ``flops_model="sparse"``
-charges an ideal sparse kernel instead.
-
-Variants in the same file: ``ltp`` (``methods/ltp.py``) drops the joint loss; ``ofa-oneshot``
-prunes every ratio at once.
+Resolutions of the paper's gaps (Alg. 1-4, Sec. 3): r_relative = R[n]/R[n-1]; magnitudes
+over the parent's support with exact top-k; only weights are pruned, biases rewound whole
+(``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean. Defaults are
+the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2], W = 200, P = 50; MNIST's schedule
+is not given). Training FLOPs are charged as the paper computes (J dense passes per
+batch; ``flops_model="sparse"``: an ideal sparse kernel). Variants: ``ltp``
+(:mod:`~hetfl_core.methods.ltp`) drops the joint loss; ``ofa-oneshot`` prunes every ratio
+at once.
 """
 from __future__ import annotations
 

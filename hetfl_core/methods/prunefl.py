@@ -57,9 +57,9 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 class PruneFL(FedAvg, name="prunefl", label="PruneFL"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
-    Trains its clients sequentially: no batched job is written yet; the masked local SGD
-    would fit one, but the reconfiguration rounds' dense squared gradients, drawn from the
-    client's generator after training, would have to move into its ``finish``.
+    Trains its clients sequentially: no batched job is written yet (the reconfiguration
+    rounds' squared gradients, drawn from the client's generator after training, would
+    have to move into its ``finish``).
     """
 
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,

@@ -50,7 +50,6 @@ from ..system import FLOAT_BITS, index_bits, training_flops
 from .base import ClientPlan, ClientReport, register
 from .fedper import FedPer
 
-ALLOCATIONS = ("dca", "uniform", "fixed")
 #: the range a warmed-up theta1 / theta2 is clipped to
 THETA_CLIP = (1e-3, 1e3)
 
@@ -66,7 +65,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
         "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",
-                             choices=ALLOCATIONS),
+                             choices=("dca", "uniform", "fixed")),
         "k": Option(1.0, "top-k fraction of base gradients uploaded (allocation fixed)", dca.K_MIN, 1),
         "r": Option(1.0, "density of the pruned private part (allocation fixed)", dca.R_MIN, 1),
         "prune_scope": Option("private", "prune the private part, or the whole model (FedAvg-P)",
