@@ -19,7 +19,7 @@ Deviations kept on purpose:
 from __future__ import annotations
 
 from ..options import Option
-from ..submodel import rolling_units
+from ..submodel import layer_indices, rolling_units
 from .base import register
 from .heterofl import HeteroFL
 
@@ -36,7 +36,7 @@ class FedRolex(HeteroFL, name="fedrolex", label="FedRolex"):
                                         "paper's Eq. 4) or backward (the authors' code, its "
                                         "mirror image)", choices=("forward", "backward"))}
 
-    def unit_rule(self, round_idx):
-        """Window start = +-(round index - 1) (mod the layer's units)."""
-        step = 1 if self.options["direction"] == "forward" else -1
-        return lambda n, w: rolling_units(n, w, offset=step * (round_idx - 1))
+    def indices(self, width, round_idx):
+        """The window of every hidden layer at ``width``, from unit +-(round_idx - 1) (mod its units)."""
+        offset = (1 if self.options["direction"] == "forward" else -1) * (round_idx - 1)
+        return layer_indices(self.model, width, lambda n, w: rolling_units(n, w, offset=offset))

@@ -12,13 +12,10 @@ One round of Alg. 1 (server) and Alg. 2 (client), with this book's choices where
               estimate F_n, L_n, sigma_n^2, G_n^2                           (Alg. 2)
     server: v = mean over clients, u^i = mean over the clients that trained i (Eq. 5)
 
-The factors are trained directly, so the paper's "decomposition" is exact. Time is the
-shared device model of :mod:`hetfl_core.system`: mu_n is the training FLOPs of one
-width-p step over the device's FLOP/s, nu_n the width-p model's download and upload
-over its link rates, so the controller's estimate of T_n (Eq. 19) is what the engine
-charges, unless the run's ``time_noise`` makes compute times fluctuate as the paper's
-devices do: the controller then plans with the expected times and the engine charges
-the drawn ones.
+The factors are trained directly, so the paper's "decomposition" is exact. mu_n and nu_n
+come from the shared device model (:mod:`hetfl_core.system`), so the controller's T_n
+(Eq. 19) is what the engine charges, unless the run's ``time_noise`` makes compute times
+fluctuate as the paper's devices do: the controller then plans with the expected times.
 """
 from __future__ import annotations
 

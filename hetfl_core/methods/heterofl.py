@@ -121,13 +121,9 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 
-    def unit_rule(self, round_idx: int):
-        """Which units a sub-model keeps: the first ones."""
-        return first_units
-
     def indices(self, width: float, round_idx: int) -> dict:
-        """The kept units of every hidden layer at ``width`` in round ``round_idx``."""
-        return layer_indices(self.model, width, self.unit_rule(round_idx))
+        """The kept units of every hidden layer at ``width`` in round ``round_idx``: the first ones."""
+        return layer_indices(self.model, width, first_units)
 
     def present_labels(self, client_id: int) -> torch.Tensor:
         """Boolean vector over the classes: the labels in the client's training data."""
@@ -169,8 +165,8 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                             width=plan.width)
 
     def cut(self, width: float, round_idx: int) -> tuple[nn.Module, dict]:
-        """The global model cut to ``width`` by the unit rule of round ``round_idx``, and the
-        kept units."""
+        """The global model cut to ``width`` by the :meth:`indices` of round ``round_idx``, and
+        those indices."""
         idx = self.indices(width, round_idx)
         model = self.build_model(width)
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
@@ -202,5 +198,5 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         return self.width_model(self.widths[client_id])
 
     def width_model(self, width: float) -> nn.Module:
-        """The global model cut to ``width`` by the unit rule of the current round."""
+        """The global model cut to ``width`` by the :meth:`indices` of the current round."""
         return self.cut(width, max(self.round_idx, 1))[0]
