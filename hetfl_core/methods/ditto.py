@@ -32,7 +32,7 @@ import torch
 
 from ..options import Option
 from ..personalization import PrivateStore
-from ..system import dense_bits, training_flops
+from ..system import training_flops
 from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
@@ -60,28 +60,19 @@ class Ditto(FedAvg, name="ditto", label="Ditto"):
         self.names = [n for n, _ in self.model.named_parameters()]
         self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)
 
-    def personal_steps(self, client, plan: ClientPlan) -> int:
-        """Steps on v_k: the global update's (Alg. 1), or ``personal_epochs`` epochs."""
-        epochs = self.options["personal_epochs"]
-        if epochs is None:
-            return plan.local_steps
-        return steps_for_epochs(client.n_train, self.config.batch_size, float(epochs))
-
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Alg. 1: the global update from w^t, and v_k's proximal steps on the same batches."""
+        """Alg. 1: FedAvg's update from w^t, then as many proximal steps on v_k on the same
+        batches (or ``personal_epochs`` epochs)."""
         same_batches = torch.Generator().set_state(generator.get_state())
-        model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator)
+        report = super().client_update(client, plan, generator)
+        epochs, batch = self.options["personal_epochs"], self.config.batch_size
+        steps = plan.local_steps if epochs is None else steps_for_epochs(client.n_train, batch, float(epochs))
         personal = self.personal_model(client.client_id)
-        mine = self.local_train(personal, client, self.personal_steps(client, plan), same_batches,
-                                prox_mu=float(self.options["lam"]))
+        mine = self.local_train(personal, client, steps, same_batches, prox_mu=float(self.options["lam"]))
         self.private.save(client.client_id, personal, self.names)
-        n_params = sum(p.numel() for p in model.parameters())
-        flops = training_flops(self.costs, result.samples) + training_flops(self.costs, mine.samples)
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=flops, uplink_bits=dense_bits(n_params),
-                            downlink_bits=dense_bits(n_params), local_steps=plan.local_steps,
-                            extra={"personal_loss": mine.loss})
+        report.flops += training_flops(self.costs, mine.samples)
+        report.extra["personal_loss"] = mine.loss
+        return report
 
     def personal_model(self, client_id):
         """v_k; before the client's first visit, its start (w^0, or the global model)."""

@@ -16,6 +16,8 @@ knowledge-distillation variant (Sec. 3.3) is not implemented.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -24,7 +26,11 @@ from ..submodel import hidden_output_hook, hidden_units, kept_fractions_of_indic
 from ..system import training_flops
 from ..training import evaluate
 from .base import register
-from .heterofl import HeteroFL, width_options
+from .heterofl import HeteroFL
+
+#: FjORD's own defaults of HeteroFL's options
+OWN_DEFAULTS = {"label_mask": False, "scaler": False, "clip_norm": None, "weighting": "samples",
+                "personal_eval": "submodel"}
 
 
 @register
@@ -35,8 +41,8 @@ class FjORD(HeteroFL, name="fjord", label="FjORD"):
     through a forward hook, so clients at one step run different sub-networks.
     """
 
-    option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
-                                 weighting="samples", personal_eval="submodel")
+    option_specs = {key: dataclasses.replace(spec, default=OWN_DEFAULTS.get(key, spec.default))
+                    for key, spec in HeteroFL.option_specs.items()}
 
     def client_update(self, client, plan, generator):
         """E epochs, one optimiser, each batch at a width p drawn from a generator seeded by

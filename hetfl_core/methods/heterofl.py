@@ -44,31 +44,7 @@ from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
-__all__ = ["HeteroFL", "LabelMasked", "width_options"]
-
-
-def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, weighting: str,
-                  personal_eval: str) -> dict[str, Option]:
-    """The options every width method shares, with a method's own defaults."""
-    return {
-        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
-                         "capability allows", 0, 1, low_open=True),
-        "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
-                               "p/P with the widest p whose step time fits this many full-model "
-                               "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
-        "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
-        "label_mask": Option(label_mask, "masking trick: logits of labels absent from a client's "
-                             "training data set to 0 in its loss, and their classifier rows "
-                             "not sent"),
-        "scaler": Option(scaler, "Scaler: hidden outputs divided by the width while training"),
-        "clip_norm": Option(clip_norm, "clip the local gradients to this global L2 norm (None: "
-                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
-        "weighting": Option(weighting, "each entry's mean over its holders: plain (count) or by "
-                            "data size (samples)", choices=("count", "samples")),
-        "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per "
-                                "client, the global model, or each client's width sub-model",
-                                choices=("global-masked", "global", "submodel")),
-    }
+__all__ = ["HeteroFL", "LabelMasked"]
 
 
 class LabelMasked(nn.Module):
@@ -93,8 +69,25 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     per-client label-masked losses and gradient clipping are not in the batched SGD.
     """
 
-    option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
-                                 personal_eval="global-masked")
+    option_specs = {
+        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
+                         "capability allows", 0, 1, low_open=True),
+        "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
+                               "p/P with the widest p whose step time fits this many full-model "
+                               "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
+        "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
+        "label_mask": Option(True, "masking trick: logits of labels absent from a client's "
+                             "training data set to 0 in its loss, and their classifier rows "
+                             "not sent"),
+        "scaler": Option(True, "Scaler: hidden outputs divided by the width while training"),
+        "clip_norm": Option(1.0, "clip the local gradients to this global L2 norm (None: "
+                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
+        "weighting": Option("count", "each entry's mean over its holders: plain (count) or by "
+                            "data size (samples)", choices=("count", "samples")),
+        "personal_eval": Option("global-masked", "acc_personal: the global model label-masked per "
+                                "client, the global model, or each client's width sub-model",
+                                choices=("global-masked", "global", "submodel")),
+    }
 
     @classmethod
     def check_config(cls, config):

@@ -129,7 +129,6 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
         self.trigger = FixedSchedule(o["warmup"], o["every"]) if o["schedule"] == "fixed" else \
             ConvergenceTrigger(o["delta"], o["min_gap"])
         self.mask_news = set()  # ratios whose mask changed this round (clients download it)
-        self.pruned_at: list[int] = []
         x, y = self.data.dataset.x_test, self.data.dataset.y_test
         if o["test_samples"] is not None and o["test_samples"] < len(y):
             keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.config.seed))[:o["test_samples"]]
@@ -168,7 +167,6 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
             signal = self.smallest_loss() if isinstance(self.trigger, ConvergenceTrigger) else None
             if self.trigger(round_idx, len(self.pruned) - 1, signal):
                 self.prune_next()
-                self.pruned_at.append(round_idx)
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.capacity[k])
                 for k in client_ids if self.capacity[k] in self.masks}
 

@@ -155,18 +155,10 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
         system = self.mean_round().with_state(self.cost_model.state, self.options["energy_budget_j"])
         return system.subset(np.array(client_ids))
 
-    def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
-        """This round's (k, r, l): Alg. 2 (DCA), equal shares with the best (k, r), or fixed."""
-        mode, theta1 = self.options["allocation"], self.theta_ratio
-        if mode == "dca":
-            return dca.solve_dca(system, theta1)
-        if mode == "uniform":
-            return dca.uniform_allocation(system, theta1)
-        return dca.fixed_allocation(system, float(self.options["k"]), float(self.options["r"]))
-
     def configure_round(self, round_idx, client_ids):
-        """Alg. 2 on this round's draw of the cell: (k_n, r_n, l_n) among the participants.
-        With ``allocation="fixed"`` the cost model splits the band."""
+        """(k_n, r_n, l_n) among the participants on this round's draw of the cell: Alg. 2
+        (DCA), or equal shares with each client's best (k, r) (``uniform``). With
+        ``allocation="fixed"``, and in warm-up rounds, the cost model splits the band."""
         o = self.options
         warming = self.warmup["rounds_done"] < o["theta_warmup_rounds"]
         if o["allocation"] == "fixed" or warming:
@@ -174,7 +166,8 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
             return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=r,
                                     extra={"k": k, "r": r, "relaxed": False, **({"warmup": True} if warming else {})})
                     for cid in client_ids}
-        alloc = self.allocate(self.round_system(client_ids))
+        solve = dca.solve_dca if o["allocation"] == "dca" else dca.uniform_allocation
+        alloc = solve(self.round_system(client_ids), self.theta_ratio)
         return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=float(alloc.r[i]),
                                 bandwidth_share=float(alloc.share[i]),
                                 extra={"k": float(alloc.k[i]), "r": float(alloc.r[i]), "relaxed": bool(alloc.relaxed)})
