@@ -56,7 +56,7 @@ from ..models import structured_units
 from ..options import Option
 from ..streams import STREAMS
 from ..system import dense_bits, training_flops
-from ..training import clone_model, steps_for_epochs
+from ..training import clone_model, minibatch_indices, steps_for_epochs
 from .base import ClientPlan, register, seeded_generator
 from .fedlps import FedLPS
 
@@ -137,15 +137,10 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
         optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
                                     momentum=self.config.momentum,
                                     weight_decay=self.config.weight_decay)
-        x, y, n, batch = client.x_train, client.y_train, client.n_train, self.config.batch_size
-        order, pos, aside = torch.randperm(n, generator=generator), 0, {}
+        x, y, aside = client.x_train, client.y_train, {}
         correct = samples = 0
         total_loss = 0.0
-        for _ in range(plan.local_steps):
-            if pos >= n:
-                order, pos = torch.randperm(n, generator=generator), 0
-            idx = order[pos:pos + batch]
-            pos += batch
+        for idx in minibatch_indices(client.n_train, plan.local_steps, self.config.batch_size, generator):
             with torch.no_grad():
                 for name, w in weights.items():          # weight_recover, then this step's mask
                     w.add_(aside.get(name, 0.0))
