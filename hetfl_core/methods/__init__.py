@@ -1,11 +1,5 @@
-"""Every federated method, one file each, and the registry that names them.
-
-The plug-in base (:class:`~hetfl_core.methods.base.Method`, ``ClientPlan``,
-``ClientReport``) and :func:`register` live in :mod:`hetfl_core.methods.base`, which the
-method files import; this package imports the method files, so importing it fills
-:data:`METHODS` (``python -m hetfl_core list`` prints it). A new method file is added to
-the import list below.
-"""
+"""Every federated method, one file each; importing the package fills :data:`METHODS` (the
+registry of :mod:`hetfl_core.methods.base`), so a new method file joins the imports below."""
 from __future__ import annotations
 
 from . import (aggregate, ditto, fedavg, fedbabu, fedlps, fedlps_code, fedper, fedrep, fedrolex, fjord, flanc, heroes, heterofl, lgfedavg,

@@ -1,11 +1,6 @@
-"""The method plug-in: what every federated method is, and the registry that names them.
-
-A method is a plug-in (:class:`Method`) with hooks named after the steps of the papers'
-pseudocode, in the spirit of Flower's ``Strategy``: ``configure_round`` (the server's
-plans), ``client_update`` (one client's local work), ``aggregate`` (the server's fold),
-``global_model`` / ``personal_model`` (what is scored). A method file defines one and
-decorates it with :func:`register`; ``python -m hetfl_core list`` prints the registry.
-"""
+"""The method plug-in (:class:`Method`, hooks named after the steps of the papers'
+pseudocode, in the spirit of Flower's ``Strategy``) and the registry that names the methods
+(:func:`register`; ``python -m hetfl_core list`` prints it)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -38,11 +33,10 @@ def register(cls=None, *, replace: bool = False):
     """Class decorator: make a :class:`Method` runnable by its ``name`` (``@register``, or
     ``@register(replace=True)``).
 
-    A name already taken by another class is refused in one line (a plug-in cannot
-    silently stand in for a built-in method, whose cached runs it would then be served),
-    unless ``replace=True``. Registering the same class again is a no-op, and a class
-    defined again where it was defined before (the same module and qualified name: a
-    notebook cell run again, a reloaded plug-in) replaces its earlier self.
+    A name taken by another class is refused (a plug-in must not silently stand in for a
+    built-in method, whose cached runs it would be served) unless ``replace=True``; a class
+    defined again in the same module under the same qualified name (a notebook cell run
+    again, a reloaded plug-in) replaces its earlier self.
     """
     if cls is None:
         return lambda klass: register(klass, replace=replace)
@@ -81,11 +75,9 @@ class ClientPlan:
 
 @dataclass
 class ClientReport:
-    """What a client did and sent back. ``update`` is the method's own payload.
-
-    ``time_s`` is left ``None`` for the run's cost model to charge (:mod:`hetfl_core.system`);
-    a method whose client stops early (SRP-pFed's semi-asynchronous window) caps it.
-    """
+    """What a client did and sent back. ``update`` is the method's own payload; ``time_s``
+    is left ``None`` for the run's cost model to charge, or capped by a method whose client
+    stops early (SRP-pFed's semi-asynchronous window)."""
 
     client_id: int
     n_samples: int
@@ -110,45 +102,33 @@ def seeded_generator(*keys: int) -> torch.Generator:
 class Method(ABC):
     """Base class of every federated method.
 
-    Two hooks are abstract, since every method says them itself: :meth:`client_update` (a
-    client's local work) and :meth:`aggregate` (the server's fold). The others default to
-    the plain federated round: every sampled client gets the full model for E local epochs
-    (:meth:`configure_round`), the global model is scored for everyone
-    (:meth:`global_model`, :meth:`personal_model`). :class:`~hetfl_core.methods.fedavg.FedAvg`
-    implements the two, and most methods subclass it and override what their paper
-    changes. A method names itself in its class keywords,
-    ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True)`` (its registered
-    ``name``, its ``label`` and whether it is ``batchable``; a plug-in may set them as class
-    attributes instead), and gives a docstring whose first line is its one-line ``summary``
-    (what ``list`` shows) and ``option_specs`` (each option declared once as an
-    :class:`~hetfl_core.options.Option`; ``defaults`` follows from it). A plug-in may give
-    ``defaults`` alone: its options are then typed like their defaults.
+    :meth:`client_update` and :meth:`aggregate` are abstract; the other hooks default to
+    the plain round (full model, E local epochs, the global model scored for everyone).
+    :class:`~hetfl_core.methods.fedavg.FedAvg` implements the two, and most methods
+    subclass it and override what their paper changes. A method names itself in its class
+    keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True)`` (or
+    as class attributes), and gives a docstring whose first line is its ``summary`` (what
+    ``list`` shows) and ``option_specs`` (each option an :class:`~hetfl_core.options.Option`;
+    a plug-in may give ``defaults`` alone, its options then typed like their defaults).
 
-    The engine builds a method in two steps. The constructor stores the run's config, data
-    and devices and draws the initial global model w^0; :meth:`setup` then receives the
-    built run (its cost model among it) and does the method's own work before round 1
-    (per-client state, scoring w^0 on the clients' data). A method with no state of its own
-    overrides neither; one that builds its state in the constructor still runs, since
-    ``setup``'s default only takes the cost model.
+    The constructor draws the initial global model w^0; :meth:`setup` then builds the
+    method's own state from the built run before round 1.
     """
 
     name = "method"
-    #: the method's name in tables, legends and text ("LG-FedAvg"); the registered ``name``
-    #: when a class gives none
+    #: the name in tables, legends and text ("LG-FedAvg"); default: ``name``
     label = ""
-    #: the first line of the class's docstring (a class may set it instead)
     summary = ""
     option_specs: dict[str, Option] = {}
     defaults: dict = {}
     #: the cost model the method runs under unless the config names one
     default_system = "compute"
-    #: options that blow local SGD up when too large, as too large a step does (a proximal
-    #: coefficient); the message of a non-finite loss names those the run sets
+    #: options that blow local SGD up when too large (a proximal coefficient), named by the
+    #: message of a non-finite loss
     step_like_options: tuple[str, ...] = ()
-    #: whether :meth:`client_job` describes this class's local update, so that a round's
-    #: clients may train as one batch (:mod:`hetfl_core.batched`); said by the class itself
-    #: (a class keyword or its own body), never inherited: a subclass that changes the local
-    #: step must opt in again
+    #: whether :meth:`client_job` describes the local update, so that a round's clients may
+    #: train as one batch (:mod:`hetfl_core.batched`); never inherited: a subclass that
+    #: changes the local step must opt in again
     batchable = False
 
     @classmethod
@@ -160,17 +140,16 @@ class Method(ABC):
 
     def __init_subclass__(cls, name: str | None = None, label: str | None = None,
                           batchable: bool | None = None, **kwargs):
-        """Take ``name``, ``label`` and ``batchable`` from the class keywords; reset ``label``
-        and ``batchable`` unless the class gives them itself (keyword or body); derive
-        ``defaults`` from ``option_specs``, or plain specs from ``defaults``; and take
-        ``summary`` from the docstring's first line."""
+        """Take the class keywords, reset ``label`` and ``batchable`` unless the class gives
+        them, derive ``defaults`` from ``option_specs`` (or specs from ``defaults``) and
+        ``summary`` from the docstring."""
         super().__init_subclass__(**kwargs)
         for key, value in (("name", name), ("label", label), ("batchable", batchable)):
             if value is not None:
                 if key in cls.__dict__:
                     raise TypeError(f"{cls.__qualname__} gives {key} twice, as a class keyword and in its body")
                 setattr(cls, key, value)
-        if "label" not in cls.__dict__:          # never a parent's: a subclass is another method
+        if "label" not in cls.__dict__:          # a subclass is another method
             cls.label = cls.name
         if "batchable" not in cls.__dict__:
             cls.batchable = False
@@ -182,8 +161,7 @@ class Method(ABC):
             cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
     def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
-        """Store the run's parameters and draw the initial model w^0 from the torch seed the
-        engine has just set (everything else is built in :meth:`setup`)."""
+        """Store the run's parameters and draw w^0 from the torch seed the engine has just set."""
         self.config = config
         self.options = {**self.defaults, **config.options}
         self.data = data
@@ -194,13 +172,11 @@ class Method(ABC):
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
     def setup(self, sim: Simulation) -> None:
-        """Prepare the method for the built run ``sim`` (a :class:`~hetfl_core.engine.Simulation`:
-        its data, devices and cost model), once, before round 1. The default takes the run's
-        cost model; a method that builds state from the model, the data or the devices does
-        it here, after ``super().setup(sim)``."""
+        """Build the method's state for the built run ``sim`` (a
+        :class:`~hetfl_core.engine.Simulation`) once, before round 1, after
+        ``super().setup(sim)``, which takes the run's cost model."""
         self.cost_model = sim.cost_model
 
-    # -- options ------------------------------------------------------------
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
         """Reject a config the method cannot run (default: check its options)."""
@@ -208,8 +184,7 @@ class Method(ABC):
 
     @classmethod
     def check_options(cls, options: dict) -> None:
-        """Reject unknown options and values their declarations refuse; subclasses add
-        checks that span several options."""
+        """Reject unknown options and values their declarations refuse."""
         unknown = set(options) - set(cls.defaults)
         if unknown:
             known = ", ".join(cls.defaults) or "none"
@@ -217,7 +192,6 @@ class Method(ABC):
         for key, value in options.items():
             cls.option_specs[key].check(key, value)
 
-    # -- helpers --------------------------------------------------------------
     def build_model(self, width: float = 1.0) -> nn.Module:
         """The run's model architecture at ``width``, on the run's device."""
         return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
@@ -229,12 +203,9 @@ class Method(ABC):
             return self.config.local_steps
         return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs)
 
-    # -- hooks ----------------------------------------------------------------
     def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
-        """Server: decide each sampled client's plan (default: full model, E local epochs).
-
-        A sampled client left out of the returned plans sits the round out.
-        """
+        """Server: each sampled client's plan (default: full model, E local epochs); a client
+        left out of the plans sits the round out."""
         return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
 
     @abstractmethod
@@ -242,10 +213,9 @@ class Method(ABC):
         """Client: train locally and report the update and its costs."""
 
     def client_job(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
-        """Client, for the batched trainer: the local update as a
-        :class:`~hetfl_core.batched.ClientJob` (model, SGD phases, masks, and the ``finish``
-        that reports), or ``None`` (before drawing from ``generator``) to train this client
-        through :meth:`client_update`. Consulted only for a class with ``batchable = True``."""
+        """Client, for the batched trainer (``batchable`` classes): the local update as a
+        :class:`~hetfl_core.batched.ClientJob`, or ``None`` (before drawing from
+        ``generator``) to train this client through :meth:`client_update`."""
         return None
 
     @abstractmethod
@@ -261,8 +231,7 @@ class Method(ABC):
         return self.model
 
     def extra_metrics(self) -> dict:
-        """Method-specific scores of the global model, added to each history row that scores
-        it (``eval_global``, ``eval_global_every``; default: none)."""
+        """Method-specific scores of the global model, added to each history row that scores it."""
         return {}
 
 

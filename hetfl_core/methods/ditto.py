@@ -7,30 +7,24 @@ the bi-level problem
     s.t.       w* in argmin_w G(F_1(w), ..., F_K(w))        (G: FedAvg's objective)
 
 and its solver (Ditto, Alg. 1) alternates the two levels in each round t: a sampled
-client k (i) runs the global model's local update from the broadcast w^t and uploads it
-(FedAvg), and (ii) takes as many SGD steps on its personal model v_k with the proximal
-gradient nabla F_k(v_k) + lambda (v_k - w^t). lambda = 0 is local training, lambda ->
-infinity pins v_k to the global model. The personal model is v_k; the server never sees
-it. Alg. 1 takes the v_k^0 as inputs; as in the authors' code, every v_k starts at the
-initial model w^0 and a client that has not taken part yet is scored with it.
+client k (i) runs FedAvg's local update from the broadcast w^t and uploads it, and (ii)
+takes as many SGD steps on its personal model v_k, which the server never sees, with the
+proximal gradient nabla F_k(v_k) + lambda (v_k - w^t) (lambda = 0: local training). As in
+the authors' code, every v_k starts at w^0, which also scores a client not yet visited.
 
-What the authors' code computes, and where this class differs:
+Where this class differs from the authors' code:
 
-* Per local iteration it takes one personal step and then one global step on the **same**
-  minibatch. Here the global steps run first and the personal steps replay the same
-  minibatches. The two orders give the same numbers: the personal step reads only v_k,
-  the batch and the round's fixed w^t, and the global step never reads v_k.
+* They take one personal step, then one global step, on the **same** minibatch; here the
+  global steps run first and the personal steps replay the same minibatches: the same
+  numbers, since the personal step reads only v_k, the batch and the fixed w^t.
 * ``personal_start="global"`` (not the default) starts v_k from the first global model
-  the client receives and scores a never-visited client with the current global model;
-  it is kept for runs that want every client's score to be a trained model from round 1.
-* Kept on purpose: the engine samples clients uniformly and averages the uploads weighted
-  by n_k; the authors sample clients with probability proportional to n_k and average
-  unweighted (the same expected aggregate). With equal client sizes and full
-  participation the two coincide.
+  the client receives, and scores a never-visited client with the current global model.
+* Kept on purpose: clients are sampled uniformly and uploads weighted by n_k; the authors
+  sample proportionally to n_k and average unweighted (the same expected aggregate).
 
-Costs: both trainings' FLOPs, the dense download and the dense upload of w. The Ditto
-paper tunes lambda per data set (the authors' code can also pick it per client from
-{0.1, 1, 2} on validation data) and SRP-pFed does not give its value; the default is 0.1.
+Costs: both trainings' FLOPs, the dense download and upload of w. The Ditto paper tunes
+lambda per data set (the authors' code may pick it per client from {0.1, 1, 2}) and
+SRP-pFed does not give its value; the default is 0.1.
 """
 from __future__ import annotations
 
@@ -38,13 +32,10 @@ import torch
 
 from ..options import Option
 from ..personalization import PrivateStore
-from ..system import dense_bits, training_flops
-from ..training import clone_model, local_sgd, steps_for_epochs
+from ..system import training_flops
+from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
-
-#: where a client's personal model v_k starts (and what a never-visited client is scored with)
-PERSONAL_STARTS = ("initial", "global")
 
 
 @register
@@ -52,8 +43,7 @@ class Ditto(FedAvg, name="ditto", label="Ditto"):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     Trains its clients sequentially: a visit trains two models (the global copy, then v_k
-    replaying the same minibatches from a copy of the generator's state), where a batched
-    job trains one model on one generator stream.
+    on the same minibatches), where a batched job trains one model on one generator stream.
     """
 
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
@@ -62,7 +52,7 @@ class Ditto(FedAvg, name="ditto", label="Ditto"):
                     "personal_start": Option(
                         "initial", "where v_k starts: initial (w^0, Alg. 1 and the authors' code) "
                         "or global (the first global model the client receives)",
-                        choices=PERSONAL_STARTS)}
+                        choices=("initial", "global"))}
 
     def setup(self, sim):
         super().setup(sim)
@@ -70,32 +60,19 @@ class Ditto(FedAvg, name="ditto", label="Ditto"):
         self.names = [n for n, _ in self.model.named_parameters()]
         self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)
 
-    def personal_steps(self, client, plan: ClientPlan) -> int:
-        """Steps on v_k: the global update's (Alg. 1), or ``personal_epochs`` epochs."""
-        epochs = self.options["personal_epochs"]
-        if epochs is None:
-            return plan.local_steps
-        return steps_for_epochs(client.n_train, self.config.batch_size, float(epochs))
-
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Alg. 1: the global update from w^t, and v_k's proximal steps on the same batches."""
+        """Alg. 1: FedAvg's update from w^t, then as many proximal steps on v_k on the same
+        batches (or ``personal_epochs`` epochs)."""
         same_batches = torch.Generator().set_state(generator.get_state())
-        model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator)
-        center = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        report = super().client_update(client, plan, generator)
+        epochs, batch = self.options["personal_epochs"], self.config.batch_size
+        steps = plan.local_steps if epochs is None else steps_for_epochs(client.n_train, batch, float(epochs))
         personal = self.personal_model(client.client_id)
-        mine = local_sgd(personal, client.x_train, client.y_train,
-                         self.personal_steps(client, plan), self.config.batch_size,
-                         self.config.lr, same_batches, momentum=self.config.momentum,
-                         weight_decay=self.config.weight_decay, prox_center=center,
-                         prox_mu=float(self.options["lam"]))
+        mine = self.local_train(personal, client, steps, same_batches, prox_mu=float(self.options["lam"]))
         self.private.save(client.client_id, personal, self.names)
-        n_params = sum(p.numel() for p in model.parameters())
-        flops = training_flops(self.costs, result.samples) + training_flops(self.costs, mine.samples)
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=flops, uplink_bits=dense_bits(n_params),
-                            downlink_bits=dense_bits(n_params), local_steps=plan.local_steps,
-                            extra={"personal_loss": mine.loss})
+        report.flops += training_flops(self.costs, mine.samples)
+        report.extra["personal_loss"] = mine.loss
+        return report
 
     def personal_model(self, client_id):
         """v_k; before the client's first visit, its start (w^0, or the global model)."""

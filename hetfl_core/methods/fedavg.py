@@ -41,27 +41,18 @@ class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True):
 
     def phase(self, steps: int, params=None, masks: dict | None = None, sub_masks=(),
               prox_mu: float = 0.0) -> Phase:
-        """One :meth:`local_train` call as a batched trainer's :class:`Phase`: the same
-        trained names, masks and proximal term."""
+        """One :meth:`local_train` call as a batched trainer's :class:`Phase`."""
         return Phase(steps, params, masks, self.prox_center(prox_mu), prox_mu, list(sub_masks))
 
     def prox_center(self, prox_mu: float) -> dict | None:
-        """A copy of the broadcast model's weights, the proximal term's centre w_t (``None``
-        without the term)."""
+        """A copy of the broadcast weights w_t, the proximal term's centre (``None`` without it)."""
         return {k: v.detach().clone() for k, v in self.model.named_parameters()} if prox_mu else None
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Local update: E epochs of SGD from the broadcast model.
-
-        FedAvg's own update in any subclass that does not override it (a subclass may call
-        it for a plain FedAvg round); a subclass with a job of its own runs that one."""
-        return run_job(self, self.fedavg_job(client, plan, generator))
+        """Local update: E epochs of SGD from the broadcast model (the :meth:`client_job`)."""
+        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
-        """:meth:`client_update` as a job (see :meth:`fedavg_job`)."""
-        return self.fedavg_job(client, plan, generator)
-
-    def fedavg_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
         """FedAvg's local update as a job: one phase on a copy of the broadcast model."""
         model = clone_model(self.model)
 

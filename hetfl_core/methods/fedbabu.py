@@ -2,34 +2,21 @@
 
 During federated training every client updates only the body; the head keeps its random
 initialisation, shared by all, and the server averages the bodies weighted by n_k
-(Oh et al. 2022, Sec. 4, Alg. 1). Personalisation, the paper's evaluation protocol,
-fine-tunes the **whole network** (body and head) on each client's own training data,
-starting from the final global model: ``finetune_epochs`` epochs (5, the number the
-paper's experiments fine-tune for) of SGD with the run's learning rate and momentum
-``finetune_momentum`` (0.9, the authors' fine-tuning optimiser), seeded per client so it
-is repeatable.
+(Sec. 4, Alg. 1). Personalisation, the paper's evaluation protocol, fine-tunes the
+**whole network** on each client's own training data from the final global model:
+``finetune_epochs`` epochs (5, as the paper's experiments) of SGD at the run's learning
+rate with momentum ``finetune_momentum`` (0.9, the authors' optimiser), seeded per client.
 
 As in the authors' code, the fine-tuning happens once, after the last round: earlier
-evaluations score the global model (body + the shared random head) on every client, and
-the run's last evaluation scores the fine-tuned models. The global model is the body
-with the frozen head throughout.
-
-Options kept for other protocols, none of them the default:
-
-* ``finetune_when="every"`` fine-tunes at every evaluation (a personalised curve, at the
-  cost of a fine-tune per client per evaluation);
-* ``finetune="head"`` fine-tunes the head only (the body stays the global one), the
-  behaviour of earlier versions of this class;
-* ``finetune_steps`` fixes the number of fine-tuning steps instead of epochs
-  (``finetune="head", finetune_steps=10, finetune_momentum=0, finetune_when="every"`` is
-  that earlier behaviour exactly).
-
-The fine-tuning runs at evaluation time and, like every evaluation, is not charged to
-the run's time, traffic or FLOPs.
+evaluations score the global model (body + shared random head) on every client. Like
+every evaluation, it is not charged to the run's time, traffic or FLOPs. Options for
+other protocols: ``finetune_when="every"`` (a personalised curve), ``finetune="head"``
+and ``finetune_steps`` (``finetune="head", finetune_steps=10, finetune_momentum=0,
+finetune_when="every"`` is the behaviour of earlier versions of this class).
 """
 from __future__ import annotations
 
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..options import Option
 from ..personalization import layer_of
 from ..streams import STREAMS
@@ -60,16 +47,9 @@ class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True):
         super().setup(sim)
         self.rounds_done = 0
 
-    def client_update(self, client, plan, generator):
-        """Train only the body (the head stays at its shared random init); upload the body."""
-        return run_job(self, self.client_job(client, plan, generator))
-
-    def client_job(self, client, plan, generator):
-        """:meth:`client_update` as a job: one phase on the body of a copy of the global
-        model. The final fine-tune (:meth:`personal_model`) stays sequential: it runs once
-        per client at evaluation time, outside the rounds."""
-        model = clone_model(self.model)
-
+    def job_on(self, model, client, plan, generator):
+        """Train only the body of ``model`` (the global one; the head stays at its shared
+        random init) and upload the body."""
         def finish(results):
             body = {layer_of(n) for n in self.shared_names}
             flops = training_flops(self.costs, results[0].samples, trainable=body)

@@ -16,26 +16,22 @@ Algorithm 1 of the paper, as hooks:
 Choices where the paper is silent or wrong (this book's resolutions):
 
 * the step gamma(Q - tau) of Eq. (4) passes no gradient, so Q is trained through the
-  straight-through mask P + sigma(Q) - stopgrad(sigma(Q)): the forward pass uses the
-  0/1 pattern, the backward pass the derivative of sigma (``q_grad="kept"`` passes it to
-  kept units only);
+  straight-through mask P + sigma(Q) - stopgrad(sigma(Q)) (``q_grad="kept"``: to kept
+  units only);
 * Eq. (8) prints omega for Q; it is ||Q - sigma(|omega|_J)||^2 with |omega|_J detached;
-* a unit is switched off by zeroing its output after the activation (a pruned unit's
-  weights then get no gradient, and a unit may come back when its score rises);
+* a unit is switched off by zeroing its output after the activation (its weights then
+  get no gradient, and it may come back when its score rises);
 * Q starts at sigma(|omega^0|_J) plus N(0, 1e-6) noise and persists on the client;
 * mu uses the (mu/2)||.||^2 form with mu = 1e-3 (the paper's is 1; the released code
-  has no L_pr, and 1e-3 is its FedProx baseline's coefficient); the output layer is
-  never masked; ratios are unit fractions per layer, k_l = max(1, floor(s J_l)).
+  has no L_pr, and 1e-3 is its FedProx baseline's); the output layer is never masked;
+  ratios are unit fractions per layer, k_l = max(1, floor(s J_l)).
 
-Options beyond the paper, for its ablations: ``pattern`` (``learned`` or the heuristic
-``random`` per round, ``ordered`` first-k, ``magnitude`` top-|w|_J), ``ratio_rule``
-(``pucbv``; ``capability``: s = z, the RCR rule; ``fixed``: s = ``ratio`` for every
-client, uncapped), ``capability`` (``fixed`` tiers or ``dynamic``: a client's tier is
-redrawn every round) and ``aggregation`` (``eq13`` or ``holders``: each entry averaged
-over the clients that trained it, as HeteroFL does). For P-UCBV: ``explore`` (the
-authors' code's epsilon-greedy step) and ``ucb_xi`` (xi of Eq. 17 set by hand; with the
-paper's xi = R / (K eps) a short run has xi psi eps < 1 from the first index, so the
-bonus is zero and the bandit is greedy).
+Options beyond the paper, for its ablations: ``pattern`` (the heuristics ``random`` per
+round, ``ordered`` first-k, ``magnitude`` top-|w|_J), ``ratio_rule`` (``capability``:
+s = z, the RCR rule; ``fixed``: s = ``ratio``, uncapped), ``capability`` and
+``aggregation`` (``holders``: as HeteroFL). ``ucb_xi`` sets xi of Eq. (17) by hand: with
+the paper's xi = R / (K eps) a short run has xi psi eps < 1 from the first index, so the
+bonus is zero and the bandit is greedy.
 """
 from __future__ import annotations
 
@@ -59,7 +55,6 @@ from .fedavg import FedAvg
 #: Models whose hidden unit layers form a chain (each layer feeds the next one).
 SUPPORTED_MODELS = ("mlp", "cnn", "lenet5", "wcnn")
 PATTERNS = ("learned", "random", "ordered", "magnitude")
-RATIO_RULES = ("pucbv", "capability", "fixed")
 
 
 def pucbv_horizon(config) -> float:
@@ -75,7 +70,8 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
         "lam": Option(1.0, "lambda of the importance loss L_ir (Eqs. 6-9)", 0, 1e4),
         "pattern": Option("learned", "which units a ratio keeps", choices=PATTERNS),
-        "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen", choices=RATIO_RULES),
+        "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen",
+                             choices=("pucbv", "capability", "fixed")),
         "ratio": Option(0.5, "every client's ratio under ratio_rule fixed", 0, 1, low_open=True),
         "capability": Option("fixed", "device tiers fixed or redrawn every round", choices=("fixed", "dynamic")),
         "aggregation": Option("eq13", "Eq. (13), or each entry averaged over its holders",
@@ -171,8 +167,7 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
         self.update_agents(reports)
 
     def update_agents(self, reports) -> None:
-        """Alg. 1 lines 9-15: each participant's P-UCBV agent is rewarded (Eq. 15) for the
-        ratio it proposed and proposes s_k^{r+1}."""
+        """Alg. 1 lines 9-15: reward each participant's P-UCBV agent (Eq. 15) for its ratio."""
         for r in reports:
             k, acc = r.client_id, r.extra["train_acc"]
             if k in self.agents:
@@ -213,9 +208,8 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
         return run_job_sgd(self.client_job(client, plan, generator), self.config)
 
     def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
-        """:meth:`client_update` as a job: one phase on the scored network, whose loss
-        (Eq. 9 without L_pr, which the trainer adds as the proximal term) also counts the
-        training predictions that were right (the accuracy of P-UCBV's reward)."""
+        """:meth:`client_update` as a job: one phase on the scored network, whose loss also
+        counts the right training predictions (the accuracy of P-UCBV's reward)."""
         o, k = self.options, client.client_id
         mode = {"learned": "learned", "magnitude": "magnitude"}.get(o["pattern"], "fixed")
         scored = ScoredNetwork(clone_model(self.model), self.round_scores(k, generator), plan.ratio,
@@ -261,30 +255,29 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True):
         with torch.no_grad():
             residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
             self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
-        n_params = sum(p.numel() for p in self.model.parameters())
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
-        down = dense_bits(n_params)
-        device = plan.device or self.devices[k]
-        cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)   # Eq. (14)
-        acc = seen["correct"] / max(seen["total"], 1)
-        return ClientReport(k, client.n_train, (residual, held), result.loss, flops=flops, uplink_bits=up,
+        magnitude = top_units(unit_magnitudes(scored.net), plan.ratio)
+        return self.report(client, plan, (residual, held), result.loss, flops, up,
+                           seen["correct"] / max(seen["total"], 1), keep,
+                           magnitude_units=pattern_string(magnitude))
+
+    def report(self, client, plan, update, loss, flops, up, acc, keep, **extra) -> ClientReport:
+        """The client's report with the local cost T of Eq. (14) and the training accuracy a
+        that P-UCBV's reward reads (Eq. 15)."""
+        device = plan.device or self.devices[client.client_id]
+        cost = compute_time(device, flops) + self.options["alpha"] * transfer_time(up, device.uplink_bps)
+        down = dense_bits(sum(p.numel() for p in self.model.parameters()))
+        return ClientReport(client.client_id, client.n_train, update, loss, flops=flops, uplink_bits=up,
                             downlink_bits=down, local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
-                                   "train_acc": acc, "cost_s": cost, "units": pattern_string(keep),
-                                   "magnitude_units": pattern_string(top_units(unit_magnitudes(scored.net),
-                                                                               plan.ratio))})
+                                   "train_acc": acc, "cost_s": cost, "units": pattern_string(keep), **extra})
 
     # -- models --------------------------------------------------------------------------------
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
-        """The client's current pattern (its last mask, or the one its scores give now)."""
-        ratio = self.ratios[client_id]
-        if self.options["pattern"] == "learned":
-            return top_units(self.scores[client_id], ratio)
-        if self.options["pattern"] == "magnitude":
-            return top_units(unit_magnitudes(self.model), ratio)
+        """The pattern the client's scores give now (a random pattern: its round-zero draw)."""
         fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
-        return top_units(self.round_scores(client_id, fixed), ratio)
+        return top_units(self.round_scores(client_id, fixed), self.ratios[client_id])
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

@@ -1,60 +1,48 @@
 """FedLPS as the authors' released code computes it (``fedlps-code``).
 
 The released code is sunnyxuejj/FedLPS-main at commit b499bbbe (``Models.py`` from its
-parent 27b236be: the last commit deleted it). Paper: Xue et al., FedLPS. It differs from
-the paper's Algorithm 1, which :class:`~hetfl_core.methods.fedlps.FedLPS` follows, in
-these places; this variant computes each one as the released code does:
+parent 27b236be: the last commit deleted it). It differs from the paper's (Xue et al.)
+Algorithm 1, which :class:`~hetfl_core.methods.fedlps.FedLPS` follows, in these places;
+this variant computes each one as the released code does:
 
-* **The pattern is not learned.** Each visit starts from fresh scores, N(0, 1) sorted in
+* **The pattern is not learned.** Each visit starts from fresh N(0, 1) scores sorted in
   descending order (Models.py:49; a new ``WeightLayer`` per visit, Hetero_Client.py:183-190),
-  instead of the client's persistent Q (Alg. 1 line 18). The mask multiplies
-  ``param.data`` outside autograd and ``torch.heaviside`` has no derivative
-  (Models.py:54-66, Hetero_Client.py:205-212), so the task loss gives Q no gradient
-  (paper: Eqs. 10-11 train Q on L_tr). The only gradient on Q is lambda times an
-  ``MSELoss`` between Q of shape (n, 1) and sigma(sum |w| of each masked row) of shape
-  (n,), which broadcasts to the mean over all n x n pairs (Hetero_Client.py:162-172; the
-  paper's Eq. 8 is a per-unit distance), and only on the kept units
-  (Hetero_Client.py:243-244). The kept units are therefore the first ones in every visit
-  of every client, unless that contraction reorders the scores within a visit.
+  not the client's persistent Q (Alg. 1 line 18). The mask multiplies ``param.data``
+  outside autograd and ``torch.heaviside`` has no derivative (Models.py:54-66,
+  Hetero_Client.py:205-212), so the task loss gives Q no gradient (paper: Eqs. 10-11). Q's
+  only gradient, on kept units (Hetero_Client.py:243-244), is lambda times an ``MSELoss``
+  between Q of shape (n, 1) and sigma(sum |w| of each masked row) of shape (n,): the mean
+  over all n x n pairs (Hetero_Client.py:162-172; Eq. 8 is per unit). So the kept units
+  are the first ones in every visit, unless that contraction reorders the scores.
 * **One unit too few.** k = max(int(s n), 1) scores pass ``topk``, then a strict
-  ``nn.Threshold`` at the smallest of them keeps k - 1 (Models.py:55-60; the paper's Eq. 4
-  keeps the top s J_l units): a layer with int(s n) = 1 keeps none.
-* **Only weight rows are masked** (Models.py:16-31, 62-66; FedLPS.py:139-144): the rows
-  of dropped units are zeroed for the forward pass, get no gradient and are restored from
-  omega^r after every step (``weight_recover``, Hetero_Client.py:248); biases and the next
-  layer's input columns train as usual, so a dropped unit outputs act(b). The paper's
-  Eq. (5) zeroes every weight of a dropped unit. The upload is the local minus the server
-  weights, with dropped rows zeroed (Hetero_Client.py:274-282; Eq. 12).
-* **Aggregation** is the unweighted mean over the participants of omega^r + Delta_k, plus
-  N(0, ``noise``^2) on every parameter (agg/avg.py:9-24, options.py:35); Eq. (13) weights
-  by p_k and adds no noise. The noise comes from the run's seeded generator.
-* **No proximal term**: the FedLPS scripts never set ``--fedprox`` (options.py:60; the
-  paper's L_pr of Eqs. 6-9, mu = 1).
+  ``nn.Threshold`` at the smallest keeps k - 1 (Models.py:55-60; Eq. 4 keeps s J_l).
+* **Only weight rows are masked** (Models.py:16-31, 62-66; FedLPS.py:139-144): dropped
+  rows are zeroed for the forward pass, get no gradient and are restored after every step
+  (``weight_recover``, Hetero_Client.py:248); biases and the next layer's columns train,
+  so a dropped unit outputs act(b) (Eq. 5 zeroes all its weights). The upload is local
+  minus server weights, dropped rows zeroed (Hetero_Client.py:274-282; Eq. 12).
+* **Aggregation**: the unweighted mean of omega^r + Delta_k plus N(0, ``noise``^2) on
+  every parameter, from the run's seeded generator (agg/avg.py:9-24, options.py:35);
+  Eq. (13) weights by p_k and adds no noise.
+* **No proximal term** (``--fedprox`` is never set, options.py:60; Eqs. 6-9: mu = 1).
 * **Learning rate** lr x ``lr_decay``^(r - 1) in round r (Hetero_Client.py:153-157,
-  options.py:29; the paper: a constant lr).
-* **Tiers redrawn every round** (``model_split_mode='dynamic'``, the default,
-  options.py:95; FedLPS.py:34-45, 178): the ``capability="dynamic"`` path of
-  :class:`FedLPS`, which runs and charges the client on the round's tier (Sec. III-B of
-  the paper fixes a client's capability).
-* **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``;
-  Hetero_Client.py:199), whatever the run's ``local_epochs`` (the paper: E local steps);
-  a run that sets ``local_steps`` gets those.
-* **Scoring.** A visit replaces the client's kept model only if it ran at a ratio above
-  ``keep_above`` = 0.25 (Hetero_Client.py:261-267, ``mask_rate_list[2]``); a client is
-  scored with the kept model of its most recent such visit, and with the *dense* global
-  model if it never had one (FedLPS.py:242-251). The paper's Alg. 1 line 24 keeps the
-  sparse model of every visit. (The released code reports the unweighted mean of the
-  clients' accuracies, FedLPS.py:273-275; ``acc_clients`` holds them.)
-* **P-UCBV** keeps the released code's epsilon-greedy step on (``explore``,
-  Hetero_Client.py:133-137); its other quirks (a phantom zero reward per arm, the
-  off-by-one crediting of FedLPS.py:222-227, an elimination test that never fires) are not
-  reproduced: this variant credits arms as :class:`~hetfl_core.bandits.PUCBV` does.
-* **Data.** The released code has no IID path (``--iid``, options.py:13, is never read;
-  every run deals label-sorted shards, sampling.py:246-298); this variant runs on any of
-  the library's partitions, the IID one included.
+  options.py:29; the paper: constant).
+* **Tiers redrawn every round** (``model_split_mode='dynamic'``, options.py:95;
+  FedLPS.py:34-45, 178; Sec. III-B fixes them): ``capability="dynamic"``.
+* **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``,
+  Hetero_Client.py:199; the paper: E local steps), unless the run sets ``local_steps``.
+* **Scoring.** Only a visit at a ratio above ``keep_above`` = 0.25 replaces the client's
+  kept model (Hetero_Client.py:261-267, ``mask_rate_list[2]``; Alg. 1 line 24: every
+  visit); a client without one is scored with the *dense* global model
+  (FedLPS.py:242-251). The released code reports the unweighted mean of the clients'
+  accuracies (FedLPS.py:273-275; ``acc_clients`` holds them).
+* **P-UCBV** keeps the epsilon-greedy step (``explore``, Hetero_Client.py:133-137), not
+  its other quirks (a phantom zero reward per arm, the off-by-one crediting of
+  FedLPS.py:222-227, an elimination test that never fires).
+* **Data.** ``--iid`` (options.py:13) is never read: every run deals label-sorted shards
+  (sampling.py:246-298); this variant runs on any partition.
 
-The engine needed no new hook: the per-round tier, the learning rate and the epochs are
-carried by the round's :class:`~hetfl_core.methods.base.ClientPlan`.
+The per-round tier, learning rate and epochs travel in the round's ``ClientPlan``.
 """
 from __future__ import annotations
 
@@ -63,19 +51,16 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from ..masks import kept_fractions_of_units, pattern_string
+from ..masks import kept_fractions_of_units
 from ..models import structured_units
 from ..options import Option
 from ..streams import STREAMS
-from ..system import compute_time, dense_bits, training_flops, transfer_time
-from ..training import clone_model, steps_for_epochs
-from .base import ClientPlan, ClientReport, register, seeded_generator
+from ..system import dense_bits, training_flops
+from ..training import clone_model, minibatch_indices, steps_for_epochs
+from .base import ClientPlan, register, seeded_generator
 from .fedlps import FedLPS
 
-__all__ = ["FedLPSCode", "RELEASED", "released_scores", "released_units"]
-
-#: the released code this variant follows
-RELEASED = "sunnyxuejj/FedLPS-main @ b499bbbe (Models.py @ 27b236be)"
+__all__ = ["FedLPSCode", "released_scores", "released_units"]
 
 _SHARED = ("lam", "ratio_rule", "ratio", "capability", "alpha", "arm_range", "intervals", "rho",
            "delta", "explore", "ucb_xi")
@@ -96,22 +81,12 @@ def released_units(q: torch.Tensor, ratio: float) -> torch.Tensor:
     return s > torch.topk(s, k).values.min()
 
 
-def _rows(keep: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """A per-unit 0/1 vector shaped to multiply a weight's rows."""
-    return keep.to(weight.dtype).view(-1, *([1] * (weight.dim() - 1)))
-
-
 @register
 class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
     """FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)
 
-    FedLPS as its authors' released code runs it (sorted fresh scores, row masks,
-    unweighted noisy mean, decayed lr, dynamic tiers, 5 epochs, their scoring rule).
-
     Trains its clients sequentially: its own optimiser loop trains the scores Q with the
-    weights, redraws the row masks every step, restores the dropped rows after it
-    (``weight_recover``) and decays the learning rate per round, none of which is a phase of
-    the batched SGD.
+    weights, redraws the row masks every step and restores the dropped rows after it.
     """
 
     option_specs = {
@@ -137,8 +112,8 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
         self.units = {n: k for n, _, k in structured_units(self.model)}
 
     def local_steps(self, client) -> int:
-        """``epochs`` passes over the client's data (the run's ``local_steps`` where it sets
-        them, else its ``local_epochs`` if ``epochs`` is None)."""
+        """``epochs`` passes over the client's data, unless the run sets ``local_steps`` or
+        ``epochs`` is None."""
         if self.options["epochs"] is None or self.config.local_steps is not None:
             return super().local_steps(client)
         return steps_for_epochs(client.n_train, self.config.batch_size, self.options["epochs"])
@@ -162,20 +137,16 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
         optimizer = torch.optim.SGD([*net.parameters(), *scores.values()], lr=plan.extra["lr"],
                                     momentum=self.config.momentum,
                                     weight_decay=self.config.weight_decay)
-        x, y, n, batch = client.x_train, client.y_train, client.n_train, self.config.batch_size
-        order, pos, aside = torch.randperm(n, generator=generator), 0, {}
+        x, y, aside = client.x_train, client.y_train, {}
         correct = samples = 0
         total_loss = 0.0
-        for _ in range(plan.local_steps):
-            if pos >= n:
-                order, pos = torch.randperm(n, generator=generator), 0
-            idx = order[pos:pos + batch]
-            pos += batch
+        for idx in minibatch_indices(client.n_train, plan.local_steps, self.config.batch_size, generator):
             with torch.no_grad():
                 for name, w in weights.items():          # weight_recover, then this step's mask
                     w.add_(aside.get(name, 0.0))
                 keep = {name: released_units(q, plan.ratio) for name, q in scores.items()}
-                rows = {name: _rows(keep[name], w) for name, w in weights.items()}
+                rows = {name: keep[name].to(w.dtype).view(-1, *([1] * (w.dim() - 1)))
+                        for name, w in weights.items()}
                 aside = {name: w * (1 - rows[name]) for name, w in weights.items()}
                 for name, w in weights.items():
                     w.mul_(rows[name])
@@ -205,17 +176,8 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
                 self.personal[k] = {name: p.detach().clone() for name, p in params.items()}
         flops = training_flops(self.costs, samples, keep=kept_fractions_of_units(keep))
         sent = sum(float((u != 0).sum()) if u.dim() > 1 else u.numel() for u in update.values())
-        up = dense_bits(int(sent))
-        device = plan.device or self.devices[k]
-        cost = compute_time(device, flops) + o["alpha"] * transfer_time(up, device.uplink_bps)
-        down = dense_bits(sum(p.numel() for p in self.model.parameters()))
-        return ClientReport(k, client.n_train, update, total_loss / max(samples, 1), flops=flops,
-                            uplink_bits=up, downlink_bits=down, local_steps=plan.local_steps,
-                            ratio=plan.ratio,
-                            extra={"proposed": plan.extra["proposed"],
-                                   "capability": plan.extra["capability"],
-                                   "train_acc": correct / max(samples, 1), "cost_s": cost,
-                                   "units": pattern_string(keep)})
+        return self.report(client, plan, update, total_loss / max(samples, 1), flops,
+                           dense_bits(int(sent)), correct / max(samples, 1), keep)
 
     def aggregate(self, round_idx, reports):
         """omega^{r+1} = omega^r + mean_k Delta_k + N(0, noise^2) (agg/avg.py:9-24), then

@@ -2,8 +2,8 @@
 
 Each round a client loads the global body and its own head, trains both for E epochs,
 keeps the head and uploads the body; the server averages bodies weighted by data size.
-The client's model (global body + own head) is its personalised model; there is no
-meaningful global model, since no head is shared.
+The client's model (global body + own head) is its personalised model; no head is shared,
+so there is no global model.
 """
 from __future__ import annotations
 
@@ -40,12 +40,8 @@ class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
         return self.private.load_into(client_id, clone_model(self.model))
 
     def working_model(self, client_id: int):
-        """:meth:`client_model`'s contents in one copy reused for every client's local update.
-
-        Writing the global tensors into a kept copy costs a tenth of a deep copy (which
-        rebuilds every module); the next call overwrites it, so it serves one
-        ``client_update`` at a time and never leaves the method.
-        """
+        """:meth:`client_model`'s contents in one kept copy (a tenth of a deep copy's cost),
+        overwritten by the next call: it serves one ``client_update`` at a time."""
         if self._working is None:
             self._working = clone_model(self.model)
         with torch.no_grad():
@@ -62,8 +58,7 @@ class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
         return run_job(self, self.job_on(model, client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
-        """:meth:`client_update` as a job, on a model of the client's own (not the shared
-        working copy)."""
+        """:meth:`client_update` as a job, on a model of the client's own."""
         return self.job_on(self.client_model(client.client_id), client, plan, generator)
 
     def job_on(self, model, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:

@@ -3,8 +3,7 @@
 Each round a client (i) trains its private head for ``head_epochs`` epochs with the body
 frozen, then (ii) trains the body for the round's E epochs with the head frozen
 (FedRep, Alg. 1, lines 5-9), keeps the head and uploads the body for averaging.
-The paper uses 10 head epochs and 1 body epoch on CIFAR; the option's default is 1 head
-epoch, and a run at the paper's setting passes ``head_epochs=10``.
+The paper uses 10 head epochs and 1 body epoch on CIFAR (``head_epochs=10``; default 1).
 """
 from __future__ import annotations
 

@@ -2,59 +2,53 @@
 
 A client of maximal width w_max trains its w_max sub-model (the first ceil(w_max n_l)
 units of every hidden layer) for E local epochs with one SGD optimiser. For every
-minibatch it samples a width p uniformly from the width levels not above w_max
-(HeteroFL's ``widths``, or 1/P..1 under its ``width_budget`` rule) and runs the batch
-through the nested sub-model of the first ceil(p n_l) units: the units past it are
-dropped, so their weights get no gradient on that batch (FjORD, Sec. 3.1 ordered dropout;
-Sec. 3.2 and Alg. 1: p ~ U over the client's widths, per batch). The client uploads its
-w_max sub-model and the server sets each entry to the data-weighted mean over the clients
-that hold it (Alg. 1, the nested FedAvg over clients with p_max >= p).
+minibatch it samples a width p uniformly from the levels not above w_max (HeteroFL's
+``widths``, or 1/P..1 under ``width_budget``) and drops the units past the first
+ceil(p n_l), whose weights then get no gradient on that batch (Sec. 3.1 ordered dropout;
+Sec. 3.2 and Alg. 1). The server sets each entry to the data-weighted mean over the
+clients that hold it (Alg. 1, the nested FedAvg over clients with p_max >= p).
 
-No masking trick, Scaler or clipping by default (FjORD has none); the options are
-HeteroFL's. Scores: ``acc_global`` is the full-width global model on the whole test set;
-``acc_widths`` (beside ``widths``, ascending) the global model cut to each width level p on
-the whole test set, FjORD's accuracy-per-width (Sec. 4); ``acc_personal`` scores each
-client with the global model cut to its w_max, the width its device runs
-(``personal_eval="submodel"``).
-
-Deviation kept on purpose: FjORD's knowledge-distillation variant (Sec. 3.3) is not
-implemented.
+No masking trick, Scaler or clipping by default; the options are HeteroFL's. Scores:
+``acc_global``, the full-width global model; ``acc_widths`` (beside ``widths``,
+ascending), the global model cut to each level on the whole test set, FjORD's
+accuracy-per-width (Sec. 4); ``acc_personal``, each client's w_max sub-model. FjORD's
+knowledge-distillation variant (Sec. 3.3) is not implemented.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn.functional as F
 
 from ..models import kept_units
-from ..submodel import extract, hidden_output_hook, hidden_units, kept_fractions_of_indices
-from ..system import dense_bits, training_flops
+from ..submodel import hidden_output_hook, hidden_units, kept_fractions_of_indices
+from ..system import training_flops
 from ..training import evaluate
-from .base import ClientReport, register
-from .heterofl import HeteroFL, width_options
+from .base import register
+from .heterofl import HeteroFL
+
+#: FjORD's own defaults of HeteroFL's options
+OWN_DEFAULTS = {"label_mask": False, "scaler": False, "clip_norm": None, "weighting": "samples",
+                "personal_eval": "submodel"}
 
 
 @register
 class FjORD(HeteroFL, name="fjord", label="FjORD"):
     """FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)
 
-    Trains its clients sequentially: every minibatch draws its own width from a second
-    generator and drops units through a forward hook, so clients at one step run different
-    sub-networks.
+    Trains its clients sequentially: every minibatch draws its own width and drops units
+    through a forward hook, so clients at one step run different sub-networks.
     """
 
-    option_specs = width_options(label_mask=False, scaler=False, clip_norm=None,
-                                 weighting="samples", personal_eval="submodel")
+    option_specs = {key: dataclasses.replace(spec, default=OWN_DEFAULTS.get(key, spec.default))
+                    for key, spec in HeteroFL.option_specs.items()}
 
     def client_update(self, client, plan, generator):
-        """E epochs over the client's data, one optimiser; each batch at a sampled width p.
-
-        The widths come from a generator seeded by the first draw of ``generator``; the
-        minibatch order from ``generator`` itself, as every method's local training draws it.
-        """
+        """E epochs, one optimiser, each batch at a width p drawn from a generator seeded by
+        the first draw of ``generator`` (which then draws the minibatches)."""
         levels = [w for w in self.levels if w <= plan.width + 1e-9]
-        idx = self.indices(plan.width, self.round_idx)
-        model = self.build_model(plan.width)
-        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        model, idx = self.cut(plan.width, self.round_idx)
         seed = int(torch.randint(2 ** 62, (1,), generator=generator))
         widths = torch.Generator().manual_seed(seed)
         units, sub_units = hidden_units(self.model), hidden_units(model)
@@ -81,11 +75,7 @@ class FjORD(HeteroFL, name="fjord", label="FjORD"):
         with hidden_output_hook(model, drop):
             result = self.local_train(model, client, plan.local_steps, generator,
                                       loss_fn=ordered_dropout_loss)
-        n_params = sum(t.numel() for t in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
-                            result.loss, flops=flops[0], uplink_bits=dense_bits(n_params),
-                            downlink_bits=dense_bits(n_params),
-                            local_steps=plan.local_steps, width=plan.width)
+        return self.report(client, plan, model, idx, result.loss, flops[0])
 
     def extra_metrics(self) -> dict:
         """``acc_widths``: the global model at every width level on the whole test set, in

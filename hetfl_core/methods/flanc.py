@@ -2,11 +2,10 @@
 
 Every layer shares one basis v (averaged over all participants, Eq. 5), but each width
 p = 1..P has its *own* coefficient u^(p) of p^2 blocks, trained and averaged only by the
-clients of that width. The full-width model (basis times u^(P)) is the global model, so
-the wide coefficient learns from the fast clients alone. Widths follow the same time
-budget as Heroes; every client runs tau_0 local steps. The first layer and classifier
-groups are nested (width p trains groups 0..p-1); Flanc's orthogonality regulariser is
-off (the paper's comparison gives every width method the same widths).
+clients of that width; the global model is basis times u^(P), learnt from the fast
+clients alone. Widths follow Heroes' time budget; every client runs tau_0 local steps;
+width p trains the first p groups of the first layer and classifier. Flanc's
+orthogonality regulariser is off (the paper gives every width method the same widths).
 """
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from .heroes import Heroes
 class Flanc(Heroes, name="flanc", label="Flanc"):
     """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
-    Trains its clients sequentially, for Heroes' reasons: composed models whose block
-    selection is an attribute, not a parameter, and differs by width.
+    Trains its clients sequentially, for Heroes' reasons.
     """
 
     option_specs = {**Heroes.option_specs,

@@ -12,13 +12,10 @@ One round of Alg. 1 (server) and Alg. 2 (client), with this book's choices where
               estimate F_n, L_n, sigma_n^2, G_n^2                           (Alg. 2)
     server: v = mean over clients, u^i = mean over the clients that trained i (Eq. 5)
 
-The factors are trained directly, so the paper's "decomposition" is exact. Time is the
-shared device model of :mod:`hetfl_core.system`: mu_n is the training FLOPs of one
-width-p step over the device's FLOP/s, nu_n the width-p model's download and upload
-over its link rates, so the controller's estimate of T_n (Eq. 19) is what the engine
-charges, unless the run's ``time_noise`` makes compute times fluctuate as the paper's
-devices do: the controller then plans with the expected times and the engine charges
-the drawn ones.
+The factors are trained directly, so the paper's "decomposition" is exact. mu_n and nu_n
+come from the shared device model (:mod:`hetfl_core.system`), so the controller's T_n
+(Eq. 19) is what the engine charges, unless the run's ``time_noise`` makes compute times
+fluctuate as the paper's devices do: the controller then plans with the expected times.
 """
 from __future__ import annotations
 
@@ -41,28 +38,24 @@ from ..training import clone_model, steps_for_epochs
 from .base import ClientPlan, ClientReport, register, seeded_generator
 from .fedavg import FedAvg
 
-SELECTIONS = ("free", "subgrid", "random")
-FREQUENCIES = ("adaptive", "fixed")
-TAU_MODES = ("calibrated", "raw", "eps")
-
 
 @register
 class Heroes(FedAvg, name="heroes", label="Heroes"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
-    Trains its clients sequentially: a client's composed model runs the block selection it
-    holds as an attribute (not a parameter), which differs between clients, and the
-    estimates of Alg. 2 take gradients before and after training.
+    Trains its clients sequentially: a composed model's block selection is an attribute,
+    not a parameter, and differs between clients; Alg. 2's estimates take extra gradients.
     """
 
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",
                             1, 1024),
-        "selection": Option("free", "how a client's blocks are chosen", choices=SELECTIONS),
+        "selection": Option("free", "how a client's blocks are chosen",
+                            choices=("free", "subgrid", "random")),
         "frequency": Option("adaptive", "local steps: adaptive per client (Alg. 1 l. 12-22) or fixed",
-                            choices=FREQUENCIES),
+                            choices=("adaptive", "fixed")),
         "tau_mode": Option("calibrated", "how the first client's steps tau* are set (Eq. 25 calibrated, raw, "
-                           "or to reach a loss eps)", choices=TAU_MODES),
+                           "or to reach a loss eps)", choices=("calibrated", "raw", "eps")),
         "tau0": Option(None, "first-round local steps (None: the run's local steps)", 1, 10_000_000, kind=int),
         "tau_max": Option(None, "most local steps a client runs (None: 2 tau0)", 1, 10_000_000, kind=int),
         "width_budget": Option(1.2, "per-iteration time budget mu_max, in units of the full model's time on "
@@ -118,24 +111,10 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
     def full_selection(self) -> Selection:
         return Selection.full(self.P)
 
-    def step_flops(self, p: int) -> float:
-        """G(v . u_p) of Eq. (17) for one step at width p (see :func:`step_flops`)."""
-        return step_flops(self.width_costs[p], self.config.batch_size, self.model.composition_macs(p))
-
-    def exchange_bits(self, p: int) -> tuple[float, float]:
-        """E(v) + E(u) of Eq. (18) at width p, as (uplink, downlink) bits (float32)."""
-        bits = dense_bits(self.model.upload_numel(Selection(p, tuple(range(p * p)), tuple(range(p)),
+    def exchange_bits(self, p: int) -> float:
+        """E(v) + E(u) of Eq. (18) at width p: the bits of each of the upload and the download."""
+        return dense_bits(self.model.upload_numel(Selection(p, tuple(range(p * p)), tuple(range(p)),
                                                             tuple(range(p)))))
-        return bits, bits
-
-    def iteration_time(self, k: int) -> float:
-        """mu_n, Eq. (17)."""
-        return self.step_flops(self.widths[k]) / self.devices[k].flops_per_s
-
-    def transfer_time(self, k: int) -> float:
-        """nu_n, Eq. (18), with the download added (the engine charges it)."""
-        up, down = self.exchange_bits(self.widths[k])
-        return transfer_time(up, self.devices[k].uplink_bps) + transfer_time(down, self.devices[k].downlink_bps)
 
     # -- server ---------------------------------------------------------------
     def deadline_tau(self, round_idx: int) -> tuple[int, float | None]:
@@ -181,9 +160,12 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
     def configure_round(self, round_idx, client_ids):
         """Alg. 1 l. 5-22: widths, the deadline client's tau, then blocks and taus of the others."""
         tau_l, raw = self.deadline_tau(round_idx)
-        mu = [self.iteration_time(k) for k in client_ids]
-        nu = [self.transfer_time(k) for k in client_ids]
         widths = [self.widths[k] for k in client_ids]
+        devices = [self.devices[k] for k in client_ids]
+        mu = [step_flops(self.width_costs[p], self.config.batch_size, self.model.composition_macs(p))
+              / d.flops_per_s for p, d in zip(widths, devices)]                   # Eq. (17)
+        nu = [transfer_time(bits, d.uplink_bps) + transfer_time(bits, d.downlink_bps)
+              for bits, d in zip(map(self.exchange_bits, widths), devices)]     # Eq. (18), download added
         taus, sels, l = plan_frequencies(
             mu, nu, widths, tau_l, float(self.options["rho"]), self.block_counts,
             select=lambda n: self.select(widths[n], round_idx, client_ids[n]),
@@ -214,9 +196,6 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
         sigma2 = float(((g - mean) ** 2).sum(1).mean())
         return float(np.mean(losses)), mean, sigma2, float((g ** 2).sum(1).mean())
 
-    def needs_estimates(self) -> bool:
-        return self.options["frequency"] == "adaptive"
-
     def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
         """Alg. 2: compose the client's model from (v, u_S), run tau SGD steps on the factors,
         estimate F_n, L_n, sigma_n^2, G_n^2, send the factors back."""
@@ -224,25 +203,26 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
         model = clone_model(self.model)
         model.selection = sel
         extra = {"p": sel.p, "blocks": list(sel.blocks), **self.round_info}
-        if self.needs_estimates():
+        estimate = self.options["frequency"] == "adaptive"
+        if estimate:
             order = torch.randperm(client.n_train, generator=seeded_generator(self.config.seed, client.client_id))
             xs = order[: int(self.options["estimator_batches"]) * self.config.batch_size]
             x, y = client.x_train[xs], client.y_train[xs]
             start = torch.cat([p.detach().flatten() for p in model.parameters()])
             F0, g0, sigma2, G2 = self.gradient_statistics(model, x, y)
         result = self.local_train(model, client, plan.local_steps, generator)
-        if self.needs_estimates():
+        if estimate:
             end = torch.cat([p.detach().flatten() for p in model.parameters()])
             _, g1, _, _ = self.gradient_statistics(model, x, y)
             step = float((end - start).norm())
             L = float((g1 - g0).norm()) / step if step > 0 else float("nan")
             extra.update(F=F0, L=L, sigma2=sigma2, G2=G2)
         model.zero_grad(set_to_none=True)
-        bits_up, bits_down = self.exchange_bits(sel.p)
+        bits = self.exchange_bits(sel.p)
         flops = training_flops(self.width_costs[sel.p], result.samples) + \
             6.0 * self.model.composition_macs(sel.p) * plan.local_steps
         return ClientReport(client.client_id, client.n_train, (sel, model.state_dict()), result.loss,
-                            flops=flops, uplink_bits=bits_up, downlink_bits=bits_down,
+                            flops=flops, uplink_bits=bits, downlink_bits=bits,
                             local_steps=plan.local_steps, width=plan.width, extra=extra)
 
     # -- aggregation ----------------------------------------------------------
@@ -255,6 +235,3 @@ class Heroes(FedAvg, name="heroes", label="Heroes"):
             self.estimates.append({"F": float(np.mean([s["F"] for s in stats])),
                                    "L": float(np.mean([s["L"] for s in stats])),
                                    "S": float(np.mean([s["G2"] + 18 * s["sigma2"] for s in stats]))})
-
-    def personal_model(self, client_id):
-        return self.model

@@ -5,38 +5,27 @@ sub-model of width w = the widest of ``widths`` not above c, made of the *first*
 ceil(w n_l) units of every hidden layer (HeteroFL, Sec. 3.1). By default the method runs
 as its authors ran it:
 
-* **Scaler** (Sec. 3): while training, every hidden layer's output is divided by the
-  width w, so that a sub-model's activations keep the full model's scale; at test time
-  the layer is the identity (``scaler``).
-* **Masking trick** (the non-IID experiments, Sec. 4): a client's logits of the labels
-  absent from its training data are set to 0 before the cross-entropy, so their
-  classifier rows get no gradient, and the client does not send those rows: they are
-  neither trained nor averaged by it (``label_mask``).
-* **Aggregation** (Sec. 3.1, Eq. 3): each entry is the plain mean over the participants
-  that hold it (``weighting="count"``); entries nobody holds keep their value.
-* **Gradient clipping** at global norm 1 before every local step (``clip_norm``): the
-  authors' training code does it; the paper does not mention it.
-* **Scores** (Sec. 4): the full-width global model, in test mode. History key
-  ``acc_global`` is its accuracy on the whole test set; ``acc_personal`` (and
-  ``loss_personal``, ``acc_clients``, ``acc_val``) its accuracy on each client's own test
-  split with the logits of labels the client does not train on set to 0, pooled over
-  clients: the paper's "local" accuracy (``personal_eval="global-masked"``).
+* **Scaler** (Sec. 3, ``scaler``): while training, every hidden layer's output is divided
+  by w, so a sub-model's activations keep the full model's scale; in tests, the identity.
+* **Masking trick** (Sec. 4, ``label_mask``): a client's logits of the labels absent from
+  its training data are set to 0 before the cross-entropy, and it does not send their
+  classifier rows: they are neither trained nor averaged by it.
+* **Aggregation** (Sec. 3.1, Eq. 3, ``weighting``): each entry is the plain mean over the
+  participants that hold it; entries nobody holds keep their value.
+* **Gradient clipping** (``clip_norm``) at norm 1 before every local step: the authors'
+  training code does it; the paper does not mention it.
+* **Scores** (Sec. 4, ``personal_eval``): the full-width global model, in test mode:
+  ``acc_global`` on the whole test set; ``acc_personal`` (and ``loss_personal``,
+  ``acc_clients``, ``acc_val``) on each client's own test split with the logits of labels
+  it does not train on set to 0, pooled over clients: the paper's "local" accuracy.
 
-Options that keep earlier behaviour, for ablations: ``weighting="samples"`` (entries
-weighted by the clients' data sizes, as FjORD aggregates), ``label_mask=False``,
-``scaler=False``, ``clip_norm=None``, and ``personal_eval="submodel"`` (each client
-scored with its own width sub-model of the global model) or ``"global"`` (the unmasked
-global model).
-
-Deviations kept on purpose: the width levels are 1, 1/2, 1/4 by device capability, fixed
-for the run (the paper's five levels and its dynamic redraws are configuration); the
-width models have no batch normalisation, so the paper's static BN (Sec. 3) has nothing
-to do. Without normalisation layers the Scaler acts in full: with the authors' batch
-norm after it, its effect is mostly absorbed by the normalisation.
-
-With the option ``width_budget`` a client's width is instead the one Heroes gives the
-same device (Yan et al., Alg. 1 l. 6-11), p/P of every layer, so that the methods are
-compared at equal per-device model sizes.
+The options switch each of these off for ablations (see their help). Deviations kept on
+purpose: the width levels are 1, 1/2, 1/4 by capability, fixed for the run (the paper's
+five levels and dynamic redraws are configuration); the width models have no batch
+normalisation, so the paper's static BN has nothing to do, and the Scaler acts in full
+(the authors' batch norm after it absorbs most of its effect). With ``width_budget`` a
+client's width is the one Heroes gives the same device (Yan et al., Alg. 1 l. 6-11), so
+the methods compare at equal per-device model sizes.
 """
 from __future__ import annotations
 
@@ -55,33 +44,7 @@ from .aggregate import average_over_holders
 from .base import ClientPlan, ClientReport, register
 from .fedavg import FedAvg
 
-__all__ = ["HeteroFL", "LabelMasked", "width_options"]
-
-PERSONAL_EVALS = ("global-masked", "global", "submodel")
-
-
-def width_options(*, label_mask: bool, scaler: bool, clip_norm: float | None, weighting: str,
-                  personal_eval: str) -> dict[str, Option]:
-    """The options every width method shares, with a method's own defaults."""
-    return {
-        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
-                         "capability allows", 0, 1, low_open=True),
-        "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
-                               "p/P with the widest p whose step time fits this many full-model "
-                               "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
-        "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
-        "label_mask": Option(label_mask, "masking trick: logits of labels absent from a client's "
-                             "training data set to 0 in its loss, and their classifier rows "
-                             "not sent"),
-        "scaler": Option(scaler, "Scaler: hidden outputs divided by the width while training"),
-        "clip_norm": Option(clip_norm, "clip the local gradients to this global L2 norm (None: "
-                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
-        "weighting": Option(weighting, "each entry's mean over its holders: plain (count) or by "
-                            "data size (samples)", choices=("count", "samples")),
-        "personal_eval": Option(personal_eval, "acc_personal: the global model label-masked per "
-                                "client, the global model, or each client's width sub-model",
-                                choices=PERSONAL_EVALS),
-    }
+__all__ = ["HeteroFL", "LabelMasked"]
 
 
 class LabelMasked(nn.Module):
@@ -102,13 +65,29 @@ class LabelMasked(nn.Module):
 class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
-    Trains its clients sequentially: each width is a model of its own shape, the Scaler
-    rescales hidden outputs through forward hooks, the label mask gives every client its own
-    loss, and the batched SGD rule has no gradient clipping (``clip_norm``).
+    Trains its clients sequentially: per-width model shapes, the Scaler's forward hooks,
+    per-client label-masked losses and gradient clipping are not in the batched SGD.
     """
 
-    option_specs = width_options(label_mask=True, scaler=True, clip_norm=1.0, weighting="count",
-                                 personal_eval="global-masked")
+    option_specs = {
+        "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
+                         "capability allows", 0, 1, low_open=True),
+        "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
+                               "p/P with the widest p whose step time fits this many full-model "
+                               "steps of the fastest device", 0, 1e6, low_open=True, kind=float),
+        "max_width": Option(4, "P of the width_budget rule: widths 1/P..1", 1, 1024),
+        "label_mask": Option(True, "masking trick: logits of labels absent from a client's "
+                             "training data set to 0 in its loss, and their classifier rows "
+                             "not sent"),
+        "scaler": Option(True, "Scaler: hidden outputs divided by the width while training"),
+        "clip_norm": Option(1.0, "clip the local gradients to this global L2 norm (None: "
+                            "no clipping)", 0, 1e6, low_open=True, optional=True, kind=float),
+        "weighting": Option("count", "each entry's mean over its holders: plain (count) or by "
+                            "data size (samples)", choices=("count", "samples")),
+        "personal_eval": Option("global-masked", "acc_personal: the global model label-masked per "
+                                "client, the global model, or each client's width sub-model",
+                                choices=("global-masked", "global", "submodel")),
+    }
 
     @classmethod
     def check_config(cls, config):
@@ -122,7 +101,6 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         super().setup(sim)
         self.widths = {}
         if self.options["width_budget"] is not None:
-            # the per-device widths of Heroes (Alg. 1 l. 6-11), so both compare at equal model sizes
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
             budget = float(self.options["width_budget"])
@@ -136,13 +114,9 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 
-    def unit_rule(self, round_idx: int):
-        """Which units a sub-model keeps: the first ones."""
-        return first_units
-
     def indices(self, width: float, round_idx: int) -> dict:
-        """The kept units of every hidden layer at ``width`` in round ``round_idx``."""
-        return layer_indices(self.model, width, self.unit_rule(round_idx))
+        """The kept units of every hidden layer at ``width`` in round ``round_idx``: the first ones."""
+        return layer_indices(self.model, width, first_units)
 
     def present_labels(self, client_id: int) -> torch.Tensor:
         """Boolean vector over the classes: the labels in the client's training data."""
@@ -164,13 +138,13 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                                   else out)
 
     def configure_round(self, round_idx, client_ids):
-        """Each client's width from its capability (static across rounds)."""
+        """Each client's width, fixed for the run."""
         self.round_idx = round_idx
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), width=self.widths[k]) for k in client_ids}
 
-    def upload(self, client, model: nn.Module, idx: dict) -> tuple[dict, dict]:
-        """The trained sub-model in global shapes, ``(values, held)``; under ``label_mask``
-        the classifier rows of labels absent from the client's data are not held."""
+    def report(self, client, plan, model: nn.Module, idx: dict, loss: float, flops: float) -> ClientReport:
+        """The trained sub-model sent back in global shapes, ``(values, held)``; under
+        ``label_mask`` the classifier rows of labels absent from the client's data are not held."""
         values, held = embed(self.model, model.state_dict(), idx)
         if self.options["label_mask"]:
             absent = ~self.present_labels(client.client_id)
@@ -178,23 +152,27 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                 name = f"{self.classifier}.{kind}"
                 if name in held:
                     held[name][absent] = 0
-        return values, held
+        bits = dense_bits(sum(p.numel() for p in model.parameters()))
+        return ClientReport(client.client_id, client.n_train, (values, held), loss, flops=flops,
+                            uplink_bits=bits, downlink_bits=bits, local_steps=plan.local_steps,
+                            width=plan.width)
+
+    def cut(self, width: float, round_idx: int) -> tuple[nn.Module, dict]:
+        """The global model cut to ``width`` by the :meth:`indices` of round ``round_idx``, and
+        those indices."""
+        idx = self.indices(width, round_idx)
+        model = self.build_model(width)
+        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        return model, idx
 
     def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
-        idx = self.indices(plan.width, self.round_idx)
-        model = self.build_model(plan.width)
-        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
+        model, idx = self.cut(plan.width, self.round_idx)
         with self.scaled(model, plan.width):
             result = self.local_train(model, client, plan.local_steps, generator,
                                       loss_fn=self.training_loss(client))
-        n_params = sum(p.numel() for p in model.parameters())
-        return ClientReport(client.client_id, client.n_train, self.upload(client, model, idx),
-                            result.loss,
-                            flops=training_flops(self.costs, result.samples,
-                                                 keep=kept_fractions_of_indices(self.model, idx)),
-                            uplink_bits=dense_bits(n_params), downlink_bits=dense_bits(n_params),
-                            local_steps=plan.local_steps, width=plan.width)
+        flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
+        return self.report(client, plan, model, idx, result.loss, flops)
 
     def aggregate(self, round_idx, reports):
         """Per entry: sum_k a_k held_k w_k / sum_k a_k held_k, a_k = 1 (``count``) or n_k
@@ -213,8 +191,5 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
         return self.width_model(self.widths[client_id])
 
     def width_model(self, width: float) -> nn.Module:
-        """The global model cut to ``width`` by the unit rule of the current round."""
-        idx = self.indices(width, max(self.round_idx, 1))
-        model = self.build_model(width)
-        model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
-        return model
+        """The global model cut to ``width`` by the :meth:`indices` of the current round."""
+        return self.cut(width, max(self.round_idx, 1))[0]

@@ -1,26 +1,18 @@
 """LG-FedAvg (Liang et al., 2020): private local representations, a shared global head.
 
-The mirror image of FedPer: each client keeps its body (the local representation) and
-the server averages only the last ``head_layers`` layers (Liang et al. 2020, Alg. 1: every
-client trains its whole model locally, then sends the global layers for averaging).
-SRP-pFed's comparison keeps LeNet-5's first two layers private, i.e. ``head_layers=3``.
+The mirror image of FedPer: every client trains its whole model and keeps its body; the
+server averages only the last ``head_layers`` layers (Alg. 1). SRP-pFed's comparison
+keeps LeNet-5's first two layers private, i.e. ``head_layers=3``.
 
-The authors start every client's model from a model trained by FedAvg. Here that warm
-start is part of the run: its first ``fedavg_share`` of the rounds (rounded, and never the
-last round) are plain FedAvg rounds
-(every parameter trained, uploaded and averaged, and charged as such by the cost model),
-after which every client's private body starts from the FedAvg body and only the head is
-averaged. The default 0.8 is the authors' published MNIST recipe, 400 FedAvg rounds
-followed by 100 LG-FedAvg rounds (their CIFAR-10 recipe, 1200 then 200, is 0.857).
-``fedavg_share=0`` starts LG-FedAvg from the random initialisation, as earlier versions
-of this class did.
+The authors start every client from a FedAvg model; here the first ``fedavg_share`` of
+the rounds (rounded, never the last) are plain FedAvg rounds, charged as such. The default
+0.8 is the authors' MNIST recipe, 400 FedAvg then 100 LG-FedAvg rounds (CIFAR-10's, 1200
+then 200, is 0.857); ``fedavg_share=0`` starts from the random initialisation.
 
-Kept on purpose: the head (and the warm start's model) is averaged weighted by n_k (the
-authors average unweighted; the two agree with equal client sizes); the warm start ends
-with the last FedAvg model, where the authors load the FedAvg round with the best test
-accuracy; and each client is scored with its current model, where the authors' code
-reports, per client, the best model so far as selected on the test set. Both selections
-on the test set make the authors' scores optimistic.
+Kept on purpose: averages are weighted by n_k (the authors': unweighted); the warm start
+ends with the last FedAvg model, and each client is scored with its current model, where
+the authors pick the FedAvg round, and per client the model, with the best test accuracy,
+which makes their scores optimistic.
 """
 from __future__ import annotations
 
@@ -53,7 +45,7 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
         return head_parameter_names(self.model, self.options["head_layers"])
 
     def configure_round(self, round_idx, client_ids):
-        """FedAvg's plans, each marked as a warm-start (FedAvg) round or an LG-FedAvg round."""
+        """FedAvg's plans, each marked as a warm-start (FedAvg) round or not."""
         plans = super().configure_round(round_idx, client_ids)
         for plan in plans.values():
             plan.extra["fedavg"] = round_idx <= self.fedavg_rounds
@@ -66,8 +58,7 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True):
         return super().client_update(client, plan, generator)
 
     def client_job(self, client, plan, generator):
-        """:meth:`client_update` as a job: FedAvg's in the warm-start rounds, FedPer's (the
-        whole model trained, the head uploaded) afterwards."""
+        """:meth:`client_update` as a job: FedAvg's, then FedPer's (all trained, head uploaded)."""
         if plan.extra.get("fedavg"):
-            return self.fedavg_job(client, plan, generator)
+            return FedAvg.client_job(self, client, plan, generator)
         return super().client_job(client, plan, generator)

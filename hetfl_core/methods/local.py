@@ -1,11 +1,8 @@
-"""Local-only training: every client trains its own model on its own data, no communication.
-
-The floor of personalised FL: any method that shares must beat it to justify the
-traffic. Every client starts from the same initial model.
-"""
+"""Local-only training: every client trains its own model, from the same initial model, on
+its own data, with no communication: the floor any personalised method must beat."""
 from __future__ import annotations
 
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..personalization import PrivateStore
 from ..system import training_flops
 from ..training import clone_model
@@ -17,16 +14,10 @@ from .fedavg import FedAvg
 class LocalOnly(FedAvg, name="local", label="Local", batchable=True):
     """Local-only training: no communication, the personalisation floor"""
 
-    option_specs = {}
-
     def setup(self, sim):
         super().setup(sim)
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
-
-    def client_update(self, client, plan, generator):
-        """The update of :meth:`client_job`, run here."""
-        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan, generator):
         """The client's own model trained and kept; nothing sent."""

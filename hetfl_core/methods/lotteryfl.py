@@ -1,14 +1,12 @@
 """LotteryFL (Li et al., 2021): a personal lottery ticket per client.
 
-Each client keeps its own unstructured mask m_k (all ones at first). In a round it
-receives the global weights under its mask; if its accuracy on its own data reaches
-``acc_threshold`` and its density is above ``target_density``, it prunes the fraction
-``prune_rate`` of its remaining weights by magnitude (layer by layer) and rewinds the
-survivors to the initial weights theta_0 (LotteryFL, Alg. 1, lines 6-11). It then
-trains under the mask and uploads its kept weights (and its mask when it changed); the
-server averages each entry over the clients whose ticket holds it. A client's personal
-model is the global model under its ticket. Defaults follow SRP-pFed's setting: 20% per
-pruning, down to 50% density.
+Each client keeps its own unstructured mask m_k (all ones at first) and receives the
+global weights under it; if its accuracy on its own data reaches ``acc_threshold`` and
+its density is above ``target_density``, it prunes ``prune_rate`` of its remaining
+weights by magnitude (layer by layer) and rewinds the survivors to theta_0 (LotteryFL,
+Alg. 1, lines 6-11). It then trains under the mask and uploads its kept weights (and its
+mask when it changed); the server averages each entry over the clients whose ticket
+holds it. Defaults follow SRP-pFed's setting: 20% per pruning, down to 50% density.
 """
 from __future__ import annotations
 
@@ -27,9 +25,8 @@ from .aggregate import average_over_holders, masked_upload
 class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL"):
     """LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)
 
-    Trains its clients sequentially: no batched job is written yet; the masked local SGD
-    would fit one, but the accuracy check, pruning and rewinding before it would have to
-    move into the job.
+    Trains its clients sequentially: no batched job is written yet (the accuracy check,
+    pruning and rewinding before the masked SGD would have to move into it).
     """
 
     option_specs = {"prune_rate": Option(0.2, "fraction of the remaining weights pruned at each pruning", 0, 1),
@@ -49,13 +46,10 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL"):
             self.tickets[client_id] = {n: torch.ones_like(params[n]) for n in self.prunable}
         return self.tickets[client_id]
 
-    def masked(self, client_id: int):
-        return masked_copy(self.model, self.ticket(client_id))
-
     def client_update(self, client, plan, generator):
         """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the ticket."""
         k = client.client_id
-        model = self.masked(k)
+        model = self.personal_model(k)
         mask = self.ticket(k)
         kept = float(sum(m.sum() for m in mask.values()) / sum(m.numel() for m in mask.values()))
         x, y = (client.x_val, client.y_val) if len(client.y_val) else (client.x_train, client.y_train)
@@ -89,4 +83,5 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL"):
         average_over_holders(self.model, reports)
 
     def personal_model(self, client_id):
-        return self.masked(client_id)
+        """The global model under the client's ticket."""
+        return masked_copy(self.model, self.ticket(client_id))

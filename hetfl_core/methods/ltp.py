@@ -1,11 +1,8 @@
 """LTP: progressive lottery-ticket pruning without the joint loss (OFA-FL's ablation).
 
-The "LTH pruning" baseline of Varma et al. (2023), made precise in this book
-(Sec. 3.8): everything as OFA-FL (nested masks by progressive magnitude pruning, partial
-rewinding, clients joining once their ratio exists, per-coordinate averaging), except
-that a client's loss is only its own sub-network's, L = [l(d; own * theta)]. Each
-ratio's ticket is thus trained only by the clients of that ratio and larger ones through
-their own losses; comparing with ``ofafl`` isolates Alg. 4's averaged loss.
+The "LTH pruning" baseline of Varma et al. (2023, Sec. 3.8): everything as OFA-FL, except
+that a client's loss is only its own sub-network's, L = [l(d; own * theta)]; comparing
+with ``ofafl`` isolates Alg. 4's averaged loss.
 """
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ from .ofafl import OFAFL
 
 @register
 class LTP(OFAFL, name="ltp", label="LTP", batchable=True):
-    """Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)
-    """
+    """Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)"""
 
     joint = False

@@ -13,29 +13,27 @@ Server, each round t (Alg. 1, corrected; see ``hetfl_core.lottery``):
     theta_g <- per-coordinate, sample-size-weighted mean over the clients holding it
 
 Client (Alg. 4): on each batch, the loss is the plain mean of the losses of its own
-sub-network m[C[i]] * theta and of every smaller pruned one, m * theta, on the same batch.
-The forward pass uses own * theta, so a client never grows weights outside its budget.
+sub-network m[C[i]] * theta and of every smaller pruned one on the same batch; weights
+outside its own mask stay zero.
 
-Resolutions of the paper's gaps (Alg. 1-4 and Sec. 3): r_relative = R[n]/R[n-1]; magnitudes over
-the parent's support with exact top-k; only weights are pruned, biases rewound whole
-(``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean; fixed
-schedule by default. Defaults are the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2],
-W = 200, P = 50); the MNIST schedule is not given. Training FLOPs are charged as the paper
-computes (masks multiplied into dense weights: J dense passes per batch); ``flops_model="sparse"``
-charges an ideal sparse kernel instead.
-
-Variants in the same file: ``ltp`` (``methods/ltp.py``) drops the joint loss; ``ofa-oneshot``
-prunes every ratio at once.
+Resolutions of the paper's gaps (Alg. 1-4, Sec. 3): r_relative = R[n]/R[n-1]; magnitudes
+over the parent's support with exact top-k; only weights are pruned, biases rewound whole
+(``rewind_unmasked``); aggregation as in the text, not Alg. 3's plain mean. Defaults are
+the paper's CIFAR-10 setting (R = [1, .8, .6, .4, .2], W = 200, P = 50; MNIST's schedule
+is not given). Training FLOPs are charged as the paper computes (J dense passes per
+batch; ``flops_model="sparse"``: an ideal sparse kernel). Variants: ``ltp``
+(:mod:`~hetfl_core.methods.ltp`) drops the joint loss; ``ofa-oneshot`` prunes every ratio
+at once.
 """
 from __future__ import annotations
 
 import torch
 
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..options import Option
 from ..errors import ConfigError
-from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, joint_loss, keep_fraction,
-                       prune_within, rewind, training_cost)
+from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within,
+                       rewind, training_cost)
 from ..masks import apply_mask, prunable
 from ..system import dense_bits
 from ..training import clone_model, evaluate
@@ -45,15 +43,14 @@ from .aggregate import average_over_holders, masked_upload
 
 
 def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
-    """Clients dealt to the ratios in equal blocks, largest first: 10 clients, 5 ratios -> 2 each."""
+    """Clients dealt to the ratios in equal blocks, largest first (10 clients, 5 ratios: 2 each)."""
     return [ratios[i * len(ratios) // n_clients] for i in range(n_clients)]
 
 
 def capacities_by_tier(ratios: list[float], devices) -> list[float]:
-    """Each client's capacity from its device: the largest ratio not above its compute
-    factor (FLOP/s over the reference device's; the slowest tier gets the smallest ratio),
-    and the fastest client holds the full model when no device reaches it (OFA-FL's
-    warm-up needs one full-model client)."""
+    """Each client's capacity: the largest ratio not above its device's FLOP/s over the
+    reference device's (else the smallest), the fastest client holding the full model when
+    no device reaches it (the warm-up needs one full-model client)."""
     from ..system import REFERENCE_DEVICE
 
     caps = []
@@ -67,8 +64,7 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 
 @register
 class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
-    """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)
-    """
+    """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"""
 
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
@@ -133,7 +129,6 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
         self.trigger = FixedSchedule(o["warmup"], o["every"]) if o["schedule"] == "fixed" else \
             ConvergenceTrigger(o["delta"], o["min_gap"])
         self.mask_news = set()  # ratios whose mask changed this round (clients download it)
-        self.pruned_at: list[int] = []
         x, y = self.data.dataset.x_test, self.data.dataset.y_test
         if o["test_samples"] is not None and o["test_samples"] < len(y):
             keep = torch.randperm(len(y), generator=torch.Generator().manual_seed(self.config.seed))[:o["test_samples"]]
@@ -172,7 +167,6 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
             signal = self.smallest_loss() if isinstance(self.trigger, ConvergenceTrigger) else None
             if self.trigger(round_idx, len(self.pruned) - 1, signal):
                 self.prune_next()
-                self.pruned_at.append(round_idx)
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.capacity[k])
                 for k in client_ids if self.capacity[k] in self.masks}
 
@@ -180,10 +174,6 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
     def smaller_masks(self, ratio: float) -> list[dict]:
         """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
         return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
-
-    def client_update(self, client, plan, generator):
-        """The update of :meth:`client_job`, run here."""
-        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
         """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""
@@ -223,17 +213,13 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
         return self.sub_network(cap if cap in self.masks else self.pruned[-1])
 
     def global_model(self):
-        """None: the engine's global score is replaced by :meth:`extra_metrics`, which scores every ratio."""
+        """None: :meth:`extra_metrics` scores every ratio."""
         return None
 
     def extra_metrics(self) -> dict:
-        """a_r(t) on the global test set for every r in R (None while r is not pruned yet).
-
-        ``acc_ratios[0]`` is a_1.0, the full network (the engine's ``acc_global`` scores it on
-        the whole test set). With ``test_samples`` set, these scores use a fixed seeded
-        subset of the test set (evaluating s sub-networks every round is the dominant cost
-        of a small run).
-        """
+        """a_r(t) on the global test set for every r in R (None while r is not pruned yet),
+        ``acc_ratios[0]`` being the full network's; with ``test_samples``, on a fixed seeded
+        subset (scoring s sub-networks every round is the dominant cost of a small run)."""
         x, y = self.test_set
         scores = [evaluate(self.sub_network(r), x, y) if r in self.masks else None for r in self.ratios]
         accs = [None if s is None else s[0] / len(y) for s in scores]
@@ -242,8 +228,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
 
 @register
 class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True):
-    """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)
-    """
+    """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"""
 
     option_specs = {**OFAFL.option_specs,
                     "oneshot_rewind": Option(True, "rewind the smallest mask's weights after the one-shot pruning")}

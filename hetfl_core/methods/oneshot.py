@@ -8,8 +8,7 @@ that both sides know it, so messages carry only the kept values.
 """
 from __future__ import annotations
 
-
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..options import Option
 from ..masks import apply_mask, layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
@@ -43,12 +42,8 @@ class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable
             self.mask_news = True
         return super().configure_round(round_idx, client_ids)
 
-    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
-        """FedAvg's local update under the pruning mask (none before ``prune_round``)."""
-        return run_job(self, self.client_job(client, plan, generator))
-
     def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
-        """:meth:`client_update` as a job: one masked phase on a copy of the global model."""
+        """FedAvg's local update under the pruning mask (none before ``prune_round``)."""
         model = clone_model(self.model)
 
         def finish(results):

@@ -3,21 +3,19 @@
 One mask for every client (one ratio for all, as FedLPS describes it):
 
 1. **Initial pruning** (PruneFL, Sec. IV-A): in round 1 the most capable sampled client
-   trains the dense model on its own data and the server keeps the ``initial_density``
-   fraction of its weights of largest magnitude (over the whole model); the strong
-   client is charged for that training, so round 1 waits for it.
+   trains the dense model on its own data (charged to it, so round 1 waits for it) and the
+   server keeps the ``initial_density`` fraction of its largest weights (over the model).
 2. **Adaptive pruning** (Sec. IV-B): every ``reconfigure_every`` rounds each client also
-   sends the squared gradients g_j^2 of *every* weight (pruned ones too), summed over one
-   epoch of dense minibatches, the server sums them into importances and picks the mask M that
+   sends the squared gradients g_j^2 of *every* weight, summed over one epoch of dense
+   minibatches; the server sums them into importances and picks the mask M that
    maximises the loss decrease per unit of round time,
 
        M* = argmax_M  sum_{j in M} g_j^2 / T(M),   T(M) = c + |M| / n          (PruneFL, Eq. 8)
 
-   where |M|/n is the round time of the kept weights relative to the dense model (FLOPs
-   and bits both scale with the kept fraction under ideal sparse kernels) and c =
-   ``overhead`` the fixed part of a round in the same unit. For a fixed size the best M
-   holds the largest g_j^2, so the search is over the size only (:func:`adaptive_mask`).
-   Weights that rejoin the mask restart from zero.
+   |M|/n being the kept weights' round time relative to the dense model's (ideal sparse
+   kernels) and c = ``overhead`` the fixed part. The best M of a size holds the largest
+   g_j^2, so the search is over the size (:func:`adaptive_mask`). Rejoining weights
+   restart from zero.
 """
 from __future__ import annotations
 
@@ -57,9 +55,9 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 class PruneFL(FedAvg, name="prunefl", label="PruneFL"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
-    Trains its clients sequentially: no batched job is written yet; the masked local SGD
-    would fit one, but the reconfiguration rounds' dense squared gradients, drawn from the
-    client's generator after training, would have to move into its ``finish``.
+    Trains its clients sequentially: no batched job is written yet (the reconfiguration
+    rounds' squared gradients, drawn from the client's generator after training, would
+    have to move into its ``finish``).
     """
 
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,

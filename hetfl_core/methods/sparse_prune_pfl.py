@@ -13,28 +13,25 @@ Algorithm 1, one round t (full participation by default):
         sparsify   g~^B = top_k(g^B) with ceil(k d_B) entries, uploaded with indices  (5)
     server: w^B_{t+1} = w^B_t - eta sum_n gamma_n g~^B_n                        (6)
 
-With ``local_steps`` > 1 (the paper's Algorithm 1 takes one step) the client runs several masked SGD steps and uploads
-the pseudo-gradient (w^B_t - w^B_local) / eta; with one step it is the gradient itself.
+With ``local_steps`` > 1 (Algorithm 1 takes one step) the client runs several masked SGD
+steps and uploads the pseudo-gradient (w^B_t - w^B_local) / eta.
 
 Latency and energy are the run's cost model: under ``system="wireless"`` (this method's
 default) :class:`hetfl_core.system.WirelessCost` charges compute cycles b C (d_B + r d_P)
 / d on a CPU of omega Hz (12), the FDMA uplink rate at the share l W (7) and the energies
-(11) and (13); the method reports the FLOPs it computed (the dense model's training FLOPs
-times (d_B + r d_P) / d) and its upload bits (9) (``bits="exact"``: values plus
-``index_bits(..., "binomial")``, Eq. 8), and its server policy sets each client's share.
-The round lasts as long as its slowest client.
+(11) and (13), from the FLOPs the method reports (the dense model's times (d_B + r d_P) / d),
+its upload bits (9) (or (8), ``bits="exact"``) and the shares its server policy sets. The
+round lasts as long as its slowest client.
 
-Options turn the method into its ablations under the same cell: ``allocation`` ("dca",
-"uniform": equal shares with each client's best (k, r), "fixed": the given ``k``, ``r``
-with the cost model's shares), ``split`` ("conv": the paper's base = conv layers; "fc":
-LG-FedAvg's shared FC; "all": FedAvg; "first:N": the first N layers, Table III;
-"last-block": a ResNet's last block and classifier private, Figs. 4-5),
-``prune_scope="all"`` (FedAvg-P: prune the whole model). The band (10 MHz per 100 clients,
-Sec. VI, unless ``RunConfig.bandwidth_mhz`` says otherwise) belongs to the cell;
-``deadline_s`` fixes tau_max (else it is calibrated, see :func:`hetfl_core.dca.calibrate_deadline`).
-``theta_warmup_rounds`` > 0 runs that many rounds at k = r = 1 with the cell's shares and
-then sets theta1 / theta2 from their gradients and private weights
-(:meth:`SparsePrunePFL.record_warmup`) instead of the fixed ``theta_ratio``.
+Options give the ablations under the same cell: ``allocation`` ("uniform": equal shares
+with each client's best (k, r); "fixed": the given ``k``, ``r`` with the cost model's
+shares), ``split`` ("conv": the paper's base; "fc": LG-FedAvg's shared FC; "all": FedAvg;
+"first:N": Table III; "last-block": a ResNet's last block and classifier private, Figs.
+4-5), ``prune_scope="all"`` (FedAvg-P). The band (10 MHz per 100 clients, Sec. VI, unless
+``RunConfig.bandwidth_mhz`` says otherwise) belongs to the cell; ``deadline_s`` fixes
+tau_max (else :func:`hetfl_core.dca.calibrate_deadline`). ``theta_warmup_rounds`` > 0
+runs that many rounds at k = r = 1 and then sets theta1 / theta2 from their gradients and
+private weights (:meth:`SparsePrunePFL.record_warmup`) instead of ``theta_ratio``.
 """
 from __future__ import annotations
 
@@ -53,30 +50,22 @@ from ..system import FLOAT_BITS, index_bits, training_flops
 from .base import ClientPlan, ClientReport, register
 from .fedper import FedPer
 
-ALLOCATIONS = ("dca", "uniform", "fixed")
 #: the range a warmed-up theta1 / theta2 is clipped to
 THETA_CLIP = (1e-3, 1e3)
-
-
-def _check_split(option: str, split: str) -> None:
-    if split not in ("conv", "fc", "all", "last-block") and not any(split.startswith(p) and split[len(p):].isdigit()
-                                                                   for p in ("first:", "last:")):
-        raise ConfigError(f"{option} must be conv, fc, all, first:N, last:N or last-block, got {split!r}")
 
 
 @register
 class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
-    Trains its clients sequentially: no batched job is written yet; each client prunes its
-    private part to its own ratio r_n before training and, in warm-up rounds, measures
-    gradients and private weights after it, which a job would have to carry.
+    Trains its clients sequentially: no batched job is written yet (each client prunes to
+    its own r_n before training and, in warm-up rounds, measures gradients after it).
     """
 
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
         "allocation": Option("dca", "how (k, r, bandwidth) are chosen (Alg. 2, or the baselines)",
-                             choices=ALLOCATIONS),
+                             choices=("dca", "uniform", "fixed")),
         "k": Option(1.0, "top-k fraction of base gradients uploaded (allocation fixed)", dca.K_MIN, 1),
         "r": Option(1.0, "density of the pruned private part (allocation fixed)", dca.R_MIN, 1),
         "prune_scope": Option("private", "prune the private part, or the whole model (FedAvg-P)",
@@ -106,7 +95,10 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     def check_options(cls, options):
         super().check_options(options)
         o = {**cls.defaults, **options}
-        _check_split("split", o["split"])
+        split = o["split"]
+        if split not in ("conv", "fc", "all", "last-block") and not any(
+                split.startswith(p) and split[len(p):].isdigit() for p in ("first:", "last:")):
+            raise ConfigError(f"split must be conv, fc, all, first:N, last:N or last-block, got {split!r}")
         if o["prune_scope"] == "all" and o["allocation"] != "fixed":
             raise ConfigError("prune_scope=all (FedAvg-P) needs allocation=fixed")
         if o["theta_warmup_rounds"] and o["allocation"] == "fixed":
@@ -163,18 +155,10 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
         system = self.mean_round().with_state(self.cost_model.state, self.options["energy_budget_j"])
         return system.subset(np.array(client_ids))
 
-    def allocate(self, system: dca.RoundSystem) -> dca.Allocation:
-        """This round's (k, r, l): Alg. 2 (DCA), equal shares with the best (k, r), or fixed."""
-        mode, theta1 = self.options["allocation"], self.theta_ratio
-        if mode == "dca":
-            return dca.solve_dca(system, theta1)
-        if mode == "uniform":
-            return dca.uniform_allocation(system, theta1)
-        return dca.fixed_allocation(system, float(self.options["k"]), float(self.options["r"]))
-
     def configure_round(self, round_idx, client_ids):
-        """Alg. 2 on this round's draw of the cell: (k_n, r_n, l_n) among the participants.
-        With ``allocation="fixed"`` the cost model splits the band."""
+        """(k_n, r_n, l_n) among the participants on this round's draw of the cell: Alg. 2
+        (DCA), or equal shares with each client's best (k, r) (``uniform``). With
+        ``allocation="fixed"``, and in warm-up rounds, the cost model splits the band."""
         o = self.options
         warming = self.warmup["rounds_done"] < o["theta_warmup_rounds"]
         if o["allocation"] == "fixed" or warming:
@@ -182,7 +166,8 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
             return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=r,
                                     extra={"k": k, "r": r, "relaxed": False, **({"warmup": True} if warming else {})})
                     for cid in client_ids}
-        alloc = self.allocate(self.round_system(client_ids))
+        solve = dca.solve_dca if o["allocation"] == "dca" else dca.uniform_allocation
+        alloc = solve(self.round_system(client_ids), self.theta_ratio)
         return {cid: ClientPlan(self.local_steps(self.data.clients[cid]), ratio=float(alloc.r[i]),
                                 bandwidth_share=float(alloc.share[i]),
                                 extra={"k": float(alloc.k[i]), "r": float(alloc.r[i]), "relaxed": bool(alloc.relaxed)})
@@ -215,6 +200,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
         gradient = (start - flatten({n: params[n].detach() for n in self.shared_names})) / self.config.lr
         measured = {} if start_private is None else \
             self.warmup_measurements(gradient, start_private, params, plan.local_steps)
+        theta = {"theta_ratio": self.theta_ratio} if self.options["theta_warmup_rounds"] else {}
         sent, nnz = top_k(gradient, k)
         kept_base = self.d_base * (r if self.options["prune_scope"] == "all" else 1.0)
         bits = self.upload_bits(k, max(1, round(kept_base)))
@@ -224,11 +210,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
         return ClientReport(client.client_id, client.n_train, sent, result.loss, flops=flops, uplink_bits=bits,
                             downlink_bits=float(self.d_base * FLOAT_BITS), local_steps=plan.local_steps,
                             ratio=r, extra={"k": k, "r": r, "sent_values": nnz, "relaxed": plan.extra["relaxed"],
-                                            **measured, **self.theta_record()})
-
-    def theta_record(self) -> dict:
-        """The theta1 / theta2 in use, recorded per client when a warm-up sets it."""
-        return {"theta_ratio": self.theta_ratio} if self.options["theta_warmup_rounds"] else {}
+                                            **measured, **theta})
 
     def warmup_measurements(self, base_step, start_private, params, steps: int) -> dict:
         """A warm-up round's ||g||^2 (A3, Eq. 21: the mean gradient per local step over the
@@ -255,15 +237,13 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
     def record_warmup(self, reports) -> None:
         """Keep a warm-up round's measurements; after the last, set theta1 / theta2 from them.
 
-        Under the corrected Theorem 1, theta1 = 2 L1 M / (eta T) and
-        theta2 = min(2, 3 - L2 eta) G^2 / T: the paper's (3 - L2 eta) G^2 / T of (31a) on
-        1/L2 <= eta <= 3/L2, where Props. 2 and 3 hold as stated, and 2 G^2 / T for the usual
-        step eta < 1/L2, where their G^2 replacements run the wrong way and the term is
-        dropped instead (see the chapter). For eta < 1/L2, theta1 / theta2 = L1 M / (eta G^2). The
-        warm-up estimates G^2 = max_n mean_t ||g_{n,t}||^2 (21), L1 = G (a loss whose
-        gradients are bounded by G is G-Lipschitz, (16)) and M = max_{n,t} ||w^P_{n,t}|| (22),
-        so the ratio is M / (eta G), clipped to [1e-3, 1e3] so one outlying round cannot
-        remove either term of (31a).
+        Under the corrected Theorem 1, theta1 = 2 L1 M / (eta T) and theta2 = min(2, 3 - L2
+        eta) G^2 / T: the paper's (3 - L2 eta) G^2 / T of (31a) on 1/L2 <= eta <= 3/L2, and
+        2 G^2 / T for the usual eta < 1/L2, where Props. 2 and 3's G^2 replacements run the
+        wrong way (see the chapter); there theta1 / theta2 = L1 M / (eta G^2). The warm-up
+        estimates G^2 = max_n mean_t ||g_{n,t}||^2 (21), L1 = G (16) and M = max_{n,t}
+        ||w^P_{n,t}|| (22), so the ratio is M / (eta G), clipped to :data:`THETA_CLIP` so one
+        outlying round cannot remove either term of (31a).
         """
         w = self.warmup
         for r in reports:

@@ -14,21 +14,18 @@ Per round (Alg. 1 and 2, synchronous)::
 
 The rate sampler is :class:`hetfl_core.reinforced_walk.ReinforcedRateWalk`; masks,
 fusion and aggregation are in :mod:`hetfl_core.partial_update`. Where the paper is
-ambiguous, the choice made keeps the literal reading as an option: the update rate p is
-the *shared* fraction (Eq. 3; the abstract calls it the personal one); the largest-|w|
-entries are personal (Eq. 2); the whole model is ranked (``scope="layer"`` as an
-option); the aggregation is element-wise normalised (Eq. 4 divides by the total data
-size: ``agg="paper_eq4"``); K distinct rates (Sec. III-B's inverse-CDF draws may repeat:
-``replacement=True``); L_t is the data-weighted mean loss (Eq. 6 sums it:
-``loss_agg="sum"``, and ``credit="per_rate"``); lambda = 0.9 (Eq. 6 gives none);
-clustering on a validation split, not the test split (Sec. V-C, ``cluster_eval``).
-A client's local model starts as the first global model it receives, so in its first
-round every fusion is the same model and it picks the lowest rate (Fig. 8's single
-cluster at round 0).
+ambiguous, an option keeps the other reading: the update rate p is the *shared* fraction
+(Eq. 3; the abstract calls it the personal one); the largest-|w| entries are personal
+(Eq. 2); the whole model is ranked (``scope``); the aggregation is element-wise
+normalised (Eq. 4 divides by the total data size: ``agg="paper_eq4"``); K distinct rates
+(Sec. III-B's draws may repeat: ``replacement``); L_t is the data-weighted mean loss
+(Eq. 6 sums it: ``loss_agg="sum"``; ``credit``); lambda = 0.9 (Eq. 6 gives none);
+clustering on a validation split, not the test split (Sec. V-C, ``cluster_eval``). A
+client's local model starts as the first global model it receives, so in its first
+round it picks the lowest rate (Fig. 8's single cluster at round 0).
 
-``window`` (seconds of simulated time, ``None`` = synchronous) gives the
-semi-asynchronous variant of Sec. III-D inside the round loop: the server aggregates
-at the end of each window the uploads that arrived in it and drops late ones; a late
+``window`` (simulated seconds) gives the semi-asynchronous variant of Sec. III-D: the
+server aggregates the uploads that arrived within the window and drops late ones; a late
 client still keeps its trained local model.
 """
 from __future__ import annotations

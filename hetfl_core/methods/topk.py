@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..compression import ErrorFeedback, flatten, top_k, unflatten
 from ..options import Option
 from ..system import dense_bits, sparse_bits, training_flops
@@ -31,14 +31,9 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
         super().setup(sim)
         self.memory = ErrorFeedback()
 
-    def client_update(self, client, plan, generator):
-        """FedAvg's local update, then the top-k of u = w_local - w_t (with memory for EF)."""
-        return run_job(self, self.client_job(client, plan, generator))
-
     def client_job(self, client, plan, generator):
-        """:meth:`client_update` as a job: FedAvg's phase; ``finish`` sparsifies the update
-        (reports are finished in the clients' order, so the error memory sees them as the
-        sequential engine does)."""
+        """FedAvg's local update, then the top-k of u = w_local - w_t (with memory for EF;
+        reports are finished in the clients' order, as the sequential engine makes them)."""
         model = clone_model(self.model)
 
         def finish(results):
@@ -60,7 +55,7 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
         """w_{t+1} = w_t + sum_k n_k / n * s_k."""
         total = float(sum(r.n_samples for r in reports))
         step = sum(r.update * (r.n_samples / total) for r in reports)
-        params = {n: p for n, p in self.model.named_parameters()}
+        params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, delta in unflatten(step, params).items():
                 params[name].add_(delta)

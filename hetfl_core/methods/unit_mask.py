@@ -2,16 +2,14 @@
 
 Each client trains the global model with some output units of every hidden layer
 switched off, at a ratio equal to its capability (its FLOP/s relative to the fastest
-device) or a fixed ``ratio``. The pattern is either **ordered** (the first units, as
-HeteroFL's sub-models) or **random** (a seeded draw per client, fixed for the run). The
-server knows every pattern, so a client sends only its kept entries; each entry is
-averaged over the clients that hold it. A client's personal model is the global model
-under its own mask.
+device) or a fixed ``ratio``, in an **ordered** pattern (the first units, as HeteroFL) or
+a **random** one (seeded per client, fixed for the run). The server knows every pattern,
+so a client sends only its kept entries, each averaged over the clients that hold it. A
+client's personal model is the global model under its own mask.
 """
 from __future__ import annotations
 
-
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
 from ..streams import STREAMS
@@ -41,10 +39,6 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=T
 
     def configure_round(self, round_idx, client_ids):
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
-
-    def client_update(self, client, plan, generator):
-        """The update of :meth:`client_job`, run here."""
-        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan, generator):
         """Train the global model under the client's unit mask; send the kept entries."""
