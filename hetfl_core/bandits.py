@@ -57,15 +57,13 @@ def efficient_ucbv_radius(variance, pulls, log_term: float, rho: float = 0.5):
 def index_coverage(pulls: int, x: float, log_term: float, streams: int = 20_000,
                    rho: float = 0.5, seed: int = 0,
                    concentrations: tuple[float, ...] = (1.0, 10.0, 100.0)) -> dict[str, float]:
-    """How often an upper confidence index lies at or above the true mean, on simulated
-    rewards: ``streams`` Beta-distributed reward streams in [0, 1] (means uniform in
-    [0.05, 0.95], concentrations drawn from ``concentrations``: 1, 10 or 100 give
-    variances from 1e-3 to 0.23, 0.1 near-Bernoulli streams), each pulled ``pulls``
-    times. Returns the coverage of the empirical mean alone, of the Hoeffding index
-    (UCB1's radius sqrt(2 x / h)), of the empirical Bernstein index at confidence level
-    ``x`` (guaranteed >= 1 - 3 e^-x), of that index without its variance term
-    sqrt(2 v x / h) and without its range term 3 b x / h, and of Eq. (17)'s index with
-    ``log_term``."""
+    """How often an upper confidence index lies at or above the true mean, on ``streams``
+    simulated Beta reward streams in [0, 1] (means uniform in [0.05, 0.95], concentrations
+    drawn from ``concentrations``: 1, 10 or 100 give variances from 1e-3 to 0.23, 0.1
+    near-Bernoulli streams), each pulled ``pulls`` times. Returns each index's coverage by
+    name: the empirical mean alone, Hoeffding (sqrt(2 x / h)), the empirical Bernstein index
+    at level ``x`` (guaranteed >= 1 - 3 e^-x) whole and without its variance or its range
+    term, and Eq. (17)'s with ``log_term``."""
     if pulls < 1 or x <= 0 or streams < 1 or not concentrations:
         raise ConfigError(f"need pulls >= 1, x > 0, streams >= 1 and a concentration, got "
                           f"{pulls}, {x}, {streams}, {concentrations}")
@@ -109,9 +107,7 @@ class UCB1:
 
     def index(self, arm: int) -> float:
         """The arm's upper confidence bound (infinite before its first pull)."""
-        if not self.rewards[arm]:
-            return math.inf
-        return float(np.mean(self.rewards[arm])) + self.radius(arm)
+        return float(np.mean(self.rewards[arm])) + self.radius(arm) if self.rewards[arm] else math.inf
 
     def select(self) -> int:
         """The arm of largest index; ties broken at random (seeded)."""
@@ -122,12 +118,9 @@ class UCB1:
 
 
 class UCBV(UCB1):
-    """UCB-V: the empirical Bernstein radius ``sqrt(2 v_i ln t / h_i) + 3 b ln t / h_i``.
-
-    ``v_i`` is the empirical (biased, 1/h) variance of arm i and ``b`` the width of the
-    reward range. When ``v_i`` is small the radius shrinks like ``1/h_i`` instead of
-    ``1/sqrt(h_i)``, so a low-variance arm is settled with fewer pulls.
-    """
+    """UCB-V: UCB1 with :func:`bernstein_radius` at x = ln t, b = ``reward_range``. When the
+    arm's variance is small the radius shrinks like ``1/h_i`` instead of ``1/sqrt(h_i)``, so a
+    low-variance arm is settled with fewer pulls."""
 
     def __init__(self, n_arms: int, reward_range: float = 1.0, seed: int | None = 0):
         super().__init__(n_arms, seed)
@@ -209,9 +202,7 @@ class PUCBV:
         i = self.find(s)
         u = self.intervals[i]
         left, right = Interval(u.lo, s, list(u.rewards)), Interval(s, u.hi, list(u.rewards))
-        parts = [p for p in (left, right) if p.hi > p.lo]
-        if eliminate and left.hi > left.lo:
-            parts.remove(left)
+        parts = [p for p in ([right] if eliminate else [left, right]) if p.hi > p.lo]
         self.intervals[i:i + 1] = parts
         return parts
 
@@ -227,10 +218,7 @@ class PUCBV:
 
     def update(self, s: float, reward: float, accuracy_change: float) -> float:
         """Alg. 2: credit ``reward`` (Eq. 15) to the ratio ``s`` just used; return the next ratio.
-
-        ``accuracy_change`` is a^r - a^{r-1}; below ``delta`` the ratios under ``s`` in its
-        interval are eliminated.
-        """
+        ``accuracy_change`` (a^r - a^{r-1}) below ``delta`` eliminates the ratios under ``s``."""
         credited = self.split(s, eliminate=accuracy_change < self.delta)
         self.eps /= 2
         self.updates += 1

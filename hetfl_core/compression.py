@@ -25,11 +25,8 @@ def flatten(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def unflatten(vector: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Split ``vector`` back into tensors shaped like ``like``."""
-    out, pos = {}, 0
-    for name, t in like.items():
-        out[name] = vector[pos:pos + t.numel()].reshape(t.shape)
-        pos += t.numel()
-    return out
+    parts = vector.split([t.numel() for t in like.values()])
+    return {name: part.reshape(t.shape) for (name, t), part in zip(like.items(), parts)}
 
 
 def top_k(vector: torch.Tensor, fraction: float) -> tuple[torch.Tensor, int]:

@@ -1,21 +1,16 @@
 """The Heroes controller (Alg. 1): widths from a time budget, then local update frequencies.
 
 Notation of Sec. IV-V: a client n of width p has the per-iteration time
-``mu_n = flops(p) / q_n`` (Eq. 17) and the transfer time ``nu_n = bits(p) / b_n``
-(Eq. 18); with tau_n local iterations it finishes after ``T_n = tau_n mu_n + nu_n``
-(Eq. 19). The round waits for the slowest, so the mean waiting is
-``W = mean_n (max_m T_m - T_n)`` (Eq. 20); ``V`` is the variance of the blocks'
-cumulative update counts (Eq. 21).
-
-The bound of Theorem 1 with alpha <= beta^2 (Eq. 23),
+``mu_n = flops(p) / q_n`` (Eq. 17) and the transfer time ``nu_n = bits(p) / b_n`` (Eq. 18);
+the round waits for the slowest client (Eqs. 19-20). The bound of Theorem 1 with
+alpha <= beta^2 (Eq. 23),
 
     G(H, tau) = 4 F(x^0) / (H eta tau) + L eta tau (G^2 + 18 sigma^2) / 3 + 6 L^2 beta^2,
 
-is convex in tau with minimiser ``tau* = sqrt(12 F / (eta^2 H L S))``, S = G^2 + 18 sigma^2
-(Eqs. 25-27: :func:`tau_raw`; :func:`tau_calibrated`, the default, and :func:`tau_eps`
-are variants). The fastest client l (the argmin of tau* mu_n + nu_n, independent of H)
+is convex in tau with minimiser tau* (:func:`tau_raw`; :func:`tau_calibrated`, the
+default, and :func:`tau_eps` are variants). The fastest client l (:func:`deadline_client`)
 runs tau*, its finish time is the deadline, and every other client's tau lies in the
-window of Eq. (24), chosen there to minimise V.
+window of Eq. (24), chosen there to minimise the variance V of the blocks' update counts (Eq. 21).
 """
 from __future__ import annotations
 
@@ -42,7 +37,7 @@ def width_for_budget(iteration_time: Callable[[int], float], mu_max: float, max_
 
 
 def tau_raw(F: float, L: float, S: float, eta: float, H: int) -> float:
-    """Eq. (25): tau* = sqrt(12 F / (eta^2 H L S)), the minimiser of the bound (23)."""
+    """Eq. (25): tau* = sqrt(12 F / (eta^2 H L S)), S = G^2 + 18 sigma^2, the minimiser of the bound (23)."""
     return math.sqrt(12.0 * F / (eta * eta * H * L * S))
 
 
@@ -63,7 +58,8 @@ def tau_eps(eps: float, L: float, S: float, beta2: float, eta: float) -> float:
 
 
 def deadline_client(tau_star: float, mu, nu) -> int:
-    """Eq. (27): the client that finishes first at the common tau* (argmin tau* mu_n + nu_n)."""
+    """Eq. (27): the client that finishes first at the common tau* (argmin tau* mu_n + nu_n,
+    independent of H)."""
     return int(np.argmin(tau_star * np.asarray(mu, float) + np.asarray(nu, float)))
 
 
@@ -96,13 +92,8 @@ def variance_minimising_tau(counts, blocks, tau_a: int, tau_b: int) -> int:
         return tau_b
     vertex = (c.mean() - c[list(blocks)].mean()) / (1.0 - m / n)
     candidates = {min(max(t, tau_a), tau_b) for t in (math.floor(vertex), math.ceil(vertex))}
-
-    def variance(t):
-        d = c.copy()
-        d[list(blocks)] += t
-        return block_variance(d)
-
-    return min(sorted(candidates), key=variance)
+    in_s = np.isin(np.arange(n), list(blocks))
+    return min(sorted(candidates), key=lambda t: block_variance(c + t * in_s))
 
 
 def plan_frequencies(mu, nu, widths, tau_l: int, rho_fraction: float, counts: np.ndarray,

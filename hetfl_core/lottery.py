@@ -2,14 +2,9 @@
 
 OFA-FL (Varma et al., 2023) carves a chain of nested unstructured masks
 ``m[R[0]] >= m[R[1]] >= ... >= m[R[s-1]]`` out of one network, for a descending list of
-density ratios ``R = [1.0, ...]``. The pieces here are method-agnostic, each citing the
-line of Alg. 1-4 or the section it implements: a pruning event (:func:`keep_fraction`,
-:func:`prune_within`, :func:`rewind`; :func:`oneshot_masks` for the one-shot baseline),
-the masks' level encoding (:func:`mask_levels`), when to prune (:class:`FixedSchedule`,
-:class:`ConvergenceTrigger`) and the paper's metrics (:func:`spread`,
-:func:`max_average_round`).
-
-Masks are ``{parameter name: 0/1 float tensor}`` over the prunable weights
+density ratios ``R = [1.0, ...]``: pruning events, the masks' level encoding, pruning
+schedules and the paper's metrics, each citing the line of Alg. 1-4 or the section it
+implements. Masks are ``{parameter name: 0/1 float tensor}`` over the prunable weights
 (:func:`hetfl_core.masks.prunable`), as ``training.local_sgd(masks=...)`` takes them.
 """
 from __future__ import annotations
@@ -56,9 +51,8 @@ def prune_within(weights: dict[str, torch.Tensor], parent: dict[str, torch.Tenso
 
     ``scope="global"`` ranks all survivors together (the paper's "non-layerwise": one
     threshold alpha, each layer ends at its own density); ``"layer"`` keeps ``keep`` of
-    every layer's survivors. Pruned weights rank last (their score is 0) and the result is
-    multiplied by the parent, so the child mask lies inside the parent even when a
-    survivor is exactly zero.
+    every layer's survivors. The result is multiplied by the parent, so the child lies
+    inside it even where a survivor is exactly zero.
     """
     if not 0 < keep <= 1:
         raise ConfigError(f"keep fraction must be in (0, 1], got {keep}")
@@ -124,7 +118,7 @@ def storage_bits(n_weights: int, ratios, layout: str = "ofa") -> float:
     if layout == "separate":
         return FLOAT_BITS * n_weights * float(sum(ratios))
     if layout == "ofa":
-        return FLOAT_BITS * n_weights + n_weights * math.ceil(math.log2(s)) if s > 1 else FLOAT_BITS * n_weights
+        return FLOAT_BITS * n_weights + n_weights * math.ceil(math.log2(s))
     if layout == "bitmaps":
         return FLOAT_BITS * n_weights + (s - 1) * n_weights
     raise ConfigError(f"layout must be 'separate', 'ofa' or 'bitmaps', got {layout!r}")
@@ -191,13 +185,11 @@ def ratio_curves(result: dict):
 
 
 def ratio_summary(result: dict, last: int = 5) -> dict:
-    """The paper's two readings of a run, plus a steadier one (see :func:`max_average_round`).
+    """The paper's two readings of a run, plus a steadier one, in percent as its tables.
 
-    ``max``: a_r at the max-average round (over rounds where every ratio exists);
-    ``final``: a_r after the last round; ``last``: a_r averaged over the ``last`` final
-    rounds in which every ratio exists.
-    Each has ``acc`` (per ratio), ``mean`` and ``var`` (population variance across ratios),
-    in percent as the paper's tables.
+    ``max``: a_r at the max-average round (:func:`max_average_round`); ``final``: a_r after
+    the last round; ``last``: a_r averaged over the ``last`` final rounds in which every
+    ratio exists. Each has ``acc`` (per ratio), ``mean`` and ``var`` (:func:`spread`).
     """
     curves, rounds = ratio_curves(result)
     curves = 100 * curves
@@ -220,13 +212,10 @@ def training_cost(costs, masks: list[dict], samples: int, flops_model: str = "ma
     """FLOPs of Alg. 4 on ``samples`` samples: one forward and backward pass per loss, one
     loss per mask in ``masks`` (the client's own and every smaller pruned one).
 
-    The paper multiplies each mask into the dense weights (Alg. 3, l. 15:
-    theta_r = m[r] * theta_g; Alg. 4, l. 6: l(d; m_ij * theta_i)) and trains that dense
-    tensor, so under ``"masked-dense"`` (the default) each of the J losses costs a dense
-    pass: a smaller client saves compute only by computing fewer losses (Sec. 2: "the
-    client that has the least computational resources ... is only considering a single
-    loss value"). ``"sparse"`` charges each layer at its density, what an ideal sparse
-    kernel would cost: a lower bound the paper does not claim.
+    ``"masked-dense"``: the paper trains the masked dense weights (Alg. 3, l. 15; Alg. 4,
+    l. 6), so each loss costs a dense pass and a smaller client saves compute only by
+    computing fewer losses (Sec. 2). ``"sparse"`` charges each layer at its density, what an
+    ideal sparse kernel would cost: a lower bound the paper does not claim.
     """
     if flops_model not in FLOPS_MODELS:
         raise ConfigError(f"flops_model must be one of {', '.join(FLOPS_MODELS)}; got {flops_model!r}")

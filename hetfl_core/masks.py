@@ -1,16 +1,7 @@
-"""Mask rules shared by the pruning and sparse-pattern methods.
-
-Two kinds of mask, both as ``{parameter name: 0/1 tensor}`` so that
-``training.local_sgd(masks=...)`` keeps masked weights at zero:
-
-* **unstructured** (weights): :func:`magnitude_mask` keeps the largest-magnitude weights,
-  per layer or over the whole model (global);
-* **structured** (units): :func:`random_units`, :func:`ordered_units`, :func:`magnitude_units`
-  (and :func:`top_units` for any per-unit score) choose which output
-  units of every hidden layer survive; :func:`unit_masks_to_parameters` turns that into
-  weight and bias masks (a dropped unit's row and bias are zero, so it outputs zero).
-
-Only weight matrices and kernels are pruned by magnitude; biases stay dense.
+"""Mask rules shared by the pruning and sparse-pattern methods: unstructured masks of the
+weights (matrices and kernels; biases stay dense) and structured masks of the output units
+of every hidden layer, turned into ``{parameter name: 0/1 tensor}`` masks so that
+``training.local_sgd(masks=...)`` keeps masked weights at zero.
 """
 from __future__ import annotations
 
@@ -90,12 +81,11 @@ def unit_masks_to_parameters(model: nn.Module, units: dict[str, torch.Tensor]) -
     params = dict(model.named_parameters())
     masks = {}
     for layer, keep in units.items():
-        for suffix in ("weight", "bias"):
-            name = f"{layer}.{suffix}"
+        for name in (f"{layer}.weight", f"{layer}.bias"):
             if name in params:
-                shape = (-1,) + (1,) * (params[name].dim() - 1)
-                keep_here = keep.to(params[name].device).float()      # on the parameters' device
-                masks[name] = keep_here.reshape(shape).expand_as(params[name]).clone()
+                p = params[name]
+                shape = (-1,) + (1,) * (p.dim() - 1)
+                masks[name] = keep.to(p.device).float().reshape(shape).expand_as(p).clone()
     return masks
 
 
@@ -137,8 +127,7 @@ def _top_count(n_units: int, ratio: float) -> int:
 
 
 def _ranked_below(q: torch.Tensor, k) -> torch.Tensor:
-    """The units whose rank by score (descending; a stable sort, so ties to the lower
-    index) is below ``k``."""
+    """The units ranked below ``k`` by descending score (stable: ties to the lower index)."""
     return torch.argsort(torch.sort(q.detach(), descending=True, stable=True).indices) < k
 
 
@@ -191,20 +180,15 @@ class ScoredNetwork(nn.Module):
         # k_l = max(1, floor(s J_l)) per layer, held as a constant tensor so that networks of
         # different ratios can run side by side (hetfl_core.batched stacks them)
         _check_density(ratio)
-        self.kept = nn.ParameterDict()
-        for n, q in scores.items():
-            k = float(_top_count(q.numel(), ratio))
-            self.kept[_key(n)] = nn.Parameter(torch.tensor(k, device=device), requires_grad=False)
+        kept = {_key(n): float(_top_count(q.numel(), ratio)) for n, q in scores.items()}
+        self.kept = nn.ParameterDict({key: nn.Parameter(torch.tensor(k, device=device), requires_grad=False)
+                                      for key, k in kept.items()})
         self.current: dict[str, torch.Tensor] = {}
         modules = dict(net.named_modules())
         for layer, consumer in consumers.items():
-            modules[consumer].register_forward_pre_hook(self._hook(layer))
-
-    def _hook(self, layer):
-        def apply(module, inputs):
-            x = inputs[0]
-            return (x * _expand(self.current[layer], x),) + tuple(inputs[1:])
-        return apply
+            modules[consumer].register_forward_pre_hook(
+                lambda _module, inputs, layer=layer: (inputs[0] * _expand(self.current[layer], inputs[0]),
+                                                      *inputs[1:]))
 
     def score_values(self) -> dict[str, torch.Tensor]:
         if self.mode == "magnitude":

@@ -1,10 +1,6 @@
-"""Element-wise partial model updates: a magnitude mask splits a client's model into a
-shared part (uploaded and averaged) and a personal part (kept), as in SRP-pFed: the
-shared mask (:func:`update_rate_mask`, Eqs. 2-3), the client's fused model (:func:`fuse`,
-Eq. 5) and the server's average of the shared parts (:func:`masked_aggregate`, Eq. 4).
-
-Masks are ``{parameter name: 0/1 float tensor}`` over all trainable parameters (weights
-and biases), the form ``training.local_sgd(masks=...)`` and the mask methods use.
+"""SRP-pFed's element-wise partial updates: a magnitude mask splits a client's model into a
+shared part (uploaded and averaged) and a personal part (kept). Masks are ``{parameter name:
+0/1 float tensor}`` over all trainable parameters, as ``training.local_sgd(masks=...)`` takes them.
 """
 from __future__ import annotations
 

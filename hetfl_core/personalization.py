@@ -1,13 +1,7 @@
-"""Splitting a model into a shared part and a private part, and keeping private state.
-
-The decoupled personalised methods differ only in which part is shared:
-
-* FedPer, FedRep, FedBABU share the **body** (feature extractor) and keep the **head**
-  (the last ``head_layers`` unit layers, by default the classifier) on the client;
-* LG-FedAvg shares the head and keeps the body.
-
-Parts are given by parameter names, so the same code serves every model in
-:mod:`hetfl_core.models`.
+"""Splitting a model into a shared part and a private part (as parameter names, for every
+model in :mod:`hetfl_core.models`), and keeping private state. FedPer, FedRep and FedBABU
+share the **body** and keep the **head** (the last ``head_layers`` unit layers, by default
+the classifier) on the client; LG-FedAvg shares the head and keeps the body.
 """
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from .errors import ConfigError
 from .models import structured_units
 
 __all__ = ["head_parameter_names", "body_parameter_names", "layer_of",
-           "PrivateStore", "split_layers", "split_parameter_names", "paper_split", "PAPER_SPLITS"]
+           "PrivateStore", "split_layers", "split_parameter_names", "paper_split"]
 
 
 def layer_of(parameter_name: str) -> str:
@@ -86,10 +80,9 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
         private = (f"layers.{len(blocks) - 1}.", "classifier.")
         return [name for name in owners if not (name + ".").startswith(private)]
     units = structured_units(model, include_output=True)
-    if split == "conv":
-        return [n for n, m, _ in units if isinstance(m, nn.Conv2d)]
-    if split == "fc":
-        return [n for n, m, _ in units if isinstance(m, nn.Linear)]
+    kinds = {"conv": nn.Conv2d, "fc": nn.Linear}
+    if split in kinds:
+        return [n for n, m, _ in units if isinstance(m, kinds[split])]
     if split.startswith(("first:", "last:")):
         count = int(split.split(":", 1)[1])
         if not 1 <= count <= len(units):
@@ -98,16 +91,12 @@ def split_layers(model: nn.Module, split: str) -> list[str]:
     raise ConfigError(f"unknown split {split!r}; choose conv, fc, all, first:N, last:N or last-block")
 
 
-PAPER_SPLITS = {"resnet": "last-block", "lora-transformer": "first:4"}
-
-
 def paper_split(model_name: str, model: nn.Module) -> str:
     """Tan et al. 2025's split for a model (Sec. V): a ResNet's last block private, the LoRA encoder's
     first-layer adapters shared, otherwise the conv layers shared (every layer for a model
     without any)."""
-    if model_name in PAPER_SPLITS:
-        return PAPER_SPLITS[model_name]
-    return "conv" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "all"
+    default = "conv" if any(isinstance(m, nn.Conv2d) for m in model.modules()) else "all"
+    return {"resnet": "last-block", "lora-transformer": "first:4"}.get(model_name, default)
 
 
 def split_parameter_names(model: nn.Module, split: str) -> list[str]:

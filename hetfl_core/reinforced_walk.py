@@ -1,34 +1,21 @@
 """The random walk with reinforced memory over update-rate candidates (SRP-pFed, Eqs. 6-7).
 
 The server keeps a memory weight h(x) for each candidate rate p_x of the grid
-P = {1/c, 2/c, ..., 1} (Sec. III-B). Each round it
+P = {1/c, 2/c, ..., 1} (Sec. III-B). Each round it turns the memory into probabilities
+pi_x = h(x) / sum_j h(j) (Eq. 7), samples K rates P_t from pi (Alg. 2) and, once the clients
+report their losses, decays every weight and reinforces the sampled ones (Eq. 6):
 
-1. turns the memory into probabilities, pi_x = h(x) / sum_j h(j)            (Eq. 7)
-2. samples K rates P_t from pi                                             (Alg. 2)
-3. after the clients report their losses, decays every weight and
-   reinforces the sampled ones:                                            (Eq. 6)
+    h(x) <- lambda h(x) + b(t)   if p_x in P_t,      h(x) <- lambda h(x)   otherwise,
 
-       h(x) <- lambda h(x) + b(t)   if p_x in P_t,      h(x) <- lambda h(x)   otherwise,
-
-       b(t) = 1 - 1 / (1 + exp(-L_t)) = 1 / (1 + exp(L_t)).
+    b(t) = 1 - 1 / (1 + exp(-L_t)) = 1 / (1 + exp(L_t)).
 
 The next state is drawn from pi whatever the current one, so the "walk" is an urn with
 fading memory: h(x) is a discounted count of the rounds in which p_x was sampled, each
-weighted by that round's reinforcement. Choices made where Sec. III-B and Eq. 6 are
-ambiguous, each with the paper's literal rule as an option:
-
-* ``replacement=False`` (default) draws K *distinct* rates by successive inverse-CDF
-  draws, renormalising over the rates not yet drawn; ``replacement=True`` is the literal
-  rule (K independent inverse-CDF draws, duplicates merged, so fewer than K may remain).
-* L_t is the data-weighted *mean* of the clients' losses (``loss_agg="mean"``); the
-  literal sum (``"sum"``) makes b ~ exp(-sum) ~ 0 with many clients.
-* ``credit="shared"`` gives every sampled rate the same b(t) (literal); ``"per_rate"``
-  gives rate x the b of the clients that chose it, and nothing to rates nobody chose.
-* ``mode``: ``"rm"`` reinforced memory, ``"rd"`` uniform random rates (Table VII's RD),
-  ``"fixed"`` the same rates every round (Table VII's "none" and "CL").
+weighted by that round's reinforcement.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -55,7 +42,7 @@ def reinforcement(loss: float) -> float:
 
 
 def inclusion_probabilities(probs, k: int, replacement: bool = False) -> np.ndarray:
-    """P[p_x in P_t] for each x under the sampling rule (exact, by recursion over draws).
+    """P[p_x in P_t] for each x under the sampling rule (exact).
 
     With replacement: 1 - (1 - pi_x)^K. Without: successive sampling, summed over the
     ordered sequences of distinct draws (fine for the small grids used here).
@@ -63,26 +50,30 @@ def inclusion_probabilities(probs, k: int, replacement: bool = False) -> np.ndar
     pi = np.asarray(probs, float)
     if replacement:
         return 1.0 - (1.0 - pi) ** k
-    c = len(pi)
-    out = np.zeros(c)
-
-    def visit(taken: tuple, prob: float, left: float) -> None:
-        if len(taken) == k:
-            out[list(taken)] += prob
-            return
-        for x in range(c):
-            if x not in taken and pi[x] > 0:
-                visit(taken + (x,), prob * pi[x] / left, left - pi[x])
-
-    visit((), 1.0, float(pi.sum()))
+    out = np.zeros(len(pi))
+    for draws in itertools.permutations(np.flatnonzero(pi > 0), k):
+        prob, left = 1.0, float(pi.sum())
+        for x in draws:
+            prob, left = prob * pi[x] / left, left - pi[x]
+        out[list(draws)] += prob
     return out
 
 
 class ReinforcedRateWalk:
     """Memory h over the candidate rates; ``probs``, ``sample`` and ``update`` (Eqs. 6-7).
 
-    ``rates``: the candidate grid (ascending); ``k``: rates sampled per round;
-    ``decay``: lambda in (0, 1) (not given in the paper; 0.9 here).
+    ``rates``: the candidate grid (ascending); ``k``: rates sampled per round; ``decay``:
+    lambda in (0, 1) (not given in the paper; 0.9 here). Where Sec. III-B and Eq. 6 are
+    ambiguous, the paper's literal rule is an option:
+
+    * ``replacement=False`` draws K *distinct* rates, renormalising over the rates not yet
+      drawn; ``True`` (literal) draws K independently and merges duplicates (so fewer may remain);
+    * ``loss_agg``: L_t is the data-weighted ``"mean"`` of the clients' losses; the literal
+      ``"sum"`` makes b ~ exp(-sum) ~ 0 with many clients;
+    * ``credit="shared"`` (literal) gives every sampled rate the same b(t); ``"per_rate"`` gives
+      rate x the b of the clients that chose it, and nothing to rates nobody chose;
+    * ``mode``: ``"rm"`` reinforced memory, ``"rd"`` uniform random rates (Table VII's RD),
+      ``"fixed"`` the rates ``fixed`` every round (Table VII's "none" and "CL").
     """
 
     def __init__(self, rates, k: int = 2, decay: float = 0.9, mode: str = "rm", replacement: bool = False,
@@ -90,16 +81,14 @@ class ReinforcedRateWalk:
         rates = [float(r) for r in rates]
         if not rates or any(not 0 < r <= 1 for r in rates) or rates != sorted(set(rates)):
             raise ConfigError(f"rates must be distinct, ascending and in (0, 1], got {rates}")
-        if mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        for name, value, allowed in (("mode", mode, MODES), ("loss_agg", loss_agg, ("mean", "sum")),
+                                     ("credit", credit, ("shared", "per_rate"))):
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if mode != "fixed" and not 1 <= k <= len(rates):
             raise ConfigError(f"k must be in 1..{len(rates)} (the number of candidates), got {k}")
         if not 0 < decay < 1:
             raise ConfigError(f"decay must be in (0, 1), got {decay}")
-        if loss_agg not in ("mean", "sum"):
-            raise ConfigError(f"loss_agg must be 'mean' or 'sum', got {loss_agg!r}")
-        if credit not in ("shared", "per_rate"):
-            raise ConfigError(f"credit must be 'shared' or 'per_rate', got {credit!r}")
         self.rates, self.k, self.decay, self.mode = rates, k, decay, mode
         self.replacement, self.loss_agg, self.credit = replacement, loss_agg, credit
         if mode == "fixed":
@@ -154,11 +143,9 @@ class ReinforcedRateWalk:
             b = reinforcement(self.round_loss(losses, weights)) if len(losses) else 0.0
             bonus = {x: b for x in sampled}
         else:
-            bonus = {}
-            for x in sampled:
-                mine = [i for i, c in enumerate(chosen) if c == x]
-                if mine:
-                    bonus[x] = reinforcement(self.round_loss([losses[i] for i in mine], [weights[i] for i in mine]))
+            mine = {x: [i for i, c in enumerate(chosen) if c == x] for x in sampled}
+            bonus = {x: reinforcement(self.round_loss([losses[i] for i in ix], [weights[i] for i in ix]))
+                     for x, ix in mine.items() if ix}
         self.memory *= self.decay
         for x, b in bonus.items():
             self.memory[x] += b

@@ -1,14 +1,11 @@
 """Width sub-models: cut a narrower model out of the global one, and put it back.
 
-HeteroFL, FedRolex and FjORD give a client of width w in (0, 1] the sub-network that
-keeps ceil(w * n_l) of the n_l output units of every hidden layer l. Which units it
-keeps is the method's choice: the first ones (HeteroFL, FjORD's ordered dropout) or a
-rolling window (FedRolex). A sub-model's state dict loads into
-``build_model(name, ..., width=w)``; :func:`embed` writes it back into the global
-shapes, and is the exact inverse of :func:`extract` on the kept entries.
-
-Supported: the chain models ``mlp``, ``lenet5``, ``cnn``, ``wcnn`` and ``pcnn`` (each layer reads
-the previous unit layer's output, flattened where a conv feeds a linear layer).
+HeteroFL, FedRolex and FjORD give a client of width w in (0, 1] the sub-network that keeps
+ceil(w * n_l) of the n_l output units of every hidden layer l: the first ones (HeteroFL,
+FjORD's ordered dropout) or a rolling window (FedRolex). A sub-model's state dict loads into
+``build_model(name, ..., width=w)``; :func:`embed` is the exact inverse of :func:`extract` on
+the kept entries. Supported: the chain models ``SUPPORTED_MODELS`` (each layer reads the
+previous unit layer's output, flattened where a conv feeds a linear layer).
 """
 from __future__ import annotations
 
@@ -36,37 +33,25 @@ def rolling_units(n_units: int, width: float, offset: int) -> torch.Tensor:
     return torch.sort((torch.arange(k) + offset) % n_units).values
 
 
-def _chain(model: nn.Module) -> list[tuple[str, nn.Module, int]]:
-    return structured_units(model, include_output=True)
-
-
 def layer_indices(model: nn.Module, width: float, rule=first_units) -> dict[str, torch.Tensor]:
     """Kept output units of every hidden unit layer, by ``rule(n_units, width)``."""
-    return {name: rule(n, width) for name, _, n in _chain(model)[:-1]}
-
-
-def _input_index(layer: nn.Module, previous: str | None, prev_units: int, indices: dict) -> torch.Tensor | None:
-    if previous is None:
-        return None
-    kept = indices[previous]
-    fan_in = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
-    per_unit = fan_in // prev_units  # > 1 where a conv's channels are flattened into a linear layer
-    if per_unit == 1:
-        return kept
-    return (kept[:, None] * per_unit + torch.arange(per_unit)[None, :]).reshape(-1)
+    return {name: rule(n, width) for name, _, n in structured_units(model)}
 
 
 def _slices(model: nn.Module, indices: dict):
     """For every parameter: (output index or None, input index or None)."""
-    out = {}
-    previous, prev_units = None, 0
-    for name, layer, units in _chain(model):
-        rows = indices.get(name)
-        cols = _input_index(layer, previous, prev_units, indices)
+    out, previous = {}, None      # previous: the feeding layer's (kept units, number of units)
+    for name, layer, units in structured_units(model, include_output=True):
+        rows, cols = indices.get(name), None
+        if previous is not None:
+            kept, n = previous
+            fan_in = layer.in_features if isinstance(layer, nn.Linear) else layer.in_channels
+            per_unit = fan_in // n  # > 1 where a conv's channels are flattened into a linear layer
+            cols = (kept[:, None] * per_unit + torch.arange(per_unit)[None, :]).reshape(-1)
         out[f"{name}.weight"] = (rows, cols)
         if getattr(layer, "bias", None) is not None:
             out[f"{name}.bias"] = (rows, None)
-        previous, prev_units = name, units
+        previous = (rows, units)
     return out
 
 
@@ -95,27 +80,25 @@ def embed(model: nn.Module, sub_state: dict, indices: dict, like: dict | None = 
     for name, (rows, cols) in _slices(model, indices).items():
         full = (like[name].clone() if like is not None else torch.zeros_like(params[name])).detach()
         mask = torch.zeros_like(full)
-        r = (rows if rows is not None else torch.arange(full.shape[0])).to(full.device)
-        if full.dim() == 1:
-            full[r] = sub_state[name]
-            mask[r] = 1
-        else:
+        at = (rows if rows is not None else torch.arange(full.shape[0])).to(full.device)
+        if full.dim() > 1:
             c = (cols if cols is not None else torch.arange(full.shape[1])).to(full.device)
-            full[r[:, None], c[None, :]] = sub_state[name]
-            mask[r[:, None], c[None, :]] = 1
+            at = (at[:, None], c[None, :])
+        full[at] = sub_state[name]
+        mask[at] = 1
         values[name], held[name] = full, mask
     return values, held
 
 
 def kept_fractions_of_indices(model: nn.Module, indices: dict) -> dict[str, float]:
     """Fraction of units kept per layer, as ``system.training_flops(keep=...)`` takes it."""
-    units = dict((n, u) for n, _, u in _chain(model))
+    units = hidden_units(model)
     return {name: len(idx) / units[name] for name, idx in indices.items()}
 
 
 def hidden_units(model: nn.Module) -> dict[str, int]:
     """Every hidden unit layer's name and number of output units, in forward order."""
-    return {name: n for name, _, n in _chain(model)[:-1]}
+    return {name: n for name, _, n in structured_units(model)}
 
 
 @contextmanager
@@ -125,7 +108,7 @@ def hidden_output_hook(model: nn.Module, transform):
     while training, FjORD's ordered dropout zeroes the units past the sampled width."""
     handles = [module.register_forward_hook(
         lambda mod, _inputs, out, name=name: transform(name, mod, out))
-        for name, module, _ in _chain(model)[:-1]]
+        for name, module, _ in structured_units(model)]
     try:
         yield model
     finally:
