@@ -23,7 +23,7 @@ import struct
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -78,18 +78,15 @@ def read_ztext(folder: Path, testament: str) -> list[str]:
         data = (folder / f"{testament}.bzz").read_bytes()
     except FileNotFoundError as exc:
         raise DatasetUnavailable(f"Bible module file {exc.filename} is missing; {_HINT}") from None
-    blocks = [struct.unpack_from("<III", blocks_raw, i) for i in range(0, len(blocks_raw) - 11, 12)]
-    inflated: dict[int, bytes] = {}
+    @cache
+    def inflated(block: int) -> bytes:
+        start, length, _ = struct.unpack_from("<III", blocks_raw, 12 * block)
+        return zlib.decompress(data[start:start + length])
+
     texts = []
     for i in range(0, len(index_raw) - 9, 10):
         block, offset, size = struct.unpack_from("<IIH", index_raw, i)
-        if size == 0:
-            texts.append("")
-            continue
-        if block not in inflated:
-            start, length, _ = blocks[block]
-            inflated[block] = zlib.decompress(data[start:start + length])
-        texts.append(inflated[block][offset:offset + size].decode("utf-8", errors="replace"))
+        texts.append(inflated(block)[offset:offset + size].decode("utf-8", errors="replace") if size else "")
     return texts
 
 
