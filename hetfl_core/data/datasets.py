@@ -84,11 +84,10 @@ def _split_fixed(name: str, x: np.ndarray, y: np.ndarray, test_fraction: float =
         rng.shuffle(idx)
         test_idx.append(idx[: int(round(test_fraction * len(idx)))])
     test_idx = np.sort(np.concatenate(test_idx))
-    train_mask = np.ones(len(y), bool)
-    train_mask[test_idx] = False
+    train_idx = np.setdiff1d(np.arange(len(y)), test_idx)
     t = torch.from_numpy
-    x_tr, x_te = _standardise(t(x[train_mask]), t(x[test_idx]))
-    return ArrayDataset(name, x_tr, t(y[train_mask]), x_te, t(y[test_idx]), 10)
+    x_tr, x_te = _standardise(t(x[train_idx]), t(x[test_idx]))
+    return ArrayDataset(name, x_tr, t(y[train_idx]), x_te, t(y[test_idx]), 10)
 
 
 def _load_digits(root=None) -> ArrayDataset:

@@ -52,8 +52,6 @@ class Charge:
 class CostModel:
     """Charges each participant of a round (see the module docstring)."""
 
-    name = ""
-
     def __init__(self, devices: list[DeviceProfile]):
         self.devices = devices
 
@@ -102,8 +100,6 @@ class ComputeCost(CostModel):
     """Tiered devices with fixed link rates (``system="compute"``); with ``time_noise``
     each client's compute time in a round is scaled by :func:`compute_noise`."""
 
-    name = "compute"
-
     def __init__(self, devices: list[DeviceProfile], *, seed: int = 0, time_noise: float = 0.0):
         super().__init__(devices)
         self.seed, self.time_noise, self.round_idx = seed, time_noise, 0
@@ -134,8 +130,6 @@ class WirelessCost(CostModel):
     samples per round (:func:`~hetfl_core.system.calibrate_cycles_per_sample`). ``state``
     is the round's draw of the cell with each CPU frequency scaled by its client's tier.
     """
-
-    name = "wireless"
 
     def __init__(self, devices, *, seed: int, bandwidth_hz, flops_per_sample: float, d_reference: int, batch: int,
                  policy: str = "equal"):
