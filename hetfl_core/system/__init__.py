@@ -1,16 +1,11 @@
 """The system model shared by every method: FLOPs, bits, devices, time, the wireless cell
 and energy, one function per formula, and the run's cost model built from them.
 
-* :mod:`~hetfl_core.system.flops` - :func:`forward_flops`, :func:`training_flops`;
-* :mod:`~hetfl_core.system.bits` - :func:`dense_bits`, :func:`sparse_bits`, :func:`index_bits`,
-  :func:`topk_upload_bits`;
+* :mod:`~hetfl_core.system.flops`, :mod:`~hetfl_core.system.bits` - what a round computes and sends;
 * :mod:`~hetfl_core.system.devices` - :class:`DeviceProfile`, the tiers, :func:`capability`;
-* :mod:`~hetfl_core.system.clock` - :func:`compute_seconds` (Eq. 12), :func:`client_time`,
-  :func:`round_time`;
-* :mod:`~hetfl_core.system.wireless` - :func:`shannon_rate`, :class:`WirelessCell`, the
-  bandwidth-share solvers;
-* :mod:`~hetfl_core.system.energy` - :func:`cpu_energy` (Eq. 13), :func:`compute_energy`,
-  :func:`transmit_energy`;
+* :mod:`~hetfl_core.system.clock` - compute time (Eq. 12), transfer time and the synchronous round;
+* :mod:`~hetfl_core.system.wireless` - the cell's Shannon rates (Eq. 7) and bandwidth-share solvers;
+* :mod:`~hetfl_core.system.energy` - computing (Eq. 13) and transmitting (Eq. 11);
 * :mod:`~hetfl_core.system.cost_model` - ``"compute"`` and ``"wireless"``: what a round
   costs each client, chosen by the run's configuration.
 """
