@@ -15,10 +15,6 @@ The first layer (fixed input channels) and the classifier (fixed outputs) are no
 factorised: the first layer has ``P`` output groups and the classifier ``P``
 input groups, and a width-p client gets p of them. Factorised layers carry no bias and
 there is no normalisation; the classifier bias is shared.
-
-In order below: the layers, the composed twins of the dense models
-(:data:`COMPOSED_MODELS`) with the counts of Sec. III, the block choices (Sec. II-B) and
-the block-wise aggregation of Eq. (5), :func:`aggregate_blocks`.
 """
 from __future__ import annotations
 
@@ -89,10 +85,6 @@ class ComposedConv2d(nn.Module):
     def forward(self, x, sel: Selection):
         return F.conv2d(x, self.weight(sel.blocks, sel.p), stride=self.stride, padding=self.kernel // 2)
 
-    def block_numel(self) -> int:
-        """|u^i| = O R."""
-        return self.base_out * self.rank
-
     def composition_macs(self, p: int) -> int:
         """Multiply-adds of composing W_p: p^2 products (O x R)(R x I k^2)."""
         return p * p * self.base_out * self.rank * self.base_in * self.kernel ** 2
@@ -151,20 +143,16 @@ class ComposedNet(nn.Module):
         """Parameters indexed by group along dim 0, and which counter they follow."""
         return {"head.weight": "head", "classifier.weight": "cls"}
 
-    def shared_numel(self) -> int:
-        """Values every client holds whole (classifier bias, embedding)."""
-        groups = set(self.group_names()) | set(self.block_names())
-        basis = {f"{n}.v" for n, _ in self.composed_layers()}
-        return sum(p.numel() for n, p in self.named_parameters() if n not in groups and n not in basis)
-
     def upload_numel(self, sel: Selection) -> int:
         """Values a width-p client exchanges: |v| + p^2 |u^i| per layer, p head and classifier
-        groups, and the shared classifier bias (Sec. III, Eq. 18's E(v) + E(u))."""
-        n = 0
-        for _, layer in self.composed_layers():
-            n += layer.v.numel() + len(sel.blocks) * layer.block_numel()
-        n += len(sel.head) * self.head.weight[0].numel() + len(sel.cls) * self.classifier.weight[0].numel()
-        return n + self.shared_numel()
+        groups, and what every client holds whole (classifier bias, embedding) (Sec. III,
+        Eq. 18's E(v) + E(u))."""
+        layers = self.composed_layers()
+        per_client = {*self.group_names(), *self.block_names(), *(f"{n}.v" for n, _ in layers)}
+        shared = sum(p.numel() for n, p in self.named_parameters() if n not in per_client)
+        composed = sum(layer.v.numel() + len(sel.blocks) * layer.u[0].numel() for _, layer in layers)
+        heads = len(sel.head) * self.head.weight[0].numel()
+        return composed + heads + len(sel.cls) * self.classifier.weight[0].numel() + shared
 
     def composition_macs(self, p: int) -> int:
         """Multiply-adds of composing every factorised weight at width p (once per step)."""
@@ -221,12 +209,9 @@ class ComposedResNet(ComposedNet):
         super().__init__(max_width, n_blocks or max_width ** 2)
         base = [c // max_width for c in channels]
         self.head = GroupConv2d(in_shape[0], base[0], 3, max_width)
-        blocks, c = [], base[0]
-        for i, w in enumerate(base):
-            blocks.append(_ComposedBlock(c, w, 2 if i > 0 else 1, self.n_blocks, rank, max_width))
-            c = w
-        self.layers = nn.ModuleList(blocks)
-        self.classifier = GroupLinear(c, num_classes, max_width)
+        self.layers = nn.ModuleList(_ComposedBlock(c, w, 2 if i > 0 else 1, self.n_blocks, rank, max_width)
+                                    for i, (c, w) in enumerate(zip(base[:1] + base[:-1], base)))
+        self.classifier = GroupLinear(base[-1], num_classes, max_width)
 
     def run(self, x, sel):
         x = F.relu(self.head(x, sel.head))
@@ -244,8 +229,7 @@ class ComposedLSTM(ComposedNet):
 
     def __init__(self, in_shape, num_classes=80, embed=16, hidden=64, max_width=4, n_blocks=None, rank=None):
         super().__init__(max_width, n_blocks or max_width ** 2)
-        H0 = hidden // max_width
-        self.H0 = H0
+        self.H0 = H0 = hidden // max_width
         self.embedding = nn.Embedding(num_classes, embed)
         self.head = nn.Module()
         self.head.weight = nn.Parameter(torch.randn(max_width, 4 * H0, embed) / math.sqrt(embed))
@@ -291,8 +275,7 @@ def subgrid_selection(counts, P: int, p: int) -> tuple:
     """Ablation (not in the paper): one group set A (|A| = p) minimising the summed counts of its
     p^2 blocks a P + b, (a, b) in A^2, so the client model is an exact sub-network."""
     counts = np.asarray(counts).reshape(P, P)
-    best = min(itertools.combinations(range(P), p), key=lambda A: (counts[np.ix_(A, A)].sum(), A))
-    return tuple(best)
+    return min(itertools.combinations(range(P), p), key=lambda A: (counts[np.ix_(A, A)].sum(), A))
 
 
 def flanc_block_count(P: int) -> int:

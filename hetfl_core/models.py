@@ -8,6 +8,7 @@ whose output units the unit-masking methods (FedLPS, FjORD, OFA-FL) switch on an
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import nn
@@ -16,8 +17,8 @@ import torch.nn.functional as F
 from .errors import ConfigError
 
 __all__ = ["MLP", "WholeMapConv2d", "LeNet5", "SmallCNN", "WidthCNN", "PooledCNN", "ResNet", "CharLSTM",
-           "EmbeddingBagClassifier", "MODELS", "build_model",
-           "structured_units", "count_parameters", "kept_units"]
+           "EmbeddingBagClassifier", "MODELS", "build_model", "structured_units", "count_parameters",
+           "kept_units"]
 
 
 def kept_units(n_units: int, fraction: float) -> int:
@@ -92,13 +93,9 @@ class WidthCNN(nn.Module):
 
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), width=1.0):
         super().__init__()
-        c = in_shape[0]
-        widths = [kept_units(ch, width) for ch in channels]
-        self.convs = nn.ModuleList()
-        for w in widths:
-            self.convs.append(nn.Conv2d(c, w, 3, padding=1))
-            c = w
-        self.classifier = nn.Linear(c, num_classes)
+        sizes = [in_shape[0]] + [kept_units(ch, width) for ch in channels]
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.classifier = nn.Linear(sizes[-1], num_classes)
 
     def forward(self, x):
         for i, conv in enumerate(self.convs):
@@ -118,8 +115,7 @@ class PooledCNN(WidthCNN):
 
     def __init__(self, in_shape, num_classes=10, channels=(16, 32, 64), width=1.0):
         super().__init__(in_shape, num_classes, channels, width)
-        c = self.classifier.in_features
-        self.classifier = nn.Linear(4 * c, num_classes)
+        self.classifier = nn.Linear(4 * self.classifier.in_features, num_classes)
         for conv in self.convs:
             nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
             nn.init.zeros_(conv.bias)
@@ -138,9 +134,9 @@ class SmallCNN(nn.Module):
         super().__init__()
         c, h, w = in_shape
         c1, c2, f1 = (kept_units(n, width) for n in (*channels, hidden))
-        k = 5 if h >= 20 else 3
-        self.conv1 = nn.Conv2d(c, c1, k, padding=0 if k == 5 else 1)
-        self.conv2 = nn.Conv2d(c1, c2, k, padding=0 if k == 5 else 1)
+        k, pad = (5, 0) if h >= 20 else (3, 1)
+        self.conv1 = nn.Conv2d(c, c1, k, padding=pad)
+        self.conv2 = nn.Conv2d(c1, c2, k, padding=pad)
         with torch.no_grad():
             flat = self._features(torch.zeros(1, c, h, w)).shape[1]
         self.fc1 = nn.Linear(flat, f1)
@@ -215,13 +211,6 @@ class CharLSTM(nn.Module):
         return self.classifier(out[:, -1])
 
 
-class SmallCharLSTM(CharLSTM):
-    """A one-layer CharLSTM for CPU runs (embedding 16, hidden 64), Heroes' Fig. 9 model."""
-
-    def __init__(self, in_shape=(40,), num_classes=80, width=1.0):
-        super().__init__(in_shape, num_classes, embed=16, hidden=64, layers=1, width=width)
-
-
 class EmbeddingBagClassifier(nn.Module):
     """A fastText-style text classifier: the sum of the token embeddings (``[PAD]``, id 0,
     ignored), one hidden layer, the classifier. Input ``(batch, seq)`` int64 token ids.
@@ -261,7 +250,7 @@ MODELS = {
     "pcnn": PooledCNN,
     "resnet": ResNet,
     "charlstm": CharLSTM,
-    "charlstm-s": SmallCharLSTM,
+    "charlstm-s": partial(CharLSTM, embed=16, hidden=64, layers=1),   # CPU runs, Heroes' Fig. 9 model
     "embbag": EmbeddingBagClassifier,
     "lora-transformer": _lora_transformer,
 }
@@ -287,14 +276,9 @@ def structured_units(model: nn.Module, include_output: bool = False) -> list[tup
     Returns ``(name, module, n_units)`` in forward order. The output layer is left out by
     default: its units are the classes (FedLPS masks every layer but the output layer).
     """
-    found = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Conv2d):
-            found.append((name, module, module.out_channels))
-        elif isinstance(module, nn.Linear):
-            found.append((name, module, module.out_features))
-        elif isinstance(module, nn.LSTM):
-            found.append((name, module, module.hidden_size))
+    units = {nn.Conv2d: "out_channels", nn.Linear: "out_features", nn.LSTM: "hidden_size"}
+    found = [(name, module, getattr(module, attr)) for name, module in model.named_modules()
+             for kind, attr in units.items() if isinstance(module, kind)]
     if not include_output and found and isinstance(found[-1][1], nn.Linear):
         found = found[:-1]
     return found

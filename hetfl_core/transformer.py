@@ -4,19 +4,17 @@ Tan et al. (2025) fine-tune BERT-Base with LoRA adapters on MRPC; the CPU stand-
 a 2-layer encoder (d = 32, 2 heads, feed-forward 128) pre-trained here, never downloaded:
 
 * :class:`TinyEncoder` is the trainable encoder with a sentence-pair classifier on a
-  tanh pooler over ``[CLS]`` (where BERT has its next-sentence head). :func:`pretrain`
-  trains it on :func:`hetfl_core.data.bible.pretraining_batches` (Old Testament pairs with
-  easy negatives: a "disjoint pair task") for a fixed number of AdamW steps; :func:`pretrained_backbone` caches the result on disk (keyed by every
-  setting) so that it is trained once per machine.
-* :class:`LoRATransformer` holds that backbone as **buffers** (frozen: no gradient, not a
-  parameter, so never averaged, sparsified or pruned) and adds the trainable parts:
-  LoRA adapters (Hu et al., 2022) on the query and value projections of every layer,
-  :math:`W x + \\frac{\\alpha}{r} B A x` with :math:`A \\in \\mathbb R^{r\\times d}` random
-  and :math:`B \\in \\mathbb R^{d\\times r}` zero at the start, and a linear classifier on the
-  pooled ``[CLS]``. Its parameters, in forward order, are layer 0's adapters
-  (``adapters.0.q.a``, ``.q.b``, ``.v.a``, ``.v.b``), layer 1's, then ``classifier``: the
-  paper's split (base = the earlier layers' LoRA, private = the last layers' LoRA and the
-  classifier) is ``split="first:4"`` of :mod:`hetfl_core.methods.sparse_prune_pfl`.
+  tanh pooler over ``[CLS]`` (where BERT has its next-sentence head), trained by
+  :func:`pretrain` on :func:`hetfl_core.data.bible.pretraining_batches` (a "disjoint pair
+  task") and cached on disk by :func:`pretrained_backbone`.
+* :class:`LoRATransformer` holds that backbone as **buffers** (frozen: never averaged,
+  sparsified or pruned) and trains LoRA adapters (Hu et al., 2022) on the query and value
+  projections of every layer, :math:`W x + \\frac{\\alpha}{r} B A x` with :math:`A` random
+  and :math:`B` zero at the start, and a linear classifier on the pooled ``[CLS]``. Its
+  parameters, in forward order, are layer 0's adapters (``adapters.0.q.a``, ``.q.b``,
+  ``.v.a``, ``.v.b``), layer 1's, then ``classifier``: the paper's split (base = the
+  earlier layers' LoRA, private = the last layers' LoRA and the classifier) is
+  ``split="first:4"`` of :mod:`hetfl_core.methods.sparse_prune_pfl`.
 
 Both share one functional forward, :func:`encoder_forward`.
 """
@@ -237,8 +235,7 @@ class LoRATransformer(nn.Module):
 
     ``backbone`` is a dict of encoder weights with ``heads`` attention heads; by default
     the Bible-pre-trained one (:func:`pretrained_backbone`), whose token ids are
-    :mod:`hetfl_core.data.bible`'s.
-    ``width`` scales the LoRA rank (at least 1).
+    :mod:`hetfl_core.data.bible`'s. ``width`` scales the LoRA rank (at least 1).
     """
 
     def __init__(self, in_shape, num_classes=2, width=1.0, rank=4, alpha=8.0, backbone: dict | None = None,
@@ -259,10 +256,9 @@ class LoRATransformer(nn.Module):
         for name, value in backbone.items():
             self.register_buffer(f"frozen_{name}", value.detach().clone())
         dim = backbone["tok"].shape[1]
-        layers = sum(1 for k in backbone if k.endswith("_q_w"))
         r = max(1, int(math.ceil(rank * width)))
         self.adapters = nn.ModuleList(nn.ModuleDict({"q": LoRA(dim, r, alpha), "v": LoRA(dim, r, alpha)})
-                                      for _ in range(layers))
+                                      for k in backbone if k.endswith("_q_w"))
         self.classifier = nn.Linear(dim, num_classes)
 
     def backbone(self) -> dict:

@@ -7,18 +7,14 @@ modern English): the **same** verse in the two translations is a paraphrase (lab
 non-paraphrases share a topic, names and words with the first sentence.
 
 The texts are Debian's ``sword-text-kjv`` and ``sword-text-web`` (SWORD zText modules),
-installed under ``<data root>/bible/`` by ``tools/data/bible.sh``. :func:`read_ztext`
-reads a module directly (a verse index ``*.bzv`` into zlib blocks ``*.bzz``); the
-verse numbering comes from :mod:`pysword`'s versification tables (KJV for the KJV,
-NRSVA for the WEB with Deuterocanon), so the two are aligned by (book, chapter, verse).
-Aligned verses whose Strong's numbers (both modules tag words with them) overlap by less
-than :data:`MIN_LEMMA_JACCARD` are dropped as misaligned.
+installed under ``<data root>/bible/`` by ``tools/data/bible.sh`` and read by
+:func:`read_ztext`; the verse numbering comes from :mod:`pysword`'s versification tables
+(KJV for the KJV, NRSVA for the WEB with Deuterocanon), so the two are aligned by (book,
+chapter, verse). Aligned verses whose Strong's numbers (both modules tag words with them)
+overlap by less than :data:`MIN_LEMMA_JACCARD` are dropped as misaligned.
 
-The Old Testament is kept for pre-training the frozen backbone on a disjoint pair task
-(paraphrase against a verse of *another chapter*: :func:`pretraining_batches`); the New Testament makes the federated task, paraphrase
-against a *neighbouring* verse (:func:`load_bible_pairs`). Tokens are lower-cased words and
-punctuation; the vocabulary is the :data:`VOCAB_SIZE` most frequent tokens of both
-translations. A pair is ``[CLS] a [SEP] b [SEP]`` padded to :data:`SEQ_LEN`.
+The Old Testament pre-trains the frozen backbone (:func:`pretraining_batches`); the New
+Testament makes the federated task (:func:`load_bible_pairs`).
 """
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ import struct
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -36,11 +32,10 @@ import torch
 from .storage import ArrayDataset, data_root, stored_arrays
 from ..errors import DatasetUnavailable
 
-__all__ = ["MODULES", "MAX_WORDS", "SEQ_LEN", "VOCAB_SIZE", "PAD", "UNK", "CLS", "SEP",
-           "MIN_LEMMA_JACCARD", "NEGATIVE_DISTANCE", "Verse", "check_installed", "read_ztext", "clean_verse", "lemmas",
-           "tokenize", "load_corpus", "Vocabulary", "vocabulary", "encode_pair", "Pair", "paraphrase_pairs",
-           "load_bible_pairs", "pretraining_batches", "TOPICS", "TOPIC_WORDS", "topic_of_book",
-           "encode_verse", "load_bible_topics"]
+__all__ = ["MODULES", "MAX_WORDS", "SEQ_LEN", "VOCAB_SIZE", "PAD", "UNK", "CLS", "SEP", "MIN_LEMMA_JACCARD",
+           "NEGATIVE_DISTANCE", "Verse", "check_installed", "read_ztext", "clean_verse", "lemmas", "tokenize",
+           "load_corpus", "Vocabulary", "vocabulary", "encode_pair", "Pair", "paraphrase_pairs", "load_bible_pairs",
+           "pretraining_batches", "TOPICS", "TOPIC_WORDS", "topic_of_book", "encode_verse", "load_bible_topics"]
 
 #: SWORD module names: (module, versification)
 MODULES = {"kjv": ("engKJV2006eb", "kjv"), "web": ("engWEB2015eb", "nrsva")}
@@ -83,18 +78,15 @@ def read_ztext(folder: Path, testament: str) -> list[str]:
         data = (folder / f"{testament}.bzz").read_bytes()
     except FileNotFoundError as exc:
         raise DatasetUnavailable(f"Bible module file {exc.filename} is missing; {_HINT}") from None
-    blocks = [struct.unpack_from("<III", blocks_raw, i) for i in range(0, len(blocks_raw) - 11, 12)]
-    inflated: dict[int, bytes] = {}
+    @cache
+    def inflated(block: int) -> bytes:
+        start, length, _ = struct.unpack_from("<III", blocks_raw, 12 * block)
+        return zlib.decompress(data[start:start + length])
+
     texts = []
     for i in range(0, len(index_raw) - 9, 10):
         block, offset, size = struct.unpack_from("<IIH", index_raw, i)
-        if size == 0:
-            texts.append("")
-            continue
-        if block not in inflated:
-            start, length, _ = blocks[block]
-            inflated[block] = zlib.decompress(data[start:start + length])
-        texts.append(inflated[block][offset:offset + size].decode("utf-8", errors="replace"))
+        texts.append(inflated(block)[offset:offset + size].decode("utf-8", errors="replace") if size else "")
     return texts
 
 
@@ -272,19 +264,16 @@ def _make_pairs(root: str):
 
 
 def load_bible_pairs(root=None) -> ArrayDataset:
-    """The New Testament paraphrase task: about 7.9k pairs, half paraphrases, 80/20 train/test.
+    """The New Testament paraphrase task: about 7.9k pairs, half paraphrases, fixed (seed 0).
 
-    ``x`` is ``(N, SEQ_LEN)`` int64 token ids, ``y`` the label; ``groups`` numbers the 27
-    books by decreasing size (``partition="natural"``: one client per book). The pairs
-    and the split are fixed (seed 0), so every run sees the same task.
+    ``x`` is ``(N, SEQ_LEN)`` int64 token ids, ``y`` the label, split as
+    :func:`load_bible_topics` (``groups``: the 27 books).
     """
     return _split_by_book("bible-pairs", root, f"pairs-{PAIRS_VERSION}.npz", _make_pairs, num_classes=2)
 
 
 def _split_by_book(name: str, root, file: str, make, num_classes: int) -> ArrayDataset:
-    """``make(root)``'s ``x``, ``y`` (kept in ``<root>/bible/<file>``: parsing takes seconds)
-    with a fixed random :data:`TEST_FRACTION` test split (seed 1); ``groups`` numbers the
-    books by decreasing training size (one client per book)."""
+    """``make(root)``'s arrays (kept in ``<root>/bible/<file>``: parsing takes seconds), split."""
     root = str(Path(root or data_root()))
     check_installed(root)
     stored = stored_arrays(Path(root) / "bible" / file, ("x", "y", "books"), lambda: make(root))
@@ -347,7 +336,7 @@ def _make_topics(root: str):
 
 def load_bible_topics(root=None) -> ArrayDataset:
     """Every KJV verse labelled by its part of the canon (:data:`TOPICS`, 4 classes like
-    AG News): about 31k verses, a fixed 80/20 train/test split (seed 1).
+    AG News): about 31k verses, a fixed random 80/20 train/test split (seed 1).
 
     ``x`` is ``(N, TOPIC_WORDS)`` int64 token ids (the vocabulary of :func:`vocabulary`),
     ``groups`` numbers the 66 books by decreasing training size, so

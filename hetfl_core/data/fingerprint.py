@@ -49,7 +49,7 @@ def dataset_fingerprint(name: str, root: str | Path | None = None) -> str:
     """
     key = canonical_dataset_name(name)
     place = str(Path(root) if root is not None else data_root())
-    dataset = load_dataset(key) if root is None else load_dataset(key, root)
+    dataset = load_dataset(key, root)
     memo = _MEMO.get((key, place))
     if memo is None or memo[0] is not dataset:
         memo = _MEMO[(key, place)] = (dataset, array_digest(dataset)[:16])

@@ -59,14 +59,13 @@ def shards_partition(labels: np.ndarray, classes_per_client: int, n_clients: int
     classes = np.unique(labels)
     if not 1 <= classes_per_client <= len(classes):
         raise ConfigError(f"classes_per_client must be in 1..{len(classes)}, got {classes_per_client}")
-    order = np.concatenate([rng.permutation(classes) for _ in range(
-        -(-n_clients * classes_per_client // len(classes)) + 1)])
+    order = iter(np.concatenate([rng.permutation(classes) for _ in range(
+        -(-n_clients * classes_per_client // len(classes)) + 1)]).tolist())
     held: list[list[int]] = []
-    pos = 0
     for _ in range(n_clients):
         mine: list[int] = []
         while len(mine) < classes_per_client:
-            c = int(order[pos]); pos += 1
+            c = next(order)
             if c not in mine:
                 mine.append(c)
         held.append(mine)

@@ -70,12 +70,6 @@ def encode(text: str) -> np.ndarray:
     return _TABLE[np.frombuffer(text.encode("latin-1", errors="replace"), dtype=np.uint8)]
 
 
-def _samples(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    starts = np.arange(0, len(ids) - SEQ_LEN, STRIDE)
-    x = ids[starts[:, None] + np.arange(SEQ_LEN)[None, :]]
-    return x, ids[starts + SEQ_LEN]
-
-
 def load_shakespeare(root=None) -> ArrayDataset:
     """The plays' next-character samples, grouped by (play, role); see the module docstring."""
     folder = Path(root or data_root()) / "shakespeare"
@@ -90,14 +84,17 @@ def load_shakespeare(root=None) -> ArrayDataset:
     if not roles:
         raise DatasetUnavailable(f"no speaking role with {MIN_CHARS}+ characters found in {folder}; {_HINT}")
     roles.sort(key=lambda r: -len(r[2]))
-    xs_tr, ys_tr, gs, xs_te, ys_te = [], [], [], [], []
+    train, test = [], []
     for g, (_, _, text) in enumerate(roles):
-        x, y = _samples(encode(text))
+        ids = encode(text)
+        starts = np.arange(0, len(ids) - SEQ_LEN, STRIDE)
+        x, y = ids[starts[:, None] + np.arange(SEQ_LEN)], ids[starts + SEQ_LEN]
         cut = int(round(0.9 * len(y)))
-        xs_tr.append(x[:cut]); ys_tr.append(y[:cut]); gs.append(np.full(cut, g))
-        xs_te.append(x[cut:]); ys_te.append(y[cut:])
+        train.append((x[:cut], y[:cut], np.full(cut, g)))
+        test.append((x[cut:], y[cut:]))
     cat = lambda parts: torch.from_numpy(np.concatenate(parts))  # noqa: E731
-    x_te, y_te = cat(xs_te), cat(ys_te)
+    x_tr, y_tr, groups = map(cat, zip(*train))
+    x_te, y_te = map(cat, zip(*test))
     keep = torch.from_numpy(np.sort(np.random.default_rng(0).permutation(len(y_te))[:MAX_TEST]))
-    return ArrayDataset("shakespeare", cat(xs_tr), cat(ys_tr), x_te[keep], y_te[keep], num_classes=len(VOCAB) + 1,
-                        groups=cat(gs))
+    return ArrayDataset("shakespeare", x_tr, y_tr, x_te[keep], y_te[keep], num_classes=len(VOCAB) + 1,
+                        groups=groups)

@@ -32,6 +32,5 @@ def client_time(device: DeviceProfile, flops: float, uplink_bits: float, downlin
 
 
 def round_time(client_times) -> float:
-    """A synchronous round ends when its slowest participant is done."""
-    times = list(client_times)
-    return max(times) if times else 0.0
+    """A synchronous round ends when its slowest participant is done (0 without participants)."""
+    return max(client_times, default=0.0)

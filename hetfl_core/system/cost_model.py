@@ -1,25 +1,19 @@
 """The run's cost model: what a round costs each client in time and energy.
 
-It is chosen by the run's configuration (``RunConfig.system``), never by the method, so
-every method runs under either:
+It is chosen by the run's configuration (``RunConfig.system``), never by the method:
 
 * ``"compute"`` - each client is a device of a heterogeneity tier with fixed link rates;
   a round costs download + compute + upload (:func:`~hetfl_core.system.client_time`), and
   the energy of computing and of transmitting at the device's power.
-* ``"wireless"`` - Tan et al. 2025's cell (Sec. III, Table II): the clients share a band
-  W by FDMA; each round redraws fading, transmit power and CPU frequency
-  (:class:`~hetfl_core.system.WirelessCell`); a client's upload runs at the Shannon rate
-  of its share (Eq. 7), computing at its CPU frequency (Eq. 12) and the energy is Eq. (11)
-  + Eq. (13). The download is not charged (the paper's model has none). A tier of the
-  run's heterogeneity scales the drawn CPU frequency. The band is split equally among the
-  round's participants (``bandwidth_policy="equal"``), or to minimise the round's latency
-  (``"min-time"``), unless the method's server policy sets each client's share in its plan
-  (sparse-prune-pfl's DCA, Alg. 2).
+* ``"wireless"`` - Tan et al. 2025's cell (Sec. III, Table II), :class:`WirelessCost`: the
+  upload runs at the Shannon rate of the client's share of the band (Eq. 7), computing at
+  its CPU frequency (Eq. 12), the energy is Eq. (11) + Eq. (13), and the download is not
+  charged (the paper's model has none).
 
-A method may steer the model - set a client's bandwidth share, or run a client on another
-device this round (``ClientPlan.bandwidth_share``, ``ClientPlan.device``) - and a method
-whose client stops early may cap its time (``ClientReport.time_s``), but the engine
-charges every method through the same functions.
+A method may set a client's bandwidth share or run a client on another device this round
+(``ClientPlan.bandwidth_share``, ``ClientPlan.device``), and a method whose client stops
+early may cap its time (``ClientReport.time_s``), but the engine charges every method
+through the same functions.
 """
 from __future__ import annotations
 
@@ -57,8 +51,6 @@ class Charge:
 
 class CostModel:
     """Charges each participant of a round (see the module docstring)."""
-
-    name = ""
 
     def __init__(self, devices: list[DeviceProfile]):
         self.devices = devices
@@ -108,8 +100,6 @@ class ComputeCost(CostModel):
     """Tiered devices with fixed link rates (``system="compute"``); with ``time_noise``
     each client's compute time in a round is scaled by :func:`compute_noise`."""
 
-    name = "compute"
-
     def __init__(self, devices: list[DeviceProfile], *, seed: int = 0, time_noise: float = 0.0):
         super().__init__(devices)
         self.seed, self.time_noise, self.round_idx = seed, time_noise, 0
@@ -127,7 +117,12 @@ class ComputeCost(CostModel):
 
 
 class WirelessCost(CostModel):
-    """Tan et al. 2025's wireless cell (``system="wireless"``).
+    """Tan et al. 2025's wireless cell (``system="wireless"``): the clients share a band W
+    by FDMA; each round redraws fading, transmit power and CPU frequency
+    (:class:`~hetfl_core.system.WirelessCell`), and a tier of the run's heterogeneity scales
+    the drawn CPU frequency. The band is split equally among the round's participants
+    (``policy="equal"``), or to minimise the round's latency (``"min-time"``), unless the
+    method's plans set each client's share (sparse-prune-pfl's DCA, Alg. 2).
 
     ``flops_per_sample`` is the training cost of one sample on the whole dense model, so
     that Eq. (12)'s cycles are ``flops x C / flops_per_sample``; C is calibrated on
@@ -135,8 +130,6 @@ class WirelessCost(CostModel):
     samples per round (:func:`~hetfl_core.system.calibrate_cycles_per_sample`). ``state``
     is the round's draw of the cell with each CPU frequency scaled by its client's tier.
     """
-
-    name = "wireless"
 
     def __init__(self, devices, *, seed: int, bandwidth_hz, flops_per_sample: float, d_reference: int, batch: int,
                  policy: str = "equal"):

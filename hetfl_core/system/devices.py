@@ -53,13 +53,9 @@ def make_devices(n_clients: int, heterogeneity: str, rng: np.random.Generator,
         raise ConfigError(f"unknown heterogeneity {heterogeneity!r}; choose one of: {', '.join(HETEROGENEITY)}")
     tiers = HETEROGENEITY[heterogeneity]
     order = rng.permutation(np.arange(n_clients) % len(tiers))
-    devices = []
-    for t in order:
-        name, compute, bandwidth = tiers[int(t)]
-        devices.append(replace(reference, tier=name, flops_per_s=reference.flops_per_s * compute,
-                               uplink_bps=reference.uplink_bps * bandwidth,
-                               downlink_bps=reference.downlink_bps * bandwidth))
-    return devices
+    return [replace(reference, tier=name, flops_per_s=reference.flops_per_s * compute,
+                    uplink_bps=reference.uplink_bps * bandwidth, downlink_bps=reference.downlink_bps * bandwidth)
+            for name, compute, bandwidth in (tiers[t] for t in order)]
 
 
 def capability(device: DeviceProfile, devices) -> float:

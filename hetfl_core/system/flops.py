@@ -51,14 +51,11 @@ def profile_model(model: nn.Module, in_shape, dtype=torch.float32) -> list[Layer
                 positions = output.numel() // output.shape[-1]
                 macs, n_in, n_out, kind = positions * module.in_features * module.out_features, \
                     module.in_features, module.out_features, "linear"
-            else:  # nn.LSTM, batch_first: 4 gates of (input + hidden) x hidden per step and layer
-                out = output[0]
-                steps = out.shape[1] if module.batch_first else out.shape[0]
-                h, macs, size_in = module.hidden_size, 0, module.input_size
-                for _ in range(module.num_layers):
-                    macs += steps * 4 * h * (size_in + h)
-                    size_in = h
-                n_in, n_out, kind = module.input_size, h, "lstm"
+            else:  # nn.LSTM: 4 gates of (input + hidden) x hidden per step and layer
+                steps = output[0].shape[1 if module.batch_first else 0]
+                h, n_in = module.hidden_size, module.input_size
+                macs = steps * 4 * h * ((n_in + h) + (module.num_layers - 1) * 2 * h)
+                n_out, kind = h, "lstm"
             records.append(LayerCost(name, kind, int(macs), int(params), n_in, n_out, previous[0]))
             previous[0] = name
         return run
@@ -108,8 +105,7 @@ def training_flops(costs: list[LayerCost], n_samples: int, keep: dict | None = N
     first layer costs 2F and the others 3F; with only the head trainable, the body costs
     just its forward pass.
     """
-    names = [l.name for l in costs]
-    is_trainable = [trainable is None or n in trainable for n in names]
+    is_trainable = [trainable is None or l.name in trainable for l in costs]
     per_sample = 0.0
     for i, l in enumerate(costs):
         f = 2.0 * l.macs * _layer_scale(l, keep, density)
