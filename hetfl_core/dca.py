@@ -40,7 +40,7 @@ from .system import topk_upload_bits as upload_bits
 
 __all__ = ["NOISE_PSD", "RoundSystem", "Allocation", "upload_bits", "objective", "latency", "min_share",
            "min_deadline", "feasible_start", "solve_dca", "best_for_shares", "uniform_allocation", "grid_search",
-           "fixed_allocation", "calibrate_deadline"]
+           "calibrate_deadline"]
 
 K_MIN, R_MIN, R_MAX = 0.01, 0.05, 1 - 1e-4   # the gradients of (39) are singular at k=0, r=1
 
@@ -410,13 +410,6 @@ def uniform_allocation(system: RoundSystem, theta1: float, theta2: float = 1.0, 
         k, r, f = best_for_shares(system, share, theta1, theta2, **bounds)
         relaxed = True
     return Allocation(k, r, share, objective(k, r, system, theta1, theta2), system.deadline_s, relaxed=relaxed)
-
-
-def fixed_allocation(system: RoundSystem, k: float, r: float, share=None) -> Allocation:
-    """The same (k, r) for everyone and equal shares (the fixed-rate ablations, FedPer, FedAvg)."""
-    share = np.full(system.n, 1 / system.n) if share is None else np.asarray(share, float)
-    kk, rr = np.full(system.n, float(k)), np.full(system.n, float(r))
-    return Allocation(kk, rr, share, float("nan"), system.deadline_s)
 
 
 def grid_search(system: RoundSystem, theta1: float, theta2: float = 1.0, points: int = 101, **bounds) -> Allocation:
