@@ -180,7 +180,9 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     finite = v[np.isfinite(v)]
     if never == n:
         return f"{NEVER}{tail}"
-    if n == 1 or finite.size == 1:
+    if finite.size == 0:            # only nan and -inf besides the never-reached seeds
+        text = MISSING
+    elif finite.size == 1:
         text = fmt(finite[0], digits, unit, scale)
     else:
         text = f"{fmt(finite.mean(), digits, '', scale)} ± {fmt(finite.std(ddof=1), digits, '', scale)}{unit}"

@@ -42,6 +42,9 @@ def test_mean_sd_and_formatting():
     assert report.fmt_mean_sd([5.0]) == "5.0 (1 seed)"
     assert report.fmt_mean_sd([5.0, math.inf, 7.0]) == "6.0 ± 1.4; never on 1 of 3 seeds"
     assert report.fmt_mean_sd([math.inf, math.inf]) == "never (2 seeds)"
+    # no finite value besides the never-reached seeds: a dash, not an IndexError or "nan ± nan"
+    assert report.fmt_mean_sd([-math.inf]) == "— (1 seed)"
+    assert report.fmt_mean_sd([math.nan, math.inf]) == "—; never on 1 of 2 seeds"
     assert "np." not in report.fmt_mean_sd(np.array([1.0, 2.0]))
     assert report.compare(0.773, 0.774, 1, "", 100) == "77.3 < 77.4"
     assert report.compare(0.7731, 0.7734, 1, "", 100) == "77.3 = 77.3"    # equal as printed
