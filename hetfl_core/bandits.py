@@ -186,6 +186,7 @@ class PUCBV:
         return self.sample(self.intervals[int(self.rng.integers(len(self.intervals)))])
 
     def sample(self, interval: Interval) -> float:
+        """A point drawn uniformly from ``interval``."""
         return float(self.rng.uniform(interval.lo, interval.hi))
 
     def find(self, s: float) -> int:

@@ -53,7 +53,10 @@ def read_run_config(run_config: dict) -> tuple[RunConfig, Path, int]:
         raise ConfigError(f"hetfl-config is not JSON: {err}") from None
     config = RunConfig.from_dict(values)
     config.validate()
-    nodes = int(run_config.get("nodes") or config.clients)
+    try:
+        nodes = int(run_config.get("nodes") or config.clients)
+    except (TypeError, ValueError):
+        raise ConfigError(f"nodes must be a whole number, got {run_config['nodes']!r}") from None
     if nodes < 1:
         raise ConfigError(f"nodes must be at least 1, got {nodes}")
     return config, Path(run_config["output"]).expanduser(), nodes

@@ -191,6 +191,7 @@ class ScoredNetwork(nn.Module):
                                                       *inputs[1:]))
 
     def score_values(self) -> dict[str, torch.Tensor]:
+        """Each pruned layer's unit scores: the weights' magnitudes, or the learned scores."""
         if self.mode == "magnitude":
             return unit_magnitudes(self.net)
         return {n: self.scores[_key(n)] for n in self.layers}

@@ -40,3 +40,17 @@ def test_the_command_line_runs_a_method_on_flower(tmp_path, method_config):
     history = json.loads((tmp_path / "run.json").read_text())["history"]
     engine = run_rounds(build_simulation(method_config("fedper", clients=2)))
     assert history == json.loads(json.dumps(engine["history"]))
+
+
+def test_a_flower_run_config_with_a_bad_node_count_is_one_line(tmp_path):
+    import pytest
+
+    from hetfl_core.config import RunConfig
+    from hetfl_core.errors import ConfigError
+    from hetfl_core.flower_app import read_run_config
+
+    base = {"hetfl-config": json.dumps(RunConfig(dataset="digits").to_dict()), "output": str(tmp_path / "r.json")}
+    assert read_run_config({**base, "nodes": 3})[2] == 3
+    for nodes, message in (("two", "nodes must be a whole number, got 'two'"), (-1, None)):
+        with pytest.raises(ConfigError, match=message or "nodes must be at least 1"):
+            read_run_config({**base, "nodes": nodes})

@@ -85,6 +85,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
 
     @staticmethod
     def make_walk(o: dict) -> ReinforcedRateWalk:
+        """A client's reinforced rate walk from the method's options ``o``."""
         return ReinforcedRateWalk(rate_grid(int(o["candidates"])), k=int(o["k"]), decay=float(o["decay"]),
                                   mode=o["sampler"], replacement=bool(o["replacement"]), loss_agg=o["loss_agg"],
                                   credit=o["credit"], fixed=o["fixed_rates"])
@@ -119,6 +120,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
 
     # -- client ------------------------------------------------------------------
     def global_weights(self) -> dict[str, torch.Tensor]:
+        """A copy of the global model's weights."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters()}
 
     def local_weights(self, client_id: int) -> dict[str, torch.Tensor]:
@@ -126,6 +128,8 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
         return self.local.get(client_id) or self.global_weights()
 
     def cluster_data(self, client):
+        """The samples a client's cluster is scored on: the ``cluster_eval`` split (``val``
+        falls back to the training data of a client without a validation split)."""
         split = self.options["cluster_eval"]
         if split == "val" and len(client.y_val):
             return client.x_val, client.y_val
