@@ -165,7 +165,7 @@ def _pooled(parts) -> tuple:
     total = sum(n for _, _, n in parts)
     if not total:
         return None, None, per_part
-    correct, loss = sum(c for c, _, _ in parts), sum((part[1] for part in parts), 0.0)
+    correct, loss = sum(c for c, _, _ in parts), sum((l for _, l, _ in parts), 0.0)
     return correct / total, loss / total, per_part
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batched import ClientJob, run_job
+from ..batched import ClientJob
 from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
@@ -155,10 +155,6 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
                 best = (fused, mask, p, loss)
         model.load_state_dict(best[0], strict=False)
         return model, best[1], best[2], best[3]
-
-    def client_update(self, client, plan, generator):
-        """The update of :meth:`client_job`, run here."""
-        return run_job(self, self.client_job(client, plan, generator))
 
     def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
         """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
