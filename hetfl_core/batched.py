@@ -52,7 +52,8 @@ class Phase:
     kept at zero (gradient and weight); ``prox_center``/``prox_mu``: FedProx's
     (mu/2)||w - w_c||^2 over the trained names in the centre; ``sub_masks``: the masks of
     smaller sub-networks whose cross-entropies are averaged with the model's own (a joint
-    loss, as OFA-FL's Alg. 4).
+    loss, as OFA-FL's Alg. 4); ``drop_last``: each epoch's partial batch left out (a
+    ``DataLoader(drop_last=True)``, :func:`~hetfl_core.training.minibatch_indices`).
     """
 
     steps: int
@@ -68,6 +69,7 @@ class Phase:
     loss: Callable | None = None
     batched_loss: Callable | None = None
     tally: Callable | None = None
+    drop_last: bool = False
 
     def loss_fn(self):
         """The ``loss_fn`` that ``local_sgd`` takes for this phase (``None``: cross-entropy)."""
@@ -167,7 +169,8 @@ def _schedule(jobs, phase_idx: int, steps: int, batch_size: int, offsets: list[i
     for j, job in enumerate(jobs):
         own = job.phases[phase_idx].steps
         index[:, j, :] = offsets[j]
-        for s, idx in enumerate(minibatch_indices(len(job.client.y_train), own, batch_size, job.generator)):
+        for s, idx in enumerate(minibatch_indices(len(job.client.y_train), own, batch_size, job.generator,
+                                                  job.phases[phase_idx].drop_last)):
             b = len(idx)
             index[s, j, :b] = idx + offsets[j]
             weight[s, j, :b] = 1.0 / b
@@ -197,6 +200,10 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
         own = [job.phases[p_idx] for job in jobs]
         own_steps = [ph.steps for ph in own]
         steps = max(own_steps)
+        if steps == 0:      # no client has a batch in this phase (drop_last, all smaller than one)
+            for j in range(len(jobs)):
+                results[j].append(LocalResult(0.0, 0, 0))
+            continue
         index, weight, sizes = _schedule(jobs, p_idx, steps, batch_size, offsets)
         trained = [n for n in names if phase.params is None or n in set(phase.params)]
         masks = {n: _stack([ph.masks[n].to(device) for ph in own]) for n in (phase.masks or {})}
@@ -214,7 +221,8 @@ def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: flo
         tallies = tallies.double().sum(0).cpu()
         for j, ph in enumerate(own):
             samples = int(counts[j])
-            results[j].append(LocalResult(float(sums[j]) / max(samples, 1), samples, own_steps[j]))
+            results[j].append(LocalResult(float(sums[j]) / max(samples, 1), samples,
+                                          int((sizes[:, j] > 0).sum())))
             if ph.tally is not None:
                 ph.tally(float(tallies[j]), samples)
     with torch.no_grad():
@@ -310,8 +318,8 @@ def batched_updates(method, config, jobs_in: list[tuple]):
         return
     jobs = [method.client_job(client, plan, generator) for client, plan, generator in jobs_in]
     batch = [i for i, job in enumerate(jobs) if job is not None]
-    results = dict(zip(batch, train_jobs([jobs[i] for i in batch], config.batch_size, config.lr,
-                                         config.momentum, config.weight_decay))) if batch else {}
+    results = dict(zip(batch, train_jobs([jobs[i] for i in batch], config.batch_size, method.round_lr,
+                                         method.round_momentum, config.weight_decay))) if batch else {}
     for i, (client, plan, generator) in enumerate(jobs_in):
         if i in results:
             yield jobs[i].finish(results[i])

@@ -82,6 +82,7 @@ class Simulation:
         config, method = self.config, self.method
         sampled = self.sample(round_idx) if clients is None else sorted(int(k) for k in clients)
         self.cost_model.start_round(round_idx, sampled)
+        method.round_lr = method.lr_at(round_idx)
         plans = method.configure_round(round_idx, sampled)
         jobs = [(k, plans[k]) for k in sampled if k in plans]
         reports = []
@@ -107,7 +108,7 @@ class Simulation:
         totals["energy_j"] += sum(c.energy_j for c in charges)
         row = {"round": round_idx, "time_s": totals["time_s"], "round_time_s": slowest,
                "idle_s": sum(slowest - c.time_s for c in charges),
-               "loss": float(np.mean([r.loss for r in reports])),
+               "loss": mean_training_loss(reports),
                "uplink_bits": totals["uplink_bits"], "downlink_bits": totals["downlink_bits"],
                "flops": totals["flops"], "energy_j": totals["energy_j"]}
         due, score_global = evaluation_due(config, round_idx)
@@ -117,6 +118,13 @@ class Simulation:
             row.update(acc_global=None, loss_global=None, acc_personal=None, loss_personal=None, acc_clients=None)
         row["clients"] = records
         return row
+
+
+def mean_training_loss(reports) -> float:
+    """The mean local training loss of the round's reports that took a step (a client left
+    without a batch, under ``drop_last``, has no loss); ``nan`` if none took one."""
+    losses = [r.loss for r in reports if r.local_steps > 0]
+    return float(np.mean(losses)) if losses else float("nan")
 
 
 def evaluation_due(config: RunConfig, round_idx: int) -> tuple[bool, bool]:

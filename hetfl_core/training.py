@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["LocalResult", "steps_for_epochs", "minibatch_indices", "local_sgd", "evaluate",
-           "clone_model"]
+           "clone_model", "multistep_factor"]
 
 
 @dataclass
@@ -22,9 +22,20 @@ class LocalResult:
     steps: int
 
 
-def steps_for_epochs(n_samples: int, batch_size: int, epochs: float) -> int:
-    """Minibatch steps in ``epochs`` passes over ``n_samples`` samples (at least one)."""
+def steps_for_epochs(n_samples: int, batch_size: int, epochs: float, drop_last: bool = False) -> int:
+    """Minibatch steps in ``epochs`` passes over ``n_samples`` samples: at least one with the
+    last partial batch of each pass kept; with ``drop_last`` (a ``DataLoader(drop_last=True)``)
+    ``epochs`` x floor(n / B) full batches, none for a client smaller than a batch."""
+    if drop_last:
+        return math.floor(epochs * (n_samples // batch_size))
     return max(1, math.ceil(epochs * math.ceil(n_samples / batch_size)))
+
+
+def multistep_factor(round_idx: int, milestones, gamma: float = 0.1) -> float:
+    """The factor of a ``MultiStepLR`` stepped once per round: ``gamma`` to the number of
+    distinct milestones m < ``round_idx`` (round 1 is the first; the rate drops after
+    round m)."""
+    return gamma ** sum(1 for m in set(int(m) for m in milestones) if m < round_idx)
 
 
 def clone_model(model: nn.Module) -> nn.Module:
@@ -32,15 +43,20 @@ def clone_model(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def minibatch_indices(n: int, steps: int, batch_size: int, generator: torch.Generator):
+def minibatch_indices(n: int, steps: int, batch_size: int, generator: torch.Generator,
+                      drop_last: bool = False):
     """The sample indices of ``steps`` minibatches over ``n`` samples: a fresh permutation from
     ``generator`` each epoch, consecutive slices of ``batch_size`` (the last one of an epoch
-    shorter). :func:`local_sgd` and the batched trainer (:mod:`hetfl_core.batched`) both
-    draw their batches here, so a client sees the same batches on either path."""
+    shorter, or with ``drop_last`` left out, and no batch at all when ``n`` < ``batch_size``).
+    :func:`local_sgd` and the batched trainer (:mod:`hetfl_core.batched`) both draw their
+    batches here, so a client sees the same batches on either path."""
+    if drop_last and n < batch_size:
+        return
+    end = n - n % batch_size if drop_last else n
     order = torch.randperm(n, generator=generator)
     pos = 0
     for _ in range(steps):
-        if pos >= n:
+        if pos >= end:
             order, pos = torch.randperm(n, generator=generator), 0
         yield order[pos:pos + batch_size]
         pos += batch_size
@@ -50,14 +66,16 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
               lr: float, generator: torch.Generator, *, momentum: float = 0.0,
               weight_decay: float = 0.0, prox_center: dict | None = None, prox_mu: float = 0.0,
               masks: dict | None = None, params=None, loss_fn=None,
-              clip_norm: float | None = None) -> LocalResult:
+              clip_norm: float | None = None, drop_last: bool = False) -> LocalResult:
     """``steps`` minibatch SGD steps on (x, y), reshuffling each epoch with ``generator``.
 
     ``prox_center``/``prox_mu`` add FedProx's term (mu/2)||w - w_global||^2.
     ``masks`` (parameter name -> 0/1 tensor) keeps pruned weights at zero: gradients are
     masked before each step and weights after it. ``params`` restricts the trained
     parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy; ``clip_norm``
-    scales the trained parameters' gradients to at most that global L2 norm before each step.
+    scales the trained parameters' gradients to at most that global L2 norm before each step;
+    ``drop_last`` leaves out each epoch's partial batch (:func:`minibatch_indices`). A run
+    with no batch (``steps`` 0) leaves the model as it was and reports loss 0 over 0 samples.
     """
     model.train()
     named = dict(model.named_parameters())
@@ -66,8 +84,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     train_names = list(named) if params is None else list(params)
     optimizer = torch.optim.SGD([named[n] for n in train_names], lr=lr, momentum=momentum,
                                 weight_decay=weight_decay)
-    total_loss, samples = 0.0, 0
-    for idx in minibatch_indices(len(y), steps, batch_size, generator):
+    total_loss, samples, taken = 0.0, 0, 0
+    for idx in minibatch_indices(len(y), steps, batch_size, generator, drop_last):
         xb, yb = x[idx], y[idx]
         loss = loss_fn(model, xb, yb) if loss_fn else F.cross_entropy(model(xb), yb)
         total = loss
@@ -89,7 +107,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
                     named[k].mul_(m)
         total_loss += loss.item() * len(yb)
         samples += len(yb)
-    return LocalResult(total_loss / max(samples, 1), samples, steps)
+        taken += 1
+    return LocalResult(total_loss / max(samples, 1), samples, taken)
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ steps, FedRep's head epochs), and momentum and weight decay carry optimiser stat
 """
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,6 +124,20 @@ def test_uneven_clients_pad_a_last_batch():
     assert min(sizes) < BASE["local_steps"] * BASE["batch_size"]
     by_epochs = build_simulation(config_of("fedavg-epochs"))
     assert len({by_epochs.method.local_steps(c) for c in by_epochs.data.clients}) > 1
+
+
+def test_a_client_smaller_than_a_batch_takes_no_step_on_either_path():
+    """FedAvg's drop_last (PFLlib's loader): the 12-sample client takes no step, batched or
+    not, and the round's loss is the mean over the clients that trained."""
+    config = config_of("fedavg-epochs")
+    sizes = {c.client_id: c.n_train for c in build_simulation(config).data.clients}
+    for batched_on in (False, True):
+        history = run_sim(config.replace(batched_clients=batched_on))[1]
+        steps = {c["id"]: c["local_steps"] for row in history for c in row["clients"]}
+        assert all(steps[k] == (0 if sizes[k] < BASE["batch_size"] else int(1.5 * (sizes[k] // 16)))
+                   for k in steps)
+        assert any(v == 0 for v in steps.values())
+        assert all(np.isfinite(row["loss"]) and row["loss"] > 0 for row in history)
 
 
 def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):

@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..models import build_model
 from ..options import Option
 from ..system import CostModel, DeviceProfile, profile_model
-from ..training import steps_for_epochs
+from ..training import multistep_factor, steps_for_epochs
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -168,6 +168,10 @@ class Method(ABC):
         self.devices = devices
         self.device = resolve_device(config.device)
         self.cost_model: CostModel | None = None   # the run's, from :meth:`setup`
+        #: the learning rate of the round in progress (:meth:`lr_at`, set by the engine)
+        self.round_lr = config.lr
+        #: the SGD momentum of local training (the run's, unless the method's code fixes another)
+        self.round_momentum = config.momentum
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
 
@@ -197,11 +201,23 @@ class Method(ABC):
         return build_model(self.config.model, self.data.input_shape, self.data.num_classes,
                            width=width).to(self.device)
 
+    def lr_at(self, round_idx: int) -> float:
+        """The learning rate of round ``round_idx`` (default: the run's ``lr`` throughout; a
+        method with an ``lr_milestones`` option multiplies it by ``lr_gamma`` after each
+        milestone round, a ``MultiStepLR`` stepped once per round)."""
+        milestones = self.options.get("lr_milestones") or ()
+        if not milestones:
+            return self.config.lr
+        return self.config.lr * multistep_factor(round_idx, milestones, float(self.options.get("lr_gamma", 0.1)))
+
     def local_steps(self, client: ClientData) -> int:
-        """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs."""
+        """Local steps for ``client``: ``local_steps`` if set, else ``local_epochs`` epochs;
+        with the method's ``drop_last`` option none for a client smaller than a batch, and
+        floor(n / B) per epoch otherwise (:func:`~hetfl_core.training.steps_for_epochs`)."""
+        drop_last = bool(self.options.get("drop_last", False))
         if self.config.local_steps is not None:
-            return self.config.local_steps
-        return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs)
+            return 0 if drop_last and client.n_train < self.config.batch_size else self.config.local_steps
+        return steps_for_epochs(client.n_train, self.config.batch_size, self.config.local_epochs, drop_last)
 
     def configure_round(self, round_idx: int, client_ids: list[int]) -> dict[int, ClientPlan]:
         """Server: each sampled client's plan (default: full model, E local epochs); a client

@@ -3,7 +3,8 @@
 Each round a client loads the global body and its own head, trains both for E epochs,
 keeps the head and uploads the body; the server averages bodies weighted by data size.
 The client's model (global body + own head) is its personalised model; no head is shared,
-so there is no global model.
+so there is no global model. Like PFLlib's FedPer, each epoch's last partial batch is left
+out (``drop_last``, see :mod:`~hetfl_core.methods.fedavg`).
 """
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ from ..personalization import PrivateStore, body_parameter_names
 from ..system import dense_bits, training_flops
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register
-from .fedavg import FedAvg
+from .fedavg import DROP_LAST, FedAvg
 
 
 @register
 class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
 
-    option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000)}
+    option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000),
+                    "drop_last": DROP_LAST}
 
     def setup(self, sim):
         super().setup(sim)

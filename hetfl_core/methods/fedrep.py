@@ -4,6 +4,7 @@ Each round a client (i) trains its private head for ``head_epochs`` epochs with 
 frozen, then (ii) trains the body for the round's E epochs with the head frozen
 (FedRep, Alg. 1, lines 5-9), keeps the head and uploads the body for averaging.
 The paper uses 10 head epochs and 1 body epoch on CIFAR (``head_epochs=10``; default 1).
+Both phases leave each epoch's partial batch out, as PFLlib's FedRep (``drop_last``).
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True):
 
     def job_on(self, model, client, plan, generator):
         """Head steps with the body frozen, then the round's steps on the body (Alg. 1, l. 5-9)."""
-        head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"])
+        head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"],
+                                      bool(self.options["drop_last"]))
 
         def finish(results):
             head, body = results

@@ -21,7 +21,11 @@ as its authors ran it:
 
 The options switch each of these off for ablations (see their help). Deviations kept on
 purpose: the width levels are 1, 1/2, 1/4 by capability, fixed for the run (the paper's
-five levels and dynamic redraws are configuration); the width models have no batch
+five levels are the ``widths`` option; the authors' 'dynamic' mode, every client's width
+redrawn each round, is not implemented); the authors decay the lr by x0.1 at fixed
+rounds (their global MultiStepLR), here ``lr_milestones`` (empty by default: the run's
+lr throughout; FedRolex's code steps its schedule before each round, so its milestone m
+is ``lr_milestones`` m - 1); the width models have no batch
 normalisation, so the paper's static BN has nothing to do, and the Scaler acts in full
 (the authors' batch norm after it absorbs most of its effect). With ``width_budget`` a
 client's width is the one Heroes gives the same device (Yan et al., Alg. 1 l. 6-11), so
@@ -70,6 +74,10 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
     """
 
     option_specs = {
+        "lr_milestones": Option([], "rounds after which the lr is multiplied by lr_gamma (the "
+                                "authors' MultiStepLR, e.g. [150, 250] on CIFAR-10; empty: "
+                                "constant)", 1, 10**9, kind=int),
+        "lr_gamma": Option(0.1, "the factor of each lr_milestones drop", 0, 1, low_open=True),
         "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
                          "capability allows", 0, 1, low_open=True),
         "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "

@@ -14,6 +14,8 @@ from .fedavg import FedAvg
 class LocalOnly(FedAvg, name="local", label="Local", batchable=True):
     """Local-only training: no communication, the personalisation floor"""
 
+    option_specs = {}     # FedAvg's drop_last is PFLlib's; local training keeps every sample
+
     def setup(self, sim):
         super().setup(sim)
         self.private = PrivateStore()

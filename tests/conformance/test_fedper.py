@@ -7,7 +7,8 @@ import copy
 
 from hetfl_core.personalization import body_parameter_names
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, round_orders, scores,
+from .literal_reference import UNEVEN_SIZES, max_diff, pfllib_split_rounds
+from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, round_orders, scores,
                             sgd, tiny_config, weighted_mean)
 
 
@@ -50,3 +51,18 @@ def test_fedper_matches_the_reference_including_a_client_that_sat_out():
         assert_state_close(dict(sim.method.personal_model(k).named_parameters()), private[k])
     for row, scored in zip(rows, history):
         assert_scores_close(row, *scored)
+
+
+def test_fedper_matches_pfllib_literally_on_uneven_clients():
+    """PFLlib's FedPer loop (drop_last loader; client 2, smaller than a batch, keeps its
+    model and is averaged in with its n_k) against every client's personal model."""
+    participants = [[0, 1, 2, 3], [0, 2, 3], [1, 2]]
+    sim, _ = build(tiny_config("fedper", rounds=3, sizes=UNEVEN_SIZES))
+    start = copy.deepcopy(sim.method.model)
+    for t, ids in enumerate(participants, start=1):
+        sim.round(t, clients=ids)
+    names = [n for n, _ in start.named_parameters()]
+    theirs = pfllib_split_rounds(sim, start, participants, sim.method.shared_names,
+                                 [(names, sim.config.local_epochs)])
+    for k, expected in theirs.items():
+        assert max_diff(sim.method.personal_model(k), expected) <= TOL

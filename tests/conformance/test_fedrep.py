@@ -6,7 +6,10 @@ from hetfl_core.personalization import body_parameter_names
 
 from hetfl_core.methods.base import seeded_generator
 
-from .pfl_reference import (assert_scores_close, assert_state_close, batch_orders, build,
+import copy
+
+from .literal_reference import UNEVEN_SIZES, max_diff, pfllib_split_rounds
+from .pfl_reference import (TOL, assert_scores_close, assert_state_close, batch_orders, build,
                             epoch_steps, sgd, tiny_config)
 from .test_fedper import reference_split_round
 
@@ -33,3 +36,18 @@ def test_fedrep_matches_the_reference_head_then_body():
         assert_state_close(dict(sim.method.personal_model(k).named_parameters()), private[k])
     for row, scored in zip(rows, history):
         assert_scores_close(row, *scored)
+
+
+def test_fedrep_matches_pfllib_literally_on_uneven_clients():
+    """PFLlib's FedRep loop: head passes with the body frozen, then body passes with the head
+    frozen, both over the drop_last loader, on uneven clients."""
+    participants = [[0, 1, 2, 3], [0, 2, 3]]
+    sim, _ = build(tiny_config("fedrep", sizes=UNEVEN_SIZES, options={"head_epochs": 2.0}))
+    start = copy.deepcopy(sim.method.model)
+    for t, ids in enumerate(participants, start=1):
+        sim.round(t, clients=ids)
+    method = sim.method
+    theirs = pfllib_split_rounds(sim, start, participants, method.shared_names,
+                                 [(method.private_names, 2.0), (method.shared_names, sim.config.local_epochs)])
+    for k, expected in theirs.items():
+        assert max_diff(method.personal_model(k), expected) <= TOL

@@ -5,11 +5,13 @@ and test), on a tiny federation: digits, 4 clients of widths 1, 1/2, 1/4 with un
 data sizes and missing labels, 2 rounds of 2 local epochs, SGD with momentum and weight
 decay."""
 import pytest
+import torch
 
 from hetfl_core import RunConfig
 from hetfl_core.engine import build_simulation
 
 from . import width_reference as ref
+from .pfl_reference import tiny_config
 
 SETTING = dict(dataset="digits", model="cnn", partition="dirichlet", alpha=0.3, clients=4,
                heterogeneity="medium", seed=1, local_epochs=2, batch_size=32, lr=0.05,
@@ -85,3 +87,18 @@ def test_submodel_scores_are_an_option_not_the_reference():
     _, _, sub, _ = run_package("heterofl", {"personal_eval": "submodel"})
     assert sub["acc_global"] == row["acc_global"]
     assert sub["loss_personal"] != pytest.approx(row["loss_personal"], abs=1e-3)
+
+
+def test_lr_milestones_drop_the_rate_after_those_rounds():
+    """``lr_milestones`` is the authors' MultiStepLR stepped once per round: round 2 of a run
+    with milestone 1 trains at lr x lr_gamma, exactly as a run whose rate is set to that."""
+    scheduled = build_simulation(tiny_config("heterofl", options={"lr_milestones": [1], "lr_gamma": 0.2}))
+    by_hand = build_simulation(tiny_config("heterofl"))
+    for t in (1, 2):
+        if t == 2:
+            by_hand.method.lr_at = lambda round_idx: 0.1 * 0.2
+        scheduled.round(t, clients=[0, 1, 2, 3])
+        by_hand.round(t, clients=[0, 1, 2, 3])
+    ours, theirs = scheduled.method.model.state_dict(), by_hand.method.model.state_dict()
+    assert all(torch.equal(ours[n], theirs[n]) for n in ours)
+    assert scheduled.method.round_lr == pytest.approx(0.02)
