@@ -14,6 +14,7 @@ claim ledger every paper chapter ends with.
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import inspect
 import json
@@ -230,7 +231,7 @@ def ratio(baseline, method):
         (b_low, b_high, b), (m_low, m_high, m) = _span(baseline), _span(method)
         with np.errstate(divide="ignore", invalid="ignore"):
             low, high = b_low / m_high, b_high / m_low
-        low, high = np.nan_to_num(low, nan=0.0, posinf=math.inf), np.nan_to_num(high, nan=math.inf)
+        low, high = np.nan_to_num(low, nan=0.0, posinf=math.inf), np.nan_to_num(high, nan=math.inf, posinf=math.inf)
         return Bounded(low, high, ratio(b, m))
     b, m = np.asarray(baseline, float), np.asarray(method, float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -580,6 +581,7 @@ class Judgement:
     cases: dict = field(default_factory=dict)   # per case: its own judgement (judge_cases)
 
 
+@functools.lru_cache(maxsize=None)
 def _t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     from scipy.stats import t
 
@@ -619,16 +621,20 @@ def detectable_effect(sd: float, n: int, confidence: float = CONFIDENCE, power: 
     rule on ``n`` seeds of spread ``sd`` says *holds* for with probability ``power``: the
     noncentral t solves ``P(T'(n - 1, delta sqrt(n) / sd) > t_confidence) = power``
     (``nan`` below two seeds or without a finite spread; 0 for no spread)."""
+    if n < 2 or not np.isfinite(sd):
+        return math.nan
+    return float(_noncentrality(n, confidence, power) * sd / math.sqrt(n)) if sd else 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def _noncentrality(n: int, confidence: float, power: float) -> float:
+    """The noncentrality at which a one-sided t test on ``n`` values at ``confidence``
+    rejects with probability ``power``."""
     from scipy.optimize import brentq
     from scipy.stats import nct
 
-    if n < 2 or not np.isfinite(sd):
-        return math.nan
-    if sd == 0:
-        return 0.0
     q = _t_quantile(n, confidence)
-    shift = brentq(lambda nc: nct.sf(q, n - 1, nc) - power, 0.0, 100.0)
-    return float(shift * sd / math.sqrt(n))
+    return float(brentq(lambda nc: nct.sf(q, n - 1, nc) - power, 0.0, 100.0))
 
 
 def _per_seed_array(values) -> np.ndarray:
@@ -678,8 +684,6 @@ def judge(values, criterion: Criterion, confidence: float = CONFIDENCE) -> Judge
       level; it cannot decide below :func:`sign_test_seeds` seeds (4), so there it is
       *indicative*.
     """
-    from scipy.stats import t as student
-
     shown = _per_seed_array(values)
     boolean = shown.dtype == bool
     if boolean:
@@ -723,7 +727,7 @@ def judge(values, criterion: Criterion, confidence: float = CONFIDENCE) -> Judge
     spread = [x for x in (low_x, high_x) if np.isfinite(x).all()]
     sd = float(spread[0].std(ddof=1)) if spread else math.nan
     method = "t-interval" + (", zero spread" if sd == 0 else "")
-    at_margin = float(student.sf(_t_quantile(n, confidence), n - 1))
+    at_margin = 1 - confidence           # P(T > t_confidence) = 1 - confidence for each side
     effect = detectable_effect(sd, n, confidence)
     return Judgement(verdict, method, n, censored, interval, narrow, bounded_seeds,
                      (at_margin, at_margin), math.exp(effect) if criterion.log else effect)
