@@ -33,8 +33,11 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
            "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
            "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement",
-           "judge", "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger",
+           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "CHECKS", "KINDS", "MIN_SEEDS", "Judgement",
+           "judge", "judge_cases", "check", "verdict_of", "sign_test_seeds", "detectable_effect",
+           "chance_of", "cites_a_diagnostic", "Why", "counts_sentence", "Claim", "Ledger",
+           "Bounded", "bounded", "costs_to_target", "value_by", "common_budget", "comparator",
+           "Paired", "paired",
            "ledger_dir", "load_ledgers", "verdict_box_markdown", "scorecard_markdown",
            "judged_twice_markdown", "probe_note"]
 
@@ -1227,6 +1230,30 @@ def _verdict_cell(claim: dict) -> str:
     return text if text.startswith(("holds", "checked")) else f"**{text}**"
 
 
+def chance_of(claim: dict) -> tuple[float, float]:
+    """P(*holds*), P(*fails*) the rule gives a saved claim if its true effect sat exactly on
+    its margin: its own (:attr:`Judgement.chance`), or, for a ledger saved without it,
+    recomputed from its method and seeds (``nan`` where the rule decides nothing)."""
+    if claim.get("chance"):
+        return tuple(claim["chance"])
+    n, method = len(claim["values"]), claim.get("method", "")
+    cases = re.fullmatch(r"cases, (\d+) of (\d+)", method)
+    if cases and n >= MIN_SEEDS:
+        return _cases_chance(int(cases.group(2)), int(cases.group(1)), n)
+    if method.startswith("t-interval"):
+        return 1 - CONFIDENCE, 1 - CONFIDENCE
+    if method == "sign test":
+        return (_sign_chance(n),) * 2
+    return math.nan, math.nan
+
+
+def _by_chance(ledger: dict) -> float:
+    """How many decisive verdicts (*holds* or *fails*) the rule would give a ledger's counted
+    paper claims by chance alone, every true effect exactly on its margin."""
+    return float(sum(sum(chance_of(c)) for c in ledger["claims"] if c.get("kind", "paper") == "paper"
+                     and c["verdict"] in VERDICTS and np.isfinite(chance_of(c)).all()))
+
+
 def verdict_box_markdown(ledger: dict) -> str:
     """The box at the top of a chapter: the counted verdicts of the paper's claims, and
     each counted headline claim with its verdict and a link to its evidence section."""
@@ -1234,15 +1261,19 @@ def verdict_box_markdown(ledger: dict) -> str:
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
              f"counted when it rests on at least {MIN_SEEDS} seeds: the one-sided 90% bounds of the "
-             "mean against the paper's margin. The " + _ref("claim ledger", f"{ledger['chapter']}-ledger")
-             + " at the end lists every claim.", ""]
+             "mean against the paper's margin. If every effect sat exactly on its margin, chance "
+             f"alone would give about {_by_chance(ledger):.1f} decisive verdicts (holds or fails) "
+             f"among these {sum(counts[v] for v in VERDICTS)}. The "
+             + _ref("claim ledger", f"{ledger['chapter']}-ledger") + " at the end lists every claim.", ""]
     counted = [c for c in ledger["claims"] if c.get("kind", "paper") == "paper" and c["verdict"] in VERDICTS]
     headline = [c for c in counted if c.get("headline")] or counted[:3]
     for c in headline:
         where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
         lines.append(f"- **{_verdict_text(c)}**: {c['ref']}, {c['statement']}. "
                      f"Paper: {c['paper']}; here: {c['measured']}"
-                     + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "") + f".{where}")
+                     + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "")
+                     + (f"; its seeds detect an effect of {c['detectable']} past the margin"
+                        if c.get("detectable") else "") + f".{where}")
     lines.append(":::")
     return "\n".join(lines)
 
@@ -1258,7 +1289,8 @@ def _value_text(v) -> str:
 
 #: what the scorecard folds beneath each claim
 SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the mean",
-                    "this book in full", "why it differs")
+                    "smallest effect past the margin it detects (80% power)", "this book in full",
+                    "why it differs")
 
 
 def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, list]:
@@ -1273,9 +1305,9 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
             claim += " " + _ref("evidence", c["section"])
         head, whole = _measured(c["measured"])
         rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
-        values = [", ".join(map(_value_text, c["values"]))] if scorecard else []
-        details.append([c["criterion"], *values, c.get("interval_text") or MISSING, whole,
-                        c.get("why") or MISSING])
+        values = [", ".join(map(_value_text, c["values"])), c.get("interval_text") or MISSING,
+                  c.get("detectable") or MISSING] if scorecard else [c.get("interval_text") or MISSING]
+        details.append([c["criterion"], *values, whole, c.get("why") or MISSING])
     return rows, details
 
 
@@ -1293,7 +1325,8 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         counts = _counts(ledger)
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
-        count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
+        count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others,
+                           _by_chance(ledger)])
         claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
                                                          rank.get(c["verdict"], 9)))
         if claims:
@@ -1302,16 +1335,23 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",
                 css_class=LEDGER_CLASS))
-    totals = [sum(r[i] for r in count_rows) for i in range(2, len(columns) + 3)]
+    totals = [sum(r[i] for r in count_rows) for i in range(2, len(columns) + 4)]
     count_rows.append(["**all papers**", "", *totals])
     return ("## Counts per paper\n\n"
             f"Counted: paper claims judged on at least {MIN_SEEDS} seeds by the one-sided 90% bounds "
-            "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
+            "of the mean against the paper's margin. With the effect exactly on the margin, a claim "
+            "holds about one time in ten and fails one time in ten, for continuous, roughly "
+            "symmetric paired values (strong skew on 3 seeds errs more); the last column sums these "
+            "chances over each paper's counted claims: the decisive verdicts chance alone would give. "
+            "A target one side never reached is bounded by the run's whole budget, in the direction "
+            "the bound is valid; a claim \"in at least k of m cases\" judges each case by its own "
+            "interval and counts them; a yes/no claim needs "
+            f"{sign_test_seeds()} seeds. Indicative (fewer seeds) and untestable "
             "(neither side reached the target) claims are shown but not counted, and neither are "
             "this book's own predictions nor the checks of what the code enforces.\n\n"
             + within(markdown_table(count_rows, ["paper", "scale", *columns,
-                                                 "predictions and checks"],
-                                    ["l", "l", *["r"] * (len(columns) + 1)]), NUMBERS_CLASS)
+                                                 "predictions and checks", "decisive by chance"],
+                                    ["l", "l", *["r"] * (len(columns) + 2)]), NUMBERS_CLASS)
             + judged_twice_markdown(ledgers, order)
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 

@@ -315,7 +315,12 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     card = report.scorecard_markdown(ledgers, ["beta", "alpha"])
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
-    assert "| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 |" in card
+    # by chance, on the margin: 10% + 10% per t-interval claim, 1/16 + 1/16 for 4 yes/no seeds
+    chance = 2 * 0.2 + 2 / 16
+    assert f"| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 | {chance:.1f} |" in card
+    assert f"about {0.2 + 2 / 16:.1f} decisive verdicts (holds or fails) among these 2" in box
+    assert report.chance_of({"values": [1] * 3, "method": "cases, 2 of 2"}) == \
+        pytest.approx(report._cases_chance(2, 2, 3))
     assert "Eq. 3: a | b" in card and "{ref}`evidence <alpha-table1>`" in card
     assert "our guess (prediction)" in card
     every = rendered(card.split("## Every claim")[1])
@@ -654,3 +659,20 @@ def test_chance_and_the_smallest_detectable_effect_come_from_the_rule():
     assert report.detectable_effect(1.0, 8) < effect and math.isnan(report.detectable_effect(1.0, 1))
     # every case on the margin: "every case of 2" holds with P = 0.1², fails with 1 - 0.95²
     assert report._cases_chance(2, 2, 3) == pytest.approx((0.01, 1 - 0.95 ** 2))
+
+
+def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "claim_arguments", Path(__file__).resolve().parents[1] / "tools" / "claim_arguments.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    chapter = tmp_path / "ch.md"
+    chapter.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Ch\n\n"
+                       "```{code-cell} ipython3\n%matplotlib inline\nbook.claim('T', 's', 'p', gap, crit)\n"
+                       "ledger.claim('T', 's', 'p', values=v, criterion=c, why=w, unit=' pts')\n```\n\n"
+                       "```{code-cell} ipython3\nx = 1\n```\n")
+    assert sorted(tool.chapter_arguments(chapter)) == [5, 7]
+    assert tool.main([str(chapter)]) == 0
