@@ -670,7 +670,8 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     chapter = tmp_path / "ch.md"
-    chapter.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Ch\n\n"
+    header = (Path(__file__).resolve().parents[1] / "book" / "foundations.md").read_text().split("\n---\n", 1)[0]
+    chapter.write_text(header + "\n---\n\n# Ch\n\n"
                        "```{code-cell} ipython3\n%matplotlib inline\nbook.claim('T', 's', 'p', gap, crit)\n"
                        "ledger.claim('T', 's', 'p', values=v, criterion=c, why=w, unit=' pts')\n```\n\n"
                        "```{code-cell} ipython3\nx = 1\n```\n")
