@@ -250,15 +250,12 @@ def plot_critical_difference(result, ax=None, labels=None):
     ranks = [result.ranks[i] for i in order]
     half = (k + 1) // 2
     ax.set_xlim(0.5, k + 0.5)
-    ax.set_ylim(-(half + 1.5), 1.6)
-    ax.axhline(0, color="black", linewidth=1)
-    ax.set_xticks(range(1, k + 1))
-    ax.xaxis.set_ticks_position("top")
-    ax.tick_params(axis="x", direction="in", pad=2, labelsize=9)
-    for spine in ("left", "right", "bottom", "top"):
-        ax.spines[spine].set_visible(False)
-    ax.set_yticks([])
-    ax.grid(False)
+    ax.set_ylim(-(half + 1.5), 1.8)
+    ax.plot([1, k], [0, 0], color="black", linewidth=1)
+    for rank in range(1, k + 1):                 # the rank axis, its ticks above the line
+        ax.plot([rank, rank], [0, 0.12], color="black", linewidth=1)
+        ax.text(rank, 0.2, str(rank), ha="center", va="bottom", fontsize=9)
+    ax.set_axis_off()
     for place, (name, rank) in enumerate(zip(names, ranks)):
         left = place < half
         depth = -(place + 1 if left else k - place)
@@ -267,8 +264,8 @@ def plot_critical_difference(result, ax=None, labels=None):
         ax.plot([rank, rank, edge], [0, depth, depth], color=colour, linewidth=1)
         ax.text(edge + (0.05 if left else -0.05), depth, f"{name} ({rank:.2f})", ha="left" if left else "right",
                 va="bottom", fontsize=9)
-    ax.plot([1, 1 + result.difference], [1.1, 1.1], color="black", linewidth=2)
-    ax.text(1 + result.difference / 2, 1.25, f"CD = {result.difference:.2f}", ha="center", fontsize=9)
+    ax.plot([1, 1 + result.difference], [1.0, 1.0], color="black", linewidth=2)
+    ax.text(1 + result.difference / 2, 1.1, f"CD = {result.difference:.2f}", ha="center", va="bottom", fontsize=9)
     for level, group in enumerate(result.groups()):
         spots = [result.ranks[result.methods.index(m)] for m in group]
         ax.plot([min(spots) - 0.05, max(spots) + 0.05], [-0.3 - 0.25 * level] * 2, color="black", linewidth=3)

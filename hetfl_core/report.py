@@ -1221,7 +1221,9 @@ def _verdict_text(claim: dict) -> str:
         labels = labels if len(labels) == n else [str(i) for i in range(n)]
         failed = [labels[i] for i, ok in enumerate(claim.get("passes") or [True] * n) if not ok]
         return f"fails on seed{'s' if len(failed) > 1 else ''} {', '.join(failed)}"
-    return claim["verdict"] + (" (narrow)" if claim.get("narrow") else "")
+    notes = (["narrow"] if claim.get("narrow") else []) + \
+        ([f"{of_seeds(claim['bounded'], n)} bounded by the horizon"] if claim.get("bounded") else [])
+    return claim["verdict"] + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _verdict_cell(claim: dict) -> str:

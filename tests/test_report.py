@@ -327,6 +327,9 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     assert every.classes == ["table hetfl-folded " + report.LEDGER_CLASS] * 2   # one a paper
     assert [len(b) for b in every.bodies] == [2] * 5                   # a claim: row and fold
     assert all(len(row) == len(Ledger.HEADER) for row, _ in every.bodies)
+    first = next(d for d in every.details if "A beats B" not in d and "1, 2, 1.5" in d)
+    assert f"(80% power): {saved['claims'][0]['detectable']}" in first
+    assert saved["claims"][0]["detectable"] == report.fmt(report.detectable_effect(0.5, 3))
     fast = next(d for d in every.details if "never" in d)               # A is fast: never, 4x
     assert "never, never, never, never" in fast and "inf" not in fast
 
@@ -528,6 +531,7 @@ def test_a_method_that_never_reaches_the_target_fails_a_sooner_claim():
     c = ledger.claim("Fig. 4", "A reaches it sooner", "3.2x", report.ratio(rival, never),
                      report.sooner(factor=1 / 0.312))
     assert c.verdict == "fails" and "3 of 3 seeds bounded by the run's horizon" in c.measured
+    assert c.verdict_text == "fails (3 of 3 seeds bounded by the horizon)"
     assert c.values == [0.0, 0.0, 0.0]
 
 
