@@ -672,16 +672,23 @@ def judge(values, criterion: Criterion, confidence: float = CONFIDENCE) -> Judge
       exactly on the margin it says *holds* 10% of the time and *fails* 10% (more under
       strong skew at 3 seeds), and its power grows with the seeds.
     * A bound that lands exactly on the margin decides nothing: all seeds equal to the
-      margin (no spread, a zero-width interval) is *inconclusive*; values with no spread
-      strictly clear of it decide, and the method says "zero spread".
+      margin (no spread, a zero-width interval) is *inconclusive*. Values with no spread
+      strictly clear of it decide, and the method says "zero spread" (the interval then
+      carries no uncertainty). Continuous values have no spread with probability 0, so this
+      leaves the 10% on the margin as it is; values that tie by construction (counts of
+      cases, saturated scores) belong in :func:`judge_cases` or a check, not here.
     * :class:`Bounded` seeds (a target one side never reached within its horizon): the
       claim's side is judged on each seed's bound in the claim's direction, the other
       side on the bound in the other. For "ratio > b" a rival that never reached the target
-      gives ``horizon / method cost``, a lower bound, so the t lower bound of those values
-      is a valid lower bound of the mean (the bounded values' mean is below the true one);
-      a method that never reached it gives no lower bound at all (0), which rules out
-      *holds*, and its upper bound ``rival cost / horizon`` enters the test for *fails*,
-      where a rival that never reached it (no upper bound) rules *fails* out.
+      gives ``horizon / method cost``, a lower bound: the lower bounds are a variable
+      (the ratio with the rival's cost cut at the horizon) whose mean lies at or below the
+      true mean, so the t lower bound of the lower bounds is a lower bound of the true mean
+      at the same confidence (as far as the t-interval itself is, on roughly symmetric
+      values). A method that never reached it gives no lower bound at all (0), which rules
+      out *holds*, and its upper bound ``rival cost / horizon`` enters the test for *fails*,
+      where a rival that never reached it (no upper bound) rules *fails* out. A seed's
+      bound that already lies past the margin on the claim's side thus counts for the claim
+      and never against it; the verdict says how many seeds were bounded.
     * Booleans, criteria without a bound, and plain infinite values (a target never
       reached, without its horizon): a sign test on the seeds that pass, at the same
       level; it cannot decide below :func:`sign_test_seeds` seeds (4), so there it is
@@ -1213,7 +1220,7 @@ def _verdict_text(claim: dict) -> str:
     if claim["verdict"] == "indicative":
         needs = re.search(r"needs (\d+) seeds", claim.get("method", ""))
         return f"indicative ({_plural(n, 'seed', 'seeds')}" + (
-            f"; a yes/no test needs {needs.group(1)})" if needs else ")")
+            f"; a sign test needs {needs.group(1)})" if needs else ")")
     if claim["verdict"] == "checked":
         return f"checked on {of_seeds(n, n)}"
     if claim["verdict"] == "violated":

@@ -511,6 +511,10 @@ def test_a_true_speedup_holds_when_the_rival_misses_the_target_on_some_seeds():
     old = np.mean([report.judge(v, crit).verdict == "holds" for v in plain])
     assert holds > 0.95 and old < 0.4
     assert sum(report.judge(v, crit).verdict == "fails" for v in bounded) == 0
+    # exactly on the margin (1.5x, claimed > 1.5x), the bounds keep the rule's 10% at most
+    margin = [_costs_with_horizon(rng, 3, 1.5, 0.3)[0] for _ in range(1500)]
+    verdicts = [report.judge(v, report.sooner(factor=1.5)).verdict for v in margin]
+    assert verdicts.count("holds") / 1500 <= 0.115 and verdicts.count("fails") / 1500 <= 0.115
 
 
 def test_a_method_that_never_reaches_the_target_fails_a_sooner_claim():
@@ -615,7 +619,7 @@ def test_an_invariant_is_checked_on_every_seed_never_judged():
     assert "**fails on seed 5**" in ledger.markdown() and not broken.counted
     # a yes/no paper claim on 3 seeds: the sign test cannot decide, so it is indicative
     yes = ledger.claim("Fig. 1", "A first", "first", [True] * 3, is_true("A first"))
-    assert yes.verdict == "indicative" and yes.verdict_text == "indicative (3 seeds; a yes/no test needs 4)"
+    assert yes.verdict == "indicative" and yes.verdict_text == "indicative (3 seeds; a sign test needs 4)"
     assert report.sign_test_seeds() == 4
 
 
