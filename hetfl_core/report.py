@@ -1199,7 +1199,8 @@ def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:
             f"{_plural(counts.get('inconclusive', 0), 'is', 'are')} inconclusive")
     apart = []
     if counts.get("indicative"):
-        apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds)")
+        apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds, or a sign test "
+                     f"on fewer than {sign_test_seeds()})")
     if counts.get("untestable"):
         apart.append(f"{counts['untestable']} untestable (neither side reached the target)")
     if total is not None:
