@@ -32,7 +32,7 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "first_reach", "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "listing",
            "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
            "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
-           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
+           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance", "sooner",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "CHECKS", "KINDS", "MIN_SEEDS", "Judgement",
            "judge", "judge_cases", "check", "verdict_of", "sign_test_seeds", "detectable_effect",
            "chance_of", "cites_a_diagnostic", "Why", "counts_sentence", "Claim", "Ledger",
@@ -91,7 +91,9 @@ def mean_finite(values) -> float:
 
 
 def value_at(result: dict, budget: float, x: str = "time_s", y: str = "acc_personal") -> float:
-    """The last evaluated ``y`` whose cumulative ``x`` is within ``budget`` (``nan`` if none is)."""
+    """The last evaluated ``y`` whose cumulative ``x`` is within ``budget`` (``nan`` if none
+    is: a run not yet evaluated, which :func:`judge` would read as censored; for a claim's
+    values use :func:`value_by`, which says so instead)."""
     rows = [row for row in evaluated(result, y) if row_value(row, x) <= budget]
     return float(row_value(rows[-1], y)) if rows else math.nan
 
@@ -959,11 +961,13 @@ class Paired:
     runs: tuple
     unit: str = ""
     digits: int = 1
+    names: tuple[str, str] | None = None     # display names of method and rival
 
     def measured(self) -> str:
         """``"+7.2 ± 0.9 points (3 seeds); FedLPS 77.3 ± 1.2, FedAvg 70.1 ± 0.8"``."""
-        sides = (f"{self.method} {fmt_mean_sd(self.method_values, self.digits, seeds=False)}, "
-                 f"{self.rival} {fmt_mean_sd(self.rival_values, self.digits, seeds=False)}")
+        mine, theirs = self.names or (self.method, self.rival)
+        sides = (f"{mine} {fmt_mean_sd(self.method_values, self.digits, seeds=False)}, "
+                 f"{theirs} {fmt_mean_sd(self.rival_values, self.digits, seeds=False)}")
         return f"{fmt_mean_sd(_per_seed_array(self.values), self.digits, self.unit)}; {sides}"
 
 
@@ -976,13 +980,14 @@ def _name(runs: list) -> str:
 
 
 def paired(method_runs, rival_runs, query: Callable, *args, speedup: bool = False, scale: float = 1.0,
-           unit: str = "", digits: int = 1, **kwargs) -> Paired:
+           unit: str = "", digits: int = 1, names: tuple[str, str] | None = None, **kwargs) -> Paired:
     """The method's and a rival's runs paired seed by seed (the seeds must match, in order):
     ``query(run, *args, **kwargs)`` on each, and per seed the gap ``scale * (method -
     rival)``; with ``speedup``, the query is a cost to a target (:func:`first_reach`) and
     the value is ``rival / method`` (:func:`ratio`), a never-reached cost bounded by its
     run's whole budget of the query's ``x`` (:class:`Bounded`). :meth:`Ledger.claim` takes
-    the result as its values and writes the measured text, pairs and setting from it."""
+    the result as its values and writes the measured text, pairs and setting from it; the
+    text names the two sides by ``names`` (display names), else by their registered names."""
     method_runs, rival_runs = list(method_runs), list(rival_runs)
     seeds = [[(r["config"] if isinstance(r, dict) else r.to_dict()).get("seed") for r in side]
              for side in (method_runs, rival_runs)]
@@ -998,7 +1003,7 @@ def paired(method_runs, rival_runs, query: Callable, *args, speedup: bool = Fals
         values = scale * (mine - theirs)
         shown_mine, shown_theirs = scale * mine, scale * theirs
     return Paired(values, _name(method_runs), _name(rival_runs), shown_mine, shown_theirs,
-                  tuple(method_runs + rival_runs), unit, digits)
+                  tuple(method_runs + rival_runs), unit, digits, names)
 
 
 def ledger_dir() -> Path:
@@ -1014,10 +1019,11 @@ class Ledger:
     Example::
 
         ledger = Ledger("heroes", "Heroes", scale=scale)
-        gap = per_seed(heroes_runs, final) - per_seed(fedavg_runs, final)
-        ledger.claim("Table II", "Heroes is more accurate than FedAvg", paper="+10.46 points",
-                     values=100 * gap, criterion=at_least(0, " points", "Heroes − FedAvg"),
-                     unit=" points", section="heroes-table2", headline=True)
+        gap = paired(heroes_runs, fedavg_runs, final, scale=100, unit=" points")
+        ledger.claim("Table II", "Heroes is more accurate than FedAvg", "+10.46 points", gap,
+                     at_least(0, " points", "Heroes − FedAvg"))
+        speedup = paired(heroes_runs, fedavg_runs, first_reach, 0.7, x="time_s", speedup=True)
+        ledger.claim("Fig. 4a", "Heroes reaches 70% sooner", "3.28x", speedup, sooner(factor=2))
     """
 
     def __init__(self, chapter: str, title: str, scale: str = "", parameters: dict | None = None):

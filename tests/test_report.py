@@ -650,6 +650,8 @@ def test_a_paired_claim_writes_its_own_text_pairs_and_setting():
     c = ledger.claim("Table I", "FedLPS beats FedAvg", "+8.6 points", gap, at_least(0, " points"))
     assert c.verdict == "holds" and c.pairs == [["fedlps", "fedavg"]] and c.setting["seeds"] == "0/1/2"
     assert c.measured == "10.0 ± 1.0 points (3 seeds); fedlps 80.3 ± 1.5, fedavg 70.3 ± 0.6"
+    named = report.paired(mine, theirs, report.final, scale=100, names=("FedLPS", "FedAvg"))
+    assert named.measured().endswith("; FedLPS 80.3 ± 1.5, FedAvg 70.3 ± 0.6")
     speed = report.paired(mine, theirs, report.first_reach, 0.75, speedup=True)
     assert isinstance(speed.values, report.Bounded) and np.isposinf(speed.values.high).all()
     assert list(speed.values.low) == [1.0] * 3            # the rival's horizon / the method's cost
