@@ -53,7 +53,8 @@ __all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PA
            "Scenario", "Settings", "settings", "scenarios", "method_options", "tuning_configs", "pick_lr",
            "first_lrs", "widen", "lr_edges", "majority_rate", "training_samples", "run_configs", "ArenaRuns",
            "check_arguments", "run_arena", "worst_share", "run_metrics", "leaderboard", "COLUMNS",
-           "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto", "winners", "label"]
+           "write_leaderboard", "pareto_front", "log_ticks", "plot_pareto", "winners", "label", "score_table",
+           "Improvement", "probability_of_improvement", "CriticalDifference", "critical_difference"]
 
 #: the arena's methods: the five papers' first, then the baselines
 METHODS = ("fedlps", "heroes", "ofafl", "srp-pfed", "sparse-prune-pfl", "fedavg", "fedprox", "heterofl",
@@ -628,3 +629,134 @@ def winners(rows: list[dict], key: str = "acc", skews=None, heterogeneities=None
         if math.isfinite(value) and (cell not in best or value > best[cell][1]):
             best[cell] = (r["method"], value)
     return best
+
+
+# -- comparing methods over the cells: probability of improvement, critical differences --------
+def score_table(rows: list[dict], key: str = "acc", methods=None) -> tuple[list[str], list[str], np.ndarray]:
+    """The leaderboard's per-seed ``key`` as one array: ``(methods, cells, values)`` with
+    ``values[method, cell, seed]``, over the cells (scenarios) in which every one of
+    ``methods`` (default: every method of the rows but the majority baseline) has a finite
+    value on the same number of seeds. No such cell raises ``ValueError``."""
+    by = {(r["method"], r["scenario"]): np.asarray(r["values"][key], dtype=float) for r in rows}
+    methods = list(methods or dict.fromkeys(r["method"] for r in rows if not r.get("baseline")))
+    cells = list(dict.fromkeys(r["scenario"] for r in rows))
+    complete = [c for c in cells if all((m, c) in by and np.isfinite(by[(m, c)]).all() for m in methods)
+                and len({by[(m, c)].size for m in methods}) == 1]
+    if not complete or not methods:
+        raise ValueError(f"no scenario where every one of {', '.join(methods) or 'no methods'} has "
+                         f"{key} on every seed")
+    seeds = min(by[(methods[0], c)].size for c in complete)
+    complete = [c for c in complete if by[(methods[0], c)].size == seeds]
+    return methods, complete, np.array([[by[(m, c)] for c in complete] for m in methods])
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """P(X > Y) over the cells with its bootstrap interval (:func:`probability_of_improvement`)."""
+
+    probability: float
+    low: float
+    high: float
+    cells: int
+    seeds: int
+
+
+def _improvement(x: np.ndarray, y: np.ndarray, paired: bool) -> float:
+    """P(X > Y), ties counting one half, averaged over the cells (rows of ``x`` and ``y``):
+    per cell over the paired seeds, or (``paired=False``) over every pair of runs (the
+    Mann-Whitney statistic of rliable's probability of improvement)."""
+    if paired:
+        return float(np.mean((x > y) + 0.5 * (x == y)))
+    a, b = x[:, :, None], y[:, None, :]
+    return float(np.mean((a > b) + 0.5 * (a == b)))
+
+
+def probability_of_improvement(x, y, paired: bool = True, higher: bool = True, reps: int = 2000,
+                               seed: int = 0, confidence: float = 0.95) -> Improvement:
+    """The probability that method X scores better than method Y on a cell (Agarwal et al.,
+    NeurIPS 2021, "probability of improvement"; Bouthillier et al., MLSys 2021): ``x`` and
+    ``y`` hold per-seed values, one row per cell (scenario; a flat array is one cell), the
+    seeds of a cell shared by both (``paired``: seed i of X against seed i of Y; otherwise
+    every run of X against every run of Y). ``higher=False`` for costs. Its two-sided
+    ``confidence`` interval is the percentile interval of a stratified bootstrap (``reps``
+    resamples of the seeds within each cell, one seeded generator). X improves on Y
+    reliably when the interval lies above 1/2."""
+    x, y = np.atleast_2d(np.asarray(x, float)), np.atleast_2d(np.asarray(y, float))
+    if x.shape != y.shape or x.size == 0:
+        raise ValueError(f"X and Y need the same cells and seeds, got shapes {x.shape} and {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("probability of improvement needs a finite value on every cell and seed")
+    if reps < 1 or not 0 < confidence < 1:
+        raise ValueError(f"reps must be positive and confidence in (0, 1), got {reps} and {confidence}")
+    if not higher:
+        x, y = -x, -y
+    rng = np.random.default_rng(seed)
+    cells, seeds = x.shape
+    rows = np.arange(cells)[:, None]
+    draws = []
+    for _ in range(reps):
+        i = rng.integers(0, seeds, (cells, seeds))
+        j = i if paired else rng.integers(0, seeds, (cells, seeds))
+        draws.append(_improvement(x[rows, i], y[rows, j], paired))
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return Improvement(_improvement(x, y, paired), float(low), float(high), cells, seeds)
+
+
+@dataclass(frozen=True)
+class CriticalDifference:
+    """Average ranks over the cells, the Friedman test and the Nemenyi critical difference
+    (:func:`critical_difference`)."""
+
+    methods: list
+    ranks: list                 # average rank per method (1 = best)
+    statistic: float            # Friedman's chi-square
+    p_value: float
+    difference: float           # the Nemenyi critical difference of average ranks
+    cells: int
+    alpha: float
+
+    def groups(self) -> list[list[str]]:
+        """The maximal runs of methods (ordered by rank) whose average ranks lie within the
+        critical difference of each other: no pair inside one differs significantly."""
+        order = np.argsort(self.ranks)
+        ranks = np.asarray(self.ranks)[order]
+        out = []
+        for start in range(len(order)):
+            end = start
+            while end + 1 < len(order) and ranks[end + 1] - ranks[start] <= self.difference:
+                end += 1
+            group = [self.methods[k] for k in order[start:end + 1]]
+            if len(group) > 1 and not any(set(group) <= set(g) for g in out):
+                out.append(group)
+        return out
+
+
+def critical_difference(scores, methods=None, higher: bool = True, alpha: float = 0.05) -> CriticalDifference:
+    """Demšar's comparison of several methods over several cells (JMLR 7, 2006): ``scores``
+    is ``values[method, cell]`` (per-seed values are averaged over the last axis first) or a
+    mapping method -> per-cell values; per cell the methods are ranked (1 = best, ties
+    averaged), the average ranks are tested by Friedman's chi-square, and two methods differ
+    when their average ranks differ by more than the Nemenyi critical difference
+    ``q_alpha sqrt(k (k + 1) / (6 N))`` (``q_alpha`` the studentized range at ``k`` methods
+    over sqrt 2)."""
+    from scipy.stats import chi2, rankdata, studentized_range
+
+    if isinstance(scores, dict):
+        methods = list(scores)
+        scores = [scores[m] for m in methods]
+    values = np.asarray(scores, dtype=float)
+    if values.ndim == 3:
+        values = values.mean(axis=2)
+    k, n = values.shape if values.ndim == 2 else (0, 0)
+    methods = list(methods) if methods is not None else [str(i) for i in range(k)]
+    if k < 2 or n < 2 or len(methods) != k:
+        raise ValueError(f"a critical difference needs at least 2 methods on 2 cells, got {k} on {n}")
+    if not np.isfinite(values).all():
+        raise ValueError("every method needs a finite score on every cell")
+    ranks = rankdata(-values if higher else values, axis=0).mean(axis=1)
+    statistic = 12 * n / (k * (k + 1)) * (np.sum(ranks ** 2) - k * (k + 1) ** 2 / 4)
+    q = studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2)
+    return CriticalDifference(methods, [float(r) for r in ranks], float(statistic),
+                              float(chi2.sf(statistic, k - 1)), float(q * math.sqrt(k * (k + 1) / (6 * n))),
+                              n, alpha)

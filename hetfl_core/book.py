@@ -266,6 +266,11 @@ class Chapter:
         """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
         return self.ledger.claim(*args, **kwargs)
 
+    def claim_cases(self, *args, **kwargs):
+        """Add an "in at least k of m cases" claim to the chapter's ledger
+        (:meth:`~hetfl_core.report.Ledger.claim_cases`)."""
+        return self.ledger.claim_cases(*args, **kwargs)
+
     def show_paper_scale(self) -> None:
         """Display the chapter's paper-scale ledger beside this run's
         (:func:`paper_scale_markdown`), where one is recorded."""

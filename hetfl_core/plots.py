@@ -17,7 +17,7 @@ from .report import evaluated, row_value
 
 __all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
            "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS",
-           "panels", "plot_cases"]
+           "panels", "plot_cases", "plot_critical_difference"]
 
 #: method key (lower case, letters and digits only) -> (colour, marker)
 METHOD_STYLES: dict[str, tuple[str, str]] = {
@@ -233,4 +233,40 @@ def client_class_heatmap(counts: np.ndarray, ax=None, title: str | None = None, 
         ax.set_title(title)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label="samples")
+    return ax
+
+
+def plot_critical_difference(result, ax=None, labels=None):
+    """A critical-difference diagram (Demšar, JMLR 7, 2006) of a
+    :class:`~hetfl_core.arena.CriticalDifference`: the methods at their average ranks on
+    one axis (1, the best, on the left), the better half labelled to the left and the rest
+    to the right, the critical difference drawn as a bar above the axis, and a thick line
+    under each group of methods no two of which differ significantly. ``labels`` maps a
+    method to its display name."""
+    ax = ax or plt.gca()
+    k = len(result.methods)
+    order = list(np.argsort(result.ranks))
+    names = [(labels or {}).get(result.methods[i], result.methods[i]) for i in order]
+    ranks = [result.ranks[i] for i in order]
+    half = (k + 1) // 2
+    ax.set_xlim(0.5, k + 0.5)
+    ax.set_ylim(-(half + 1.5), 1.8)
+    ax.plot([1, k], [0, 0], color="black", linewidth=1)
+    for rank in range(1, k + 1):                 # the rank axis, its ticks above the line
+        ax.plot([rank, rank], [0, 0.12], color="black", linewidth=1)
+        ax.text(rank, 0.2, str(rank), ha="center", va="bottom", fontsize=9)
+    ax.set_axis_off()
+    for place, (name, rank) in enumerate(zip(names, ranks)):
+        left = place < half
+        depth = -(place + 1 if left else k - place)
+        edge = 0.5 if left else k + 0.5
+        colour = method_style(name)["color"]
+        ax.plot([rank, rank, edge], [0, depth, depth], color=colour, linewidth=1)
+        ax.text(edge + (0.05 if left else -0.05), depth, f"{name} ({rank:.2f})", ha="left" if left else "right",
+                va="bottom", fontsize=9)
+    ax.plot([1, 1 + result.difference], [1.0, 1.0], color="black", linewidth=2)
+    ax.text(1 + result.difference / 2, 1.1, f"CD = {result.difference:.2f}", ha="center", va="bottom", fontsize=9)
+    for level, group in enumerate(result.groups()):
+        spots = [result.ranks[result.methods.index(m)] for m in group]
+        ax.plot([min(spots) - 0.05, max(spots) + 0.05], [-0.3 - 0.25 * level] * 2, color="black", linewidth=3)
     return ax

@@ -14,6 +14,7 @@ claim ledger every paper chapter ends with.
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import inspect
 import json
@@ -31,9 +32,12 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "first_reach", "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "listing",
            "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
            "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
-           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance",
-           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "KINDS", "MIN_SEEDS", "Judgement",
-           "judge", "verdict_of", "cites_a_diagnostic", "counts_sentence", "Claim", "Ledger",
+           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance", "sooner",
+           "more_than", "is_true", "VERDICTS", "UNCOUNTED", "CHECKS", "KINDS", "MIN_SEEDS", "Judgement",
+           "judge", "judge_cases", "check", "verdict_of", "sign_test_seeds", "detectable_effect",
+           "chance_of", "cites_a_diagnostic", "Why", "counts_sentence", "Claim", "Ledger",
+           "Bounded", "bounded", "costs_to_target", "value_by", "common_budget", "comparator",
+           "Paired", "paired",
            "ledger_dir", "load_ledgers", "verdict_box_markdown", "scorecard_markdown",
            "judged_twice_markdown", "probe_note"]
 
@@ -87,7 +91,9 @@ def mean_finite(values) -> float:
 
 
 def value_at(result: dict, budget: float, x: str = "time_s", y: str = "acc_personal") -> float:
-    """The last evaluated ``y`` whose cumulative ``x`` is within ``budget`` (``nan`` if none is)."""
+    """The last evaluated ``y`` whose cumulative ``x`` is within ``budget`` (``nan`` if none
+    is: a run not yet evaluated, which :func:`judge` would read as censored; for a claim's
+    values use :func:`value_by`, which says so instead)."""
     rows = [row for row in evaluated(result, y) if row_value(row, x) <= budget]
     return float(row_value(rows[-1], y)) if rows else math.nan
 
@@ -106,11 +112,132 @@ def per_seed(results: Iterable[dict], query: Callable[[dict], float], *args, **k
     return np.array([query(r, *args, **kwargs) for r in results], dtype=float)
 
 
-def ratio(baseline, method) -> np.ndarray:
+def value_by(result: dict, budget: float, x: str = "time_s", y: str = "acc_personal") -> float:
+    """``y`` as the run stood at ``budget`` of ``x``: its last evaluation at or before the
+    budget. A run not yet evaluated by then has no value to read, which is not the same as a
+    target never reached (that is censored, :class:`Bounded`): it raises ``ValueError``
+    naming the run, the budget and its first evaluation, so the chapter sets the budget at or
+    after every run's first evaluation (:func:`common_budget`) instead of losing the seed."""
+    rows = [row for row in evaluated(result, y) if row_value(row, x) <= budget]
+    if rows:
+        return float(row_value(rows[-1], y))
+    first = evaluated(result, y)
+    config = result.get("config", {})
+    when = f"its first is at {x} {row_value(first[0], x):g}" if first else f"it has no {y} at all"
+    raise ValueError(f"{config.get('method', 'a run')} (seed {config.get('seed', '?')}) has no {y} "
+                     f"evaluated by {x} {budget:g}; {when}")
+
+
+def common_budget(results: Iterable[dict], x: str = "time_s", y: str = "acc_personal") -> float:
+    """The smallest budget of ``x`` at which every run has an evaluation of ``y``: the
+    latest of the runs' first evaluations (:func:`value_by` reads every run there)."""
+    firsts = []
+    for result in results:
+        rows = evaluated(result, y)
+        if not rows:
+            raise ValueError(f"{result.get('config', {}).get('method', 'a run')} has no {y} evaluated")
+        firsts.append(float(row_value(rows[0], x)))
+    if not firsts:
+        raise ValueError("a common budget needs at least one run")
+    return max(firsts)
+
+
+def _span(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, high, shown)`` of per-seed values: a :class:`Bounded`'s, or a plain array's
+    (each value its own bounds)."""
+    if isinstance(values, Bounded):
+        return values.low, values.high, values.shown
+    v = np.ravel(np.asarray(values, dtype=float))
+    return v, v, v
+
+
+@dataclass(frozen=True, eq=False)
+class Bounded:
+    """Per-seed values of which some are known only as a bound: seed ``i``'s value lies in
+    ``[low[i], high[i]]``, and ``shown[i]`` is what prints (``inf`` for a target never
+    reached, as :func:`first_reach` gives it). A cost to a target that a run never reached
+    within its horizon (its whole budget of ``x``) is at least the horizon: ``low`` is the
+    horizon, ``high`` is ``inf`` (:func:`bounded`, :func:`costs_to_target`). Ratios
+    (:func:`ratio`) and differences (``a - b``) carry the bounds through by interval
+    arithmetic, so :func:`judge` uses each seed's bound in the direction it is valid."""
+
+    low: np.ndarray
+    high: np.ndarray
+    shown: np.ndarray
+
+    def __post_init__(self):
+        for name in ("low", "high", "shown"):
+            object.__setattr__(self, name, np.ravel(np.asarray(getattr(self, name), dtype=float)))
+        if not self.low.shape == self.high.shape == self.shown.shape:
+            raise ValueError(f"bounds of {self.low.size} and {self.high.size} seeds for "
+                             f"{self.shown.size} values")
+        if (self.low > self.high).any():
+            raise ValueError("a lower bound lies above its upper bound")
+
+    def __len__(self) -> int:
+        return int(self.shown.size)
+
+    @property
+    def exact(self) -> np.ndarray:
+        """Which seeds' values are known exactly (``low == high``)."""
+        return self.low == self.high
+
+    def __sub__(self, other) -> "Bounded":
+        low, high, shown = _span(other)
+        with np.errstate(invalid="ignore"):
+            return Bounded(self.low - high, self.high - low, self.shown - shown)
+
+    def __rsub__(self, other) -> "Bounded":
+        low, high, shown = _span(other)
+        with np.errstate(invalid="ignore"):
+            return Bounded(low - self.high, high - self.low, shown - self.shown)
+
+    def __mul__(self, factor: float) -> "Bounded":
+        if not float(factor) > 0:
+            raise ValueError(f"a bounded value is scaled by a positive factor only, got {factor}")
+        return Bounded(self.low * factor, self.high * factor, self.shown * factor)
+
+    __rmul__ = __mul__
+
+
+def bounded(costs, horizon) -> Bounded:
+    """Per-seed costs to a target (``inf`` where it was never reached, :func:`first_reach`)
+    with each run's ``horizon`` (its whole budget of the cost: a number, or one per seed):
+    a never-reached cost is at least its horizon, so it becomes the bound ``[horizon, inf)``.
+    A finite cost above its horizon, or a horizon that is not a positive number, raises
+    ``ValueError``."""
+    costs = np.ravel(np.asarray(costs, dtype=float))
+    horizon = np.broadcast_to(np.asarray(horizon, dtype=float), costs.shape)
+    never = np.isposinf(costs)
+    if not (np.isfinite(horizon[never]) & (horizon[never] > 0)).all():
+        raise ValueError("the horizon of a never-reached cost must be a positive number")
+    if (costs[np.isfinite(costs)] > horizon[np.isfinite(costs)]).any():
+        raise ValueError("a cost to the target lies beyond its run's horizon")
+    return Bounded(np.where(never, horizon, costs), costs, costs)
+
+
+def costs_to_target(results: Iterable[dict], target: float, x: str = "time_s",
+                    y: str = "acc_personal") -> Bounded:
+    """Each run's cost of ``x`` to reach ``target`` in ``y`` (:func:`first_reach`), with a
+    never-reached one bounded below by the run's whole budget of ``x`` (:func:`total`)."""
+    results = list(results)
+    return bounded(per_seed(results, first_reach, target, x, y), per_seed(results, total, x))
+
+
+def ratio(baseline, method):
     """Per seed ``baseline / method`` (a speedup, a traffic saving, a ratio of counts). For
     costs to a target, ``inf`` (never reached) stays apart: the ratio is ``inf`` where only
     the method reached it, ``0`` where only the baseline did, ``nan`` where neither did;
-    ``x / 0`` is ``inf`` and ``0 / 0`` is ``nan``."""
+    ``x / 0`` is ``inf`` and ``0 / 0`` is ``nan``. Where either side is :class:`Bounded`
+    (:func:`costs_to_target`), so is the ratio: a rival that never reached the target gives
+    a lower bound ``horizon / method cost`` on the speed-up, a method that never reached it
+    an upper bound ``rival cost / horizon``."""
+    if isinstance(baseline, Bounded) or isinstance(method, Bounded):
+        (b_low, b_high, b), (m_low, m_high, m) = _span(baseline), _span(method)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low, high = b_low / m_high, b_high / m_low
+        low, high = np.nan_to_num(low, nan=0.0, posinf=math.inf), np.nan_to_num(high, nan=math.inf, posinf=math.inf)
+        return Bounded(low, high, ratio(b, m))
     b, m = np.asarray(baseline, float), np.asarray(method, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = b / m
@@ -134,6 +261,23 @@ def best_on_average(values: dict, names: Iterable[str], lower: bool = False) -> 
     if not means:
         return names[0]
     return (min if lower else max)(means, key=means.get)
+
+
+def comparator(values: dict, names: Iterable[str], lower: bool = False) -> str:
+    """The pre-specified comparator of a paired claim, chosen among the rivals of ``names``
+    that have a value on *every* seed (a rival not yet evaluated on a seed, ``nan``, is
+    passed over: chosen on fewer seeds than the claim uses, it would be chosen by the seeds
+    it has): the one with the highest mean over the seeds (``lower``: the lowest, for
+    costs; ``inf``, a target never reached, makes a mean ``inf``), chosen once for all
+    seeds, never the best rival of each seed. Ties go to the first name; no rival with a
+    value on every seed raises ``ValueError``."""
+    names = list(names)
+    if not names:
+        raise ValueError("a comparator needs at least one rival")
+    complete = [n for n in names if not np.isnan(np.asarray(values[n], dtype=float)).any()]
+    if not complete:
+        raise ValueError(f"no rival of {', '.join(names)} has a value on every seed")
+    return best_on_average(values, complete, lower)
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -402,7 +546,10 @@ def sooner(what: str = "cost to the target", factor: float = 1.0) -> Criterion:
 
 def is_true(text: str) -> Criterion:
     """For per-seed booleans computed by the chapter (e.g. "first to reach the target"):
-    ``text`` says what each seed's boolean asserts. Judged by a sign test (:func:`judge`)."""
+    ``text`` says what each seed's boolean asserts. A paper claim judged on booleans is a
+    sign test (:func:`judge`): it decides only from :func:`sign_test_seeds` seeds on (4 at
+    the 10% level), and is *indicative* below; on fewer seeds, pass the number behind the
+    boolean with its margin instead. An invariant's booleans are checked, never judged."""
     return Criterion(text, lambda v: bool(v))
 
 
@@ -410,6 +557,8 @@ def is_true(text: str) -> Criterion:
 VERDICTS = ("holds", "fails", "inconclusive")
 #: verdicts shown but never counted: too few seeds, or a target neither side reached
 UNCOUNTED = ("indicative", "untestable")
+#: what an invariant shows: true on every seed, or not (checked, never judged by the rule)
+CHECKS = ("checked", "violated")
 #: what a claim is: one of the paper's claims (counted), a prediction of this book's own
 #: (shown apart), or a quantity the code enforces (a check, never counted)
 KINDS = ("paper", "prediction", "invariant")
@@ -417,6 +566,8 @@ KINDS = ("paper", "prediction", "invariant")
 MIN_SEEDS = 3
 #: the one-sided confidence of each bound of the interval
 CONFIDENCE = 0.90
+#: the power at which :func:`detectable_effect` states the smallest effect a row can detect
+POWER = 0.80
 
 
 @dataclass(frozen=True)
@@ -424,82 +575,243 @@ class Judgement:
     """What the rule concludes from a claim's per-seed values (see :func:`judge`)."""
 
     verdict: str                            # holds / fails / inconclusive / indicative / untestable
-    method: str                             # "t-interval", "sign test", "indicative", "untestable"
+    method: str                             # "t-interval", "sign test", "cases", ...
     n: int                                  # the seeds judged (censored ones left out)
     censored: int = 0                       # seeds where neither side reached the target
     interval: tuple[float, float] | None = None   # one-sided bounds of the mean, in value units
     narrow: bool = False                    # holds, but within a fifth of the half-width
+    bounded: int = 0                        # seeds known only as a bound (the horizon)
+    chance: tuple[float, float] = (math.nan, math.nan)   # P(holds), P(fails) on the margin
+    detectable: float = math.nan            # smallest effect past the margin it detects (power 80%)
+    cases: dict = field(default_factory=dict)   # per case: its own judgement (judge_cases)
 
 
-def _t_quantile(n: int) -> float:
+@functools.lru_cache(maxsize=None)
+def _t_quantile(n: int, confidence: float = CONFIDENCE) -> float:
     from scipy.stats import t
 
-    return float(t.ppf(CONFIDENCE, n - 1))
+    return float(t.ppf(confidence, n - 1))
 
 
-def _sign_test(passes: Sequence[bool]) -> str:
+def sign_test_seeds(confidence: float = CONFIDENCE) -> int:
+    """The fewest seeds on which a sign test at one-sided ``confidence`` can decide at all:
+    all ``n`` passing must be rarer than ``1 - confidence`` for a fair coin (4 at 90%)."""
+    return math.ceil(math.log(1 - confidence) / math.log(0.5))
+
+
+def _sign_test(passes: Sequence[bool], confidence: float = CONFIDENCE) -> str:
     """*holds* when so many seeds pass that it would happen by chance (each seed a fair
-    coin) with probability at most ``1 - CONFIDENCE``; *fails* likewise for the failures."""
+    coin) with probability at most ``1 - confidence``; *fails* likewise for the failures."""
     from scipy.stats import binom
 
     n, k = len(passes), int(sum(passes))
-    if binom.sf(k - 1, n, 0.5) <= 1 - CONFIDENCE:
+    if binom.sf(k - 1, n, 0.5) <= 1 - confidence:
         return "holds"
-    if binom.cdf(k, n, 0.5) <= 1 - CONFIDENCE:
+    if binom.cdf(k, n, 0.5) <= 1 - confidence:
         return "fails"
     return "inconclusive"
 
 
+def _sign_chance(n: int, confidence: float = CONFIDENCE) -> float:
+    """P(the sign test says *holds*) on ``n`` seeds when each passes as a fair coin (and so
+    P(*fails*)): the largest tail of Binomial(n, 1/2) at most ``1 - confidence``."""
+    from scipy.stats import binom
+
+    k = next((k for k in range(n + 1) if binom.sf(k - 1, n, 0.5) <= 1 - confidence), n + 1)
+    return float(binom.sf(k - 1, n, 0.5))
+
+
+def detectable_effect(sd: float, n: int, confidence: float = CONFIDENCE, power: float = POWER) -> float:
+    """The smallest true effect past the margin (in the values' units) that the t-interval
+    rule on ``n`` seeds of spread ``sd`` says *holds* for with probability ``power``: the
+    noncentral t solves ``P(T'(n - 1, delta sqrt(n) / sd) > t_confidence) = power``
+    (``nan`` below two seeds or without a finite spread; 0 for no spread)."""
+    if n < 2 or not np.isfinite(sd):
+        return math.nan
+    return float(_noncentrality(n, confidence, power) * sd / math.sqrt(n)) if sd else 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def _noncentrality(n: int, confidence: float, power: float) -> float:
+    """The noncentrality at which a one-sided t test on ``n`` values at ``confidence``
+    rejects with probability ``power``."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct
+
+    q = _t_quantile(n, confidence)
+    return float(brentq(lambda nc: nct.sf(q, n - 1, nc) - power, 0.0, 100.0))
+
+
 def _per_seed_array(values) -> np.ndarray:
     """Per-seed values as a flat array: of booleans where every value is one, else of floats."""
+    if isinstance(values, Bounded):
+        return values.shown
     raw = list(np.ravel(np.asarray(values, dtype=object)))
     boolean = bool(raw) and all(isinstance(v, (bool, np.bool_)) for v in raw)
     return np.array(raw, dtype=bool if boolean else float)
 
 
-def judge(values: Sequence, criterion: Criterion) -> Judgement:
-    """The verdict on a claim from its per-seed values (paired differences, ratios or
-    booleans, one per seed).
+def _one_sided(x: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Mean and one-sided t half-width of ``x``; an infinite entry makes the mean infinite
+    (a bound that is no bound on that side)."""
+    if np.isinf(x).any():
+        return float(x.sum()), 0.0
+    return float(x.mean()), _t_quantile(x.size, confidence) * float(x.std(ddof=1)) / math.sqrt(x.size)
 
-    * Values that are ``nan`` are censored seeds (neither side reached the target, or the
-      value is undefined) and are left out; if every seed is censored the claim is
-      *untestable*.
+
+def judge(values, criterion: Criterion, confidence: float = CONFIDENCE) -> Judgement:
+    """The verdict on a claim from its per-seed values (paired differences, ratios or
+    booleans, one per seed, or :class:`Bounded` values).
+
+    * Values that are ``nan``, and bounded seeds with no bound on either side, are
+      censored seeds (neither side reached the target) and are left out; if every seed is
+      censored the claim is *untestable*.
     * Fewer than :data:`MIN_SEEDS` seeds left: *indicative* (shown, never counted).
-    * A criterion with a bound and finite values: the one-sided 90% t-interval of the
-      mean (sample sd, ``ddof=1``; on the log scale for ratios). *Holds* if the bound on
-      the claim's side clears the margin, *fails* if the other bound does not reach it,
-      *inconclusive* otherwise. At an effect exactly on the margin it says *holds* with
-      probability 10% whatever the number of seeds, and its power grows with them.
-    * Booleans, criteria without a bound, and values with an infinite entry (a target one
-      side never reached): a sign test on the seeds that pass, at the same 10% level (so a
-      yes/no claim needs 4 seeds, all passing, to hold).
+    * A criterion with a bound: the one-sided t-interval of the mean at ``confidence``
+      (90%; sample sd, ``ddof=1``; on the log scale for ratios). *Holds* if the bound on
+      the claim's side lies strictly past the margin, *fails* if the other bound lies
+      strictly short of it, *inconclusive* otherwise. On symmetric values with the effect
+      exactly on the margin it says *holds* 10% of the time and *fails* 10% (more under
+      strong skew at 3 seeds), and its power grows with the seeds.
+    * A bound that lands exactly on the margin decides nothing: all seeds equal to the
+      margin (no spread, a zero-width interval) is *inconclusive*. Values with no spread
+      strictly clear of it decide, and the method says "zero spread" (the interval then
+      carries no uncertainty). Continuous values have no spread with probability 0, so this
+      leaves the 10% on the margin as it is; values that tie by construction (counts of
+      cases, saturated scores) belong in :func:`judge_cases` or a check, not here.
+    * :class:`Bounded` seeds (a target one side never reached within its horizon): the
+      claim's side is judged on each seed's bound in the claim's direction, the other
+      side on the bound in the other. For "ratio > b" a rival that never reached the target
+      gives ``horizon / method cost``, a lower bound: the lower bounds are a variable
+      (the ratio with the rival's cost cut at the horizon) whose mean lies at or below the
+      true mean, so the t lower bound of the lower bounds is a lower bound of the true mean
+      at the same confidence (as far as the t-interval itself is, on roughly symmetric
+      values). A method that never reached it gives no lower bound at all (0), which rules
+      out *holds*, and its upper bound ``rival cost / horizon`` enters the test for *fails*,
+      where a rival that never reached it (no upper bound) rules *fails* out. A seed's
+      bound that already lies past the margin on the claim's side thus counts for the claim
+      and never against it; the verdict says how many seeds were bounded.
+    * Booleans, criteria without a bound, and plain infinite values (a target never
+      reached, without its horizon): a sign test on the seeds that pass, at the same
+      level; it cannot decide below :func:`sign_test_seeds` seeds (4), so there it is
+      *indicative*.
     """
-    values = _per_seed_array(values)
-    boolean = values.dtype == bool
-    kept = values if boolean else values[~np.isnan(values)]
-    n, censored = len(kept), int(values.size - kept.size)
+    shown = _per_seed_array(values)
+    boolean = shown.dtype == bool
+    if boolean:
+        low = high = shown
+        unknown = np.zeros(shown.size, bool)
+    else:
+        low, high, _ = _span(values)
+        unknown = np.isnan(shown) if not isinstance(values, Bounded) else \
+            np.isnan(low) | np.isnan(high) | ((low <= (0 if criterion.log else -math.inf)) & np.isposinf(high))
+    keep = ~unknown
+    n, censored = int(keep.sum()), int(unknown.sum())
     if n == 0:
         return Judgement("untestable", "untestable", 0, censored)
     if n < MIN_SEEDS:
         return Judgement("indicative", "indicative", n, censored)
-    if boolean or criterion.bound is None or not np.isfinite(kept).all() \
-            or (criterion.log and (kept <= 0).any()):
-        return Judgement(_sign_test([criterion(v) for v in kept]), "sign test", n, censored)
-    x = np.log(kept) if criterion.log else kept
+    low, high = low[keep], high[keep]
+    plain_infinite = not boolean and not isinstance(values, Bounded) and not np.isfinite(low).all()
+    if boolean or criterion.bound is None or plain_infinite or \
+            (criterion.log and not isinstance(values, Bounded) and (low <= 0).any()):
+        needs = sign_test_seeds(confidence)
+        if n < needs:
+            return Judgement("indicative", f"sign test, needs {needs} seeds", n, censored)
+        chance = _sign_chance(n, confidence)
+        return Judgement(_sign_test([criterion(v) for v in shown[keep]], confidence), "sign test", n,
+                         censored, chance=(chance, chance))
+    bounded_seeds = int((low != high).sum())
+    with np.errstate(divide="ignore"):
+        low_x, high_x = (np.log(low), np.log(high)) if criterion.log else (low, high)
     bound = math.log(criterion.bound) if criterion.log else criterion.bound
-    half = _t_quantile(n) * float(x.std(ddof=1)) / math.sqrt(n)
-    lo, hi = float(x.mean()) - half, float(x.mean()) + half
+    upward = criterion.op in (">=", ">")
+    lo_mean, lo_half = _one_sided(low_x, confidence)
+    hi_mean, hi_half = _one_sided(high_x, confidence)
+    lo, hi = lo_mean - lo_half, hi_mean + hi_half
+    if upward:
+        holds, fails, sure, half = lo > bound, hi < bound, lo, lo_half
+    else:
+        holds, fails, sure, half = hi < bound, lo > bound, hi, hi_half
+    verdict = "holds" if holds else "fails" if fails else "inconclusive"
     interval = (math.exp(lo), math.exp(hi)) if criterion.log else (lo, hi)
-    test = _OPS[criterion.op]
-    sure, other = (lo, hi) if criterion.op in (">=", ">") else (hi, lo)     # the claim's side first
-    verdict = "holds" if test(sure, bound) else "inconclusive" if test(other, bound) else "fails"
     narrow = verdict == "holds" and abs(sure - bound) < 0.2 * half
-    return Judgement(verdict, "t-interval", n, censored, interval, narrow)
+    spread = [x for x in (low_x, high_x) if np.isfinite(x).all()]
+    sd = float(spread[0].std(ddof=1)) if spread else math.nan
+    method = "t-interval" + (", zero spread" if sd == 0 else "")
+    at_margin = 1 - confidence           # P(T > t_confidence) = 1 - confidence for each side
+    effect = detectable_effect(sd, n, confidence)
+    return Judgement(verdict, method, n, censored, interval, narrow, bounded_seeds,
+                     (at_margin, at_margin), math.exp(effect) if criterion.log else effect)
+
+
+def judge_cases(cases: dict, k: int, criterion: Criterion, confidence: float = CONFIDENCE) -> Judgement:
+    """The verdict on "the claim holds in at least ``k`` of the ``m`` cases": each case
+    (its own paired per-seed values, as for :func:`judge`) judged by its own interval, then
+    the cases counted. *Holds* when ``k`` cases hold, *fails* when ``m - k + 1`` cases fail
+    (so fewer than ``k`` can hold), *inconclusive* otherwise; *indicative* when fewer than
+    ``k`` cases (for holds) and fewer than ``m - k + 1`` (for fails) rest on
+    :data:`MIN_SEEDS` seeds.
+
+    Each case is judged at a Bonferroni level so that the count keeps the rule's 10%: the
+    claim is false when at most ``k - 1`` cases are past the margin, and then *holds* needs
+    one of the other ``m - k + 1`` to hold by chance, so a case holds at ``1 - (1 -
+    confidence) / (m - k + 1)``; likewise a case fails at ``1 - (1 - confidence) / k``.
+    Without it, "3 of 4" with two cases exactly on the margin would hold 19% of the time
+    (1 - 0.9²). For "in every case" (``k = m``) holds uses each case's own 90% interval."""
+    m = len(cases)
+    if m == 0 or not 1 <= k <= m:
+        raise ValueError(f"'at least k of m cases' needs 1 <= k <= m, got k = {k} of {m} cases")
+    alpha = 1 - confidence
+    up = {name: judge(v, criterion, 1 - alpha / (m - k + 1)) for name, v in cases.items()}
+    down = {name: judge(v, criterion, 1 - alpha / k) for name, v in cases.items()}
+    held = sum(j.verdict == "holds" for j in up.values())
+    failed = sum(j.verdict == "fails" for j in down.values())
+    counted = [j for j in up.values() if j.verdict in VERDICTS]
+    if held >= k:
+        verdict = "holds"
+    elif failed >= m - k + 1:
+        verdict = "fails"
+    elif len(counted) < min(k, m - k + 1):
+        verdict = "untestable" if all(j.verdict == "untestable" for j in up.values()) else "indicative"
+    else:
+        verdict = "inconclusive"
+    per_case = {}
+    for name in cases:
+        verdict_up, verdict_down = up[name].verdict, down[name].verdict
+        per_case[name] = {"verdict": "fails" if verdict_down == "fails" and verdict_up != "holds" else verdict_up,
+                          "interval": [up[name].interval[0], down[name].interval[1]]
+                          if up[name].interval and down[name].interval else None}
+    n = min((j.n for j in up.values()), default=0)
+    chance = _cases_chance(m, k, n, confidence) if n >= MIN_SEEDS else (math.nan, math.nan)
+    return Judgement(verdict, f"cases, {k} of {m}", n, sum(j.censored for j in up.values()),
+                     bounded=sum(j.bounded for j in up.values()), chance=chance, cases=per_case)
+
+
+def _cases_chance(m: int, k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """P(holds), P(fails) of :func:`judge_cases` when every case sits exactly on its margin
+    (each case holds, or fails, with its own level's probability, the cases independent)."""
+    from scipy.stats import binom, t as student
+
+    alpha = 1 - confidence
+    p_hold = float(student.sf(_t_quantile(n, 1 - alpha / (m - k + 1)), n - 1))
+    p_fail = float(student.sf(_t_quantile(n, 1 - alpha / k), n - 1))
+    return float(binom.sf(k - 1, m, p_hold)), float(binom.sf(m - k, m, p_fail))
+
+
+def check(values, criterion: Criterion) -> Judgement:
+    """An invariant (a quantity the code enforces) on its per-seed values: *checked* when
+    ``criterion`` passes on every seed, else *violated*; never judged by the rule (its
+    per-seed outcomes are facts of the code, not noisy estimates)."""
+    shown = _per_seed_array(values)
+    passes = [criterion(v) for v in shown]
+    return Judgement("checked" if all(passes) else "violated", "checked on every seed", len(passes))
 
 
 def verdict_of(passes: Sequence[bool]) -> str:
     """The verdict from per-seed outcomes alone: *indicative* below :data:`MIN_SEEDS`
-    seeds, else the sign test of :func:`judge`."""
+    seeds or below the seeds a sign test needs to decide (:func:`sign_test_seeds`), else
+    the sign test of :func:`judge`."""
     passes = [bool(p) for p in passes]
     if not passes:
         raise ValueError("a verdict needs at least one seed")
@@ -518,12 +830,56 @@ def _numbers(text: str) -> set[str]:
 
 
 def cites_a_diagnostic(why: str, *own: str) -> bool:
-    """Whether ``why`` cites a measured number other than the claim's own values: a number
-    that appears in none of ``own`` (the claim's measured text, the paper's value, the
-    criterion, the statement)."""
+    """Whether ``why`` holds a number other than the claim's own values: a number that
+    appears in none of ``own`` (the claim's measured text, the paper's value, the criterion,
+    the statement). A screen only: a new digit is not yet a named diagnostic, and a claim's
+    "why" counts as measured only when it names one (:class:`Why`)."""
     own = [_SEED_COUNT.sub(" ", text) for text in own]
     mine = set().union(*(_numbers(text) for text in own)) if own else set()
     return bool(_numbers(why) - mine)
+
+
+@dataclass(frozen=True)
+class Why:
+    """A measured reason why a claim's result differs from the paper: the ``diagnostic``
+    it cites, by name (``"final-round drift"``), and that diagnostic's measured ``value``
+    (a number, or per-seed numbers), with an optional reading ``text``. Rendered by the
+    library (:meth:`render`), so the number in a ledger is the diagnostic's own."""
+
+    diagnostic: str
+    value: object
+    text: str = ""
+    unit: str = ""
+    digits: int = 2
+
+    def __post_init__(self):
+        if not str(self.diagnostic).strip():
+            raise ValueError("a why must name the diagnostic it cites")
+
+    def value_text(self) -> str:
+        """The diagnostic's value for people: one number, or per-seed numbers."""
+        v = np.ravel(np.asarray(self.value, dtype=float))
+        return (fmt(v[0], self.digits, self.unit) if v.size == 1
+                else ", ".join(fmt(x, self.digits) for x in v) + self.unit + " per seed")
+
+    def render(self) -> str:
+        """``"FedLPS drifts most (final-round drift = 0.42)"``."""
+        cited = f"{self.diagnostic} = {self.value_text()}"
+        return f"{self.text} ({cited})" if self.text else cited
+
+
+def _why_parts(why) -> tuple[str, dict[str, str]]:
+    """A claim's ``why`` (text, :class:`Why`, a mapping of diagnostic name to value, or a
+    list of :class:`Why`) as its text and the named diagnostics it cites."""
+    if isinstance(why, Why):
+        why = [why]
+    elif isinstance(why, dict):
+        why = [Why(name, value) for name, value in why.items()]
+    if isinstance(why, (list, tuple)):
+        if not all(isinstance(w, Why) for w in why):
+            raise ValueError("a why given as a list must hold Why(diagnostic, value) entries")
+        return "; ".join(w.render() for w in why), {w.diagnostic: w.value_text() for w in why}
+    return str(why or ""), {}
 
 
 @dataclass
@@ -537,7 +893,7 @@ class Claim:
     criterion: str                 # the test the values must pass, in words
     passes: list                   # each seed's outcome
     measured: str                  # the values for people: "77.3 ± 1.2% (3 seeds)"
-    why: str = ""                  # why it differs: a measured reason, or a conjecture
+    why: object = ""               # why it differs: a Why (named diagnostic), or a conjecture
     section: str = ""              # the label of the chapter section with the evidence
     headline: bool = False         # shown in the verdict box at the top of the chapter
     kind: str = "paper"            # paper claim, book prediction or invariant (KINDS)
@@ -548,16 +904,22 @@ class Claim:
     narrow: bool = False           # holds within a fifth of the interval's half-width
     pairs: list = field(default_factory=list)   # (method, rival) comparisons it judges
     setting: dict = field(default_factory=dict)  # what its runs ran with (setting_of)
+    diagnostics: dict = field(default_factory=dict)  # the named diagnostics its why cites
+    bounded: int = 0               # seeds known only as a bound by the run's horizon
+    chance: list | None = None     # P(holds), P(fails) with the effect exactly on the margin
+    detectable: str = ""           # the smallest effect past the margin its seeds detect
+    cases: dict = field(default_factory=dict)   # per case: verdict and interval (claim_cases)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"claim kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.verdict != "holds":
+        text, named = _why_parts(self.why)
+        self.why, self.diagnostics = text, {**self.diagnostics, **named}
+        if self.verdict not in ("holds", "checked"):
             why = self.why.strip()
             if not why:
                 self.why = "conjecture: not investigated"
-            elif "conjecture" not in why.lower() and not cites_a_diagnostic(
-                    why, self.measured, self.paper, self.criterion, self.statement):
+            elif not self.diagnostics and not why.lower().startswith("conjecture"):
                 self.why = f"conjecture: {why}"
 
     def _repr_markdown_(self) -> str:
@@ -585,6 +947,65 @@ class Claim:
         return _verdict_text(vars(self))
 
 
+@dataclass(frozen=True)
+class Paired:
+    """A method's per-seed values paired with one rival's on the same seeds
+    (:func:`paired`): ``values`` (the gap, or the rival-over-method ratio of costs), the
+    two sides' own values, the runs behind them and the text :meth:`Ledger.claim` writes."""
+
+    values: object                 # per seed: an array, or Bounded for costs to a target
+    method: str
+    rival: str
+    method_values: np.ndarray
+    rival_values: np.ndarray
+    runs: tuple
+    unit: str = ""
+    digits: int = 1
+    names: tuple[str, str] | None = None     # display names of method and rival
+
+    def measured(self) -> str:
+        """``"+7.2 ± 0.9 points (3 seeds); FedLPS 77.3 ± 1.2, FedAvg 70.1 ± 0.8"``."""
+        mine, theirs = self.names or (self.method, self.rival)
+        sides = (f"{mine} {fmt_mean_sd(self.method_values, self.digits, seeds=False)}, "
+                 f"{theirs} {fmt_mean_sd(self.rival_values, self.digits, seeds=False)}")
+        return f"{fmt_mean_sd(_per_seed_array(self.values), self.digits, self.unit)}; {sides}"
+
+
+def _name(runs: list) -> str:
+    """The method the runs ran (their configs' ``method``)."""
+    names = {(r["config"] if isinstance(r, dict) else r.to_dict()).get("method") for r in runs}
+    if len(names) != 1:
+        raise ValueError(f"one side of a pair must run one method, got {sorted(map(str, names))}")
+    return str(names.pop())
+
+
+def paired(method_runs, rival_runs, query: Callable, *args, speedup: bool = False, scale: float = 1.0,
+           unit: str = "", digits: int = 1, names: tuple[str, str] | None = None, **kwargs) -> Paired:
+    """The method's and a rival's runs paired seed by seed (the seeds must match, in order):
+    ``query(run, *args, **kwargs)`` on each, and per seed the gap ``scale * (method -
+    rival)``; with ``speedup``, the query is a cost to a target (:func:`first_reach`) and
+    the value is ``rival / method`` (:func:`ratio`), a never-reached cost bounded by its
+    run's whole budget of the query's ``x`` (:class:`Bounded`). :meth:`Ledger.claim` takes
+    the result as its values and writes the measured text, pairs and setting from it; the
+    text names the two sides by ``names`` (display names), else by their registered names."""
+    method_runs, rival_runs = list(method_runs), list(rival_runs)
+    seeds = [[(r["config"] if isinstance(r, dict) else r.to_dict()).get("seed") for r in side]
+             for side in (method_runs, rival_runs)]
+    if seeds[0] != seeds[1]:
+        raise ValueError(f"paired runs must share their seeds in order, got {seeds[0]} and {seeds[1]}")
+    mine, theirs = per_seed(method_runs, query, *args, **kwargs), per_seed(rival_runs, query, *args, **kwargs)
+    if speedup:
+        x = kwargs.get("x", "time_s")
+        values = ratio(bounded(theirs, per_seed(rival_runs, total, x)),
+                       bounded(mine, per_seed(method_runs, total, x)))
+        shown_mine, shown_theirs = mine, theirs
+    else:
+        values = scale * (mine - theirs)
+        shown_mine, shown_theirs = scale * mine, scale * theirs
+    return Paired(values, _name(method_runs), _name(rival_runs), shown_mine, shown_theirs,
+                  tuple(method_runs + rival_runs), unit, digits, names)
+
+
 def ledger_dir() -> Path:
     """Where ledgers are written: ``$HETFL_LEDGER_DIR`` (set by the book build) or
     ``~/.cache/hetfl/ledgers``."""
@@ -598,10 +1019,11 @@ class Ledger:
     Example::
 
         ledger = Ledger("heroes", "Heroes", scale=scale)
-        gap = per_seed(heroes_runs, final) - per_seed(fedavg_runs, final)
-        ledger.claim("Table II", "Heroes is more accurate than FedAvg", paper="+10.46 points",
-                     values=100 * gap, criterion=at_least(0, " points", "Heroes − FedAvg"),
-                     unit=" points", section="heroes-table2", headline=True)
+        gap = paired(heroes_runs, fedavg_runs, final, scale=100, unit=" points")
+        ledger.claim("Table II", "Heroes is more accurate than FedAvg", "+10.46 points", gap,
+                     at_least(0, " points", "Heroes − FedAvg"))
+        speedup = paired(heroes_runs, fedavg_runs, first_reach, 0.7, x="time_s", speedup=True)
+        ledger.claim("Fig. 4a", "Heroes reaches 70% sooner", "3.28x", speedup, sooner(factor=2))
     """
 
     def __init__(self, chapter: str, title: str, scale: str = "", parameters: dict | None = None):
@@ -610,37 +1032,89 @@ class Ledger:
         self.claims: list[Claim] = []
 
     def claim(self, ref: str, statement: str, paper: str, values, criterion: Criterion,
-              why: str = "", digits: int = 1, unit: str = "", scale: float = 1.0, measured: str | None = None,
-              section: str = "", headline: bool = False, kind: str = "paper",
-              pairs=(), runs=None) -> Claim:
-        """Add a claim, judged by :func:`judge` of its per-seed ``values`` against ``criterion``.
+              why="", digits: int | None = None, unit: str | None = None, scale: float = 1.0,
+              measured: str | None = None, section: str = "", headline: bool = False, kind: str = "paper",
+              pairs=None, runs=None) -> Claim:
+        """Add a claim, judged by :func:`judge` of its per-seed ``values`` against ``criterion``
+        (an invariant, ``kind="invariant"``, is checked on every seed instead, :func:`check`).
 
         ``values`` holds one number (or boolean) per seed: the method's paired value against
-        a pre-specified comparator on that seed (a difference, or a ratio for ``log=True``).
+        a pre-specified comparator on that seed (a difference, or a ratio for ``log=True``),
+        :class:`Bounded` values (a target never reached, bounded by the run's horizon), or a
+        :class:`Paired` (:func:`paired`), from which the measured text, ``pairs`` and
+        ``runs`` (hence the setting), ``unit`` and ``digits`` are taken unless given.
         ``measured`` replaces the default text (:func:`fmt_mean_sd` of the values), e.g.
         ``"OPT first on 3 of 3 seeds"``; ``kind`` is one of :data:`KINDS`. ``pairs`` names
         the ``(method, rival)`` comparisons it judges (registered names) and ``runs`` (the
         results or configs behind the values) records their setting (:func:`setting_of`), so
         that :func:`judged_twice_markdown` can set two ledgers' claims on one comparison side
-        by side and say in what their runs differ. No values raise ``ValueError``.
+        by side and say in what their runs differ. ``why`` names the diagnostic it cites
+        (:class:`Why`, or ``{"mask overlap": 0.39}``); a plain text is shown as a conjecture
+        unless the claim holds. No values raise ``ValueError``.
         """
-        values = _per_seed_array(values)
-        if values.size == 0:
+        if isinstance(values, Paired):
+            given = values
+            pairs = [(given.method, given.rival)] if pairs is None else pairs
+            runs = list(given.runs) if runs is None else runs
+            unit = given.unit if unit is None else unit
+            digits = given.digits if digits is None else digits
+            measured = given.measured() if measured is None and scale == 1.0 else measured
+            values = given.values
+        digits, unit = 1 if digits is None else digits, "" if unit is None else unit
+        shown = _per_seed_array(values)
+        if shown.size == 0:
             raise ValueError(f"claim {statement!r} has no measured values")
-        passes = [criterion(v) for v in values]
-        judgement = judge(values, criterion)
+        passes = [criterion(v) for v in shown]
+        judgement = check(values, criterion) if kind == "invariant" else judge(values, criterion)
         if measured is None:
-            measured = fmt_mean_sd(values, digits, unit, scale) if values.dtype != bool else \
+            measured = fmt_mean_sd(shown, digits, unit, scale) if shown.dtype != bool else \
                 of_seeds(sum(passes), len(passes))
+        return self._add(ref, statement, paper, shown, criterion, passes, measured, judgement, why,
+                         digits, unit, scale, section, headline, kind, pairs, runs)
+
+    def claim_cases(self, ref: str, statement: str, paper: str, cases: dict, k: int,
+                    criterion: Criterion, why="", digits: int = 1, unit: str = "", section: str = "",
+                    headline: bool = False, kind: str = "paper", pairs=None, runs=None) -> Claim:
+        """Add an "in at least ``k`` of the cases" claim (``k = len(cases)``: "in every
+        case"), judged by :func:`judge_cases`: ``cases`` maps each case's name to its own
+        paired per-seed values. The ledger shows each case's verdict and interval, and as the
+        per-seed values the number of cases that pass on each seed."""
+        judgement = judge_cases(cases, k, criterion)
+        arrays = [_per_seed_array(v) for v in cases.values()]
+        if len({a.size for a in arrays}) != 1:
+            raise ValueError(f"the cases of {statement!r} must have one value per seed each")
+        wins = np.sum([[criterion(v) for v in a] for a in arrays], axis=0)
+        passes = [bool(w >= k) for w in wins]
+        measured = "; ".join(f"{name} {fmt_mean_sd(a, digits, unit, seeds=False)} ({info['verdict']})"
+                             for (name, info), a in zip(judgement.cases.items(), arrays))
+        held = sum(info["verdict"] == "holds" for info in judgement.cases.values())
+        measured = f"{held} of {len(cases)} cases hold (needs {k}); {measured}"
+        return self._add(ref, statement, paper, wins.astype(float), criterion, passes, measured, judgement,
+                         why, digits, unit, 1.0, section, headline, kind, pairs, runs)
+
+    def _add(self, ref, statement, paper, shown, criterion, passes, measured, judgement, why, digits, unit,
+             scale, section, headline, kind, pairs, runs) -> Claim:
+        """Record a judged claim with its texts: bounds, seeds bounded or censored, the
+        chance rates on the margin and the smallest effect its seeds detect."""
         interval_text = "" if judgement.interval is None else \
             "[{}, {}]{}".format(*(fmt(bound, digits, "", scale) for bound in judgement.interval), unit)
+        if judgement.cases:
+            interval_text = "; ".join(
+                f"{name}: " + ("[{}, {}]{}".format(*(fmt(b, digits) for b in info["interval"]), unit)
+                               if info["interval"] else MISSING) for name, info in judgement.cases.items())
+        if judgement.bounded:
+            measured += f"; {of_seeds(judgement.bounded, len(shown))} bounded by the run's horizon"
         if judgement.censored:
             measured += f"; {_plural(judgement.censored, 'seed', 'seeds')} censored"
-        c = Claim(ref, statement, paper, [_plain(v) for v in values], criterion.text, passes, measured, why,
+        detectable = "" if not np.isfinite(judgement.detectable) else \
+            (f"×{judgement.detectable:.2f}" if criterion.log else fmt(judgement.detectable * scale, digits, unit))
+        c = Claim(ref, statement, paper, [_plain(v) for v in shown], criterion.text, passes, measured, why,
                   section, headline, kind, judgement.verdict, judgement.method,
                   list(judgement.interval) if judgement.interval else None, interval_text,
-                  judgement.narrow, [list(pair) for pair in pairs],
-                  setting_of(runs) if runs is not None else {})
+                  judgement.narrow, [list(pair) for pair in pairs or ()],
+                  setting_of(runs) if runs is not None else {}, bounded=judgement.bounded,
+                  chance=list(judgement.chance) if np.isfinite(judgement.chance).all() else None,
+                  detectable=detectable, cases=judgement.cases)
         self.claims.append(c)
         return c
 
@@ -731,7 +1205,8 @@ def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:
             f"{_plural(counts.get('inconclusive', 0), 'is', 'are')} inconclusive")
     apart = []
     if counts.get("indicative"):
-        apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds)")
+        apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds, or a sign test "
+                     f"on fewer than {sign_test_seeds()})")
     if counts.get("untestable"):
         apart.append(f"{counts['untestable']} untestable (neither side reached the target)")
     if total is not None:
@@ -748,15 +1223,51 @@ def _counts(ledger: dict, kind: str = "paper") -> dict[str, int]:
 
 def _verdict_text(claim: dict) -> str:
     """:attr:`Claim.verdict_text` of a saved claim (or of a :class:`Claim`'s ``vars``)."""
+    n = len(claim["values"])
     if claim["verdict"] == "indicative":
-        return f"indicative ({_plural(len(claim['values']), 'seed', 'seeds')})"
-    return claim["verdict"] + (" (narrow)" if claim.get("narrow") else "")
+        needs = re.search(r"needs (\d+) seeds", claim.get("method", ""))
+        return f"indicative ({_plural(n, 'seed', 'seeds')}" + (
+            f"; a sign test needs {needs.group(1)})" if needs else ")")
+    if claim["verdict"] == "checked":
+        return f"checked on {of_seeds(n, n)}"
+    if claim["verdict"] == "violated":
+        labels = str((claim.get("setting") or {}).get("seeds", "")).split("/")
+        labels = labels if len(labels) == n else [str(i) for i in range(n)]
+        failed = [labels[i] for i, ok in enumerate(claim.get("passes") or [True] * n) if not ok]
+        return f"fails on seed{'s' if len(failed) > 1 else ''} {', '.join(failed)}"
+    notes = (["narrow"] if claim.get("narrow") else []) + \
+        ([f"{of_seeds(claim['bounded'], n)} bounded by the horizon"] if claim.get("bounded") else [])
+    return claim["verdict"] + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _verdict_cell(claim: dict) -> str:
     """A saved claim's verdict for a table, in bold unless it holds."""
     text = _verdict_text(claim)
-    return text if text.startswith("holds") else f"**{text}**"
+    return text if text.startswith(("holds", "checked")) else f"**{text}**"
+
+
+def chance_of(claim: dict) -> tuple[float, float]:
+    """P(*holds*), P(*fails*) the rule gives a saved claim if its true effect sat exactly on
+    its margin: its own (:attr:`Judgement.chance`), or, for a ledger saved without it,
+    recomputed from its method and seeds (``nan`` where the rule decides nothing)."""
+    if claim.get("chance"):
+        return tuple(claim["chance"])
+    n, method = len(claim["values"]), claim.get("method", "")
+    cases = re.fullmatch(r"cases, (\d+) of (\d+)", method)
+    if cases and n >= MIN_SEEDS:
+        return _cases_chance(int(cases.group(2)), int(cases.group(1)), n)
+    if method.startswith("t-interval"):
+        return 1 - CONFIDENCE, 1 - CONFIDENCE
+    if method == "sign test":
+        return (_sign_chance(n),) * 2
+    return math.nan, math.nan
+
+
+def _by_chance(ledger: dict) -> float:
+    """How many decisive verdicts (*holds* or *fails*) the rule would give a ledger's counted
+    paper claims by chance alone, every true effect exactly on its margin."""
+    return float(sum(sum(chance_of(c)) for c in ledger["claims"] if c.get("kind", "paper") == "paper"
+                     and c["verdict"] in VERDICTS and np.isfinite(chance_of(c)).all()))
 
 
 def verdict_box_markdown(ledger: dict) -> str:
@@ -766,15 +1277,19 @@ def verdict_box_markdown(ledger: dict) -> str:
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
              f"counted when it rests on at least {MIN_SEEDS} seeds: the one-sided 90% bounds of the "
-             "mean against the paper's margin. The " + _ref("claim ledger", f"{ledger['chapter']}-ledger")
-             + " at the end lists every claim.", ""]
+             "mean against the paper's margin. If every effect sat exactly on its margin, chance "
+             f"alone would give about {_by_chance(ledger):.1f} decisive verdicts (holds or fails) "
+             f"among these {sum(counts[v] for v in VERDICTS)}. The "
+             + _ref("claim ledger", f"{ledger['chapter']}-ledger") + " at the end lists every claim.", ""]
     counted = [c for c in ledger["claims"] if c.get("kind", "paper") == "paper" and c["verdict"] in VERDICTS]
     headline = [c for c in counted if c.get("headline")] or counted[:3]
     for c in headline:
         where = f" {_ref('Evidence', c['section'])}." if c.get("section") else ""
         lines.append(f"- **{_verdict_text(c)}**: {c['ref']}, {c['statement']}. "
                      f"Paper: {c['paper']}; here: {c['measured']}"
-                     + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "") + f".{where}")
+                     + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "")
+                     + (f"; its seeds detect an effect of {c['detectable']} past the margin"
+                        if c.get("detectable") else "") + f".{where}")
     lines.append(":::")
     return "\n".join(lines)
 
@@ -790,7 +1305,8 @@ def _value_text(v) -> str:
 
 #: what the scorecard folds beneath each claim
 SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the mean",
-                    "this book in full", "why it differs")
+                    "smallest effect past the margin it detects (80% power)", "this book in full",
+                    "why it differs")
 
 
 def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, list]:
@@ -805,9 +1321,9 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
             claim += " " + _ref("evidence", c["section"])
         head, whole = _measured(c["measured"])
         rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
-        values = [", ".join(map(_value_text, c["values"]))] if scorecard else []
-        details.append([c["criterion"], *values, c.get("interval_text") or MISSING, whole,
-                        c.get("why") or MISSING])
+        values = [", ".join(map(_value_text, c["values"])), c.get("interval_text") or MISSING,
+                  c.get("detectable") or MISSING] if scorecard else [c.get("interval_text") or MISSING]
+        details.append([c["criterion"], *values, whole, c.get("why") or MISSING])
     return rows, details
 
 
@@ -825,7 +1341,8 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         counts = _counts(ledger)
         link = _ref(ledger["title"], f"{name}-ledger")
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
-        count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others])
+        count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others,
+                           _by_chance(ledger)])
         claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
                                                          rank.get(c["verdict"], 9)))
         if claims:
@@ -834,16 +1351,23 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",
                 css_class=LEDGER_CLASS))
-    totals = [sum(r[i] for r in count_rows) for i in range(2, len(columns) + 3)]
+    totals = [sum(r[i] for r in count_rows) for i in range(2, len(columns) + 4)]
     count_rows.append(["**all papers**", "", *totals])
     return ("## Counts per paper\n\n"
             f"Counted: paper claims judged on at least {MIN_SEEDS} seeds by the one-sided 90% bounds "
-            "of the mean against the paper's margin. Indicative (fewer seeds) and untestable "
+            "of the mean against the paper's margin. With the effect exactly on the margin, a claim "
+            "holds about one time in ten and fails one time in ten, for continuous, roughly "
+            "symmetric paired values (strong skew on 3 seeds errs more); the last column sums these "
+            "chances over each paper's counted claims: the decisive verdicts chance alone would give. "
+            "A target one side never reached is bounded by the run's whole budget, in the direction "
+            "the bound is valid; a claim \"in at least k of m cases\" judges each case by its own "
+            "interval and counts them; a yes/no claim needs "
+            f"{sign_test_seeds()} seeds. Indicative (fewer seeds) and untestable "
             "(neither side reached the target) claims are shown but not counted, and neither are "
             "this book's own predictions nor the checks of what the code enforces.\n\n"
             + within(markdown_table(count_rows, ["paper", "scale", *columns,
-                                                 "predictions and checks"],
-                                    ["l", "l", *["r"] * (len(columns) + 1)]), NUMBERS_CLASS)
+                                                 "predictions and checks", "decisive by chance"],
+                                    ["l", "l", *["r"] * (len(columns) + 2)]), NUMBERS_CLASS)
             + judged_twice_markdown(ledgers, order)
             + "\n\n## Every claim\n\n" + "\n\n".join(sections))
 

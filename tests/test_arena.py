@@ -366,3 +366,55 @@ def test_a_plugin_methods_divergence_names_its_file_as_well_as_lr(tiny_config):
     with pytest.raises(DivergenceError) as builtin:             # a package method: lr alone
         run(tiny_config.replace(lr=1e9, rounds=1))
     assert "plug-in" not in str(builtin.value)
+
+
+def _rows(values: dict) -> list[dict]:
+    """Leaderboard-shaped rows: ``values[(method, scenario)]`` per-seed accuracies."""
+    return [{"method": m, "scenario": c, "values": {"acc": list(v)}} for (m, c), v in values.items()]
+
+
+def test_score_table_keeps_the_cells_where_every_method_has_every_seed():
+    rows = _rows({("a", "x"): [0.1, 0.2], ("b", "x"): [0.3, 0.4], ("a", "y"): [0.5, math.nan],
+                  ("b", "y"): [0.6, 0.7], ("a", "z"): [0.1, 0.1]})
+    methods, cells, values = arena.score_table(rows)
+    assert methods == ["a", "b"] and cells == ["x"] and values.shape == (2, 1, 2)
+    with pytest.raises(ValueError, match="every seed"):
+        arena.score_table(rows, methods=["a", "c"])
+
+
+def test_probability_of_improvement_is_paired_seeded_and_bootstrapped_within_cells():
+    x = np.array([[1.0, 2.0, 3.0], [2.0, 3.0, 4.0]])
+    y = np.array([[0.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+    got = arena.probability_of_improvement(x, y, seed=3)
+    assert got.probability == pytest.approx((2.5 / 3 + 1) / 2)         # a tie counts one half
+    assert got == arena.probability_of_improvement(x, y, seed=3)        # seeded
+    assert 0 <= got.low <= got.probability <= got.high <= 1 and (got.cells, got.seeds) == (2, 3)
+    assert arena.probability_of_improvement(x, y, higher=False, seed=3).probability == \
+        pytest.approx(1 - got.probability)
+    # rliable's unpaired form: every run of X against every run of Y within a cell
+    assert arena.probability_of_improvement([1.0, 3.0], [2.0, 0.0], paired=False).probability == 0.75
+    # no difference between X and Y: the interval covers 1/2 in about 95% of draws
+    rng = np.random.default_rng(0)
+    covers = [arena.probability_of_improvement(rng.normal(size=(4, 5)), rng.normal(size=(4, 5)), reps=200,
+                                               seed=i) for i in range(100)]
+    assert 0.85 <= np.mean([c.low <= 0.5 <= c.high for c in covers]) <= 1.0
+    with pytest.raises(ValueError):
+        arena.probability_of_improvement(x, y[:, :2])
+
+
+def test_critical_difference_ranks_tests_and_groups_the_methods():
+    from scipy.stats import friedmanchisquare
+
+    rng = np.random.default_rng(1)
+    scores = {"good": rng.normal(2.0, 0.3, 12), "mid": rng.normal(1.0, 0.3, 12), "twin": rng.normal(1.0, 0.3, 12),
+              "bad": rng.normal(0.0, 0.3, 12)}
+    cd = arena.critical_difference(scores)
+    assert cd.ranks[0] < cd.ranks[1] and cd.ranks[3] == max(cd.ranks) and sum(cd.ranks) == pytest.approx(10)
+    assert cd.statistic == pytest.approx(friedmanchisquare(*scores.values()).statistic)
+    assert cd.p_value < 0.01
+    # Demšar's table: q_0.05 = 2.569 for 4 methods
+    assert cd.difference == pytest.approx(2.569 * math.sqrt(4 * 5 / (6 * 12)), rel=1e-3)
+    assert ["mid", "twin"] in [sorted(g) for g in cd.groups()] or any({"mid", "twin"} <= set(g) for g in cd.groups())
+    assert not any({"good", "bad"} <= set(g) for g in cd.groups())
+    with pytest.raises(ValueError):
+        arena.critical_difference({"a": [1.0, 2.0]})

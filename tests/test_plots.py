@@ -182,3 +182,16 @@ def test_panels_and_plot_cases_draw_one_panel_per_case():
 
     with pytest.raises(ValueError):
         plots.panels(0)
+
+
+def test_a_critical_difference_diagram_labels_every_method_with_its_rank():
+    import matplotlib.pyplot as plt
+
+    from hetfl_core import arena, plots
+
+    cd = arena.critical_difference({"fedavg": [0.8, 0.7, 0.9], "fedlps": [0.6, 0.5, 0.7], "local": [0.7, 0.6, 0.8]})
+    fig, ax = plt.subplots()
+    plots.plot_critical_difference(cd, ax, labels={"fedavg": "FedAvg"})
+    texts = [t.get_text() for t in ax.texts]
+    assert "FedAvg (1.00)" in texts and "fedlps (3.00)" in texts and any(t.startswith("CD = ") for t in texts)
+    plt.close(fig)

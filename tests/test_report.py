@@ -72,12 +72,13 @@ def test_source_text_is_valid_python_without_docstrings():
 
 
 @pytest.mark.parametrize("passes, verdict", [
-    ([True] * 4, "holds"), ([False] * 4, "fails"), ([True, False, True], "inconclusive"),
-    ([True] * 3, "inconclusive"), ([True], "indicative"), ([False, False], "indicative"),
+    ([True] * 4, "holds"), ([False] * 4, "fails"), ([True, False, True], "indicative"),
+    ([True] * 3, "indicative"), ([True], "indicative"), ([False, False], "indicative"),
     ([True] * 5 + [False], "inconclusive"), ([True] * 8 + [False], "holds")])
 def test_verdict_of_per_seed_outcomes_is_a_sign_test(passes, verdict):
     # P(k or more of n pass | a fair coin) must be at most 10% to hold: 4 of 4 (6.25%)
-    # holds, 3 of 3 (12.5%) does not, 8 of 9 (2.0%) does, 5 of 6 (10.9%) does not
+    # holds, 8 of 9 (2.0%) does, 5 of 6 (10.9%) does not; on 3 seeds (3 of 3: 12.5%) the
+    # test can decide nothing, so it is indicative
     assert report.verdict_of(passes) == verdict
 
 
@@ -138,7 +139,7 @@ def test_censored_seeds_are_left_out_and_all_censored_is_untestable():
     j = report.judge([0.0, 0.1, 0.2, 0.1], at_most(1.0))
     assert j.verdict == "holds"
     assert report.judge([math.inf] * 4, at_most(1.0)).verdict == "fails"
-    assert report.judge([math.inf, 0.5, 0.5], at_most(1.0)).method == "sign test"
+    assert report.judge([math.inf, 0.5, 0.5], at_most(1.0)).method == "sign test, needs 4 seeds"
 
 
 def test_a_pass_close_to_the_margin_is_narrow():
@@ -155,7 +156,7 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
     a = ledger.claim("Table I", "A beats B", "+5 points", [2.0, 3.0, 1.5], at_least(0, " pts", "A − B"),
                      unit=" pts")
     b = ledger.claim("Table I", "A beats B by 2", "+5 points", [2.0, 3.0, 1.0], at_least(2, " pts"),
-                     why="B was tuned on 3 learning rates")
+                     why=report.Why("learning rates tried for B", 3, "B was tuned more"))
     c = ledger.claim("Fig. 2", "A is faster", "2x", [math.inf] * 4, at_most(10.0, " s"))
     d = ledger.claim("Fig. 3", "A first", "first", [True], is_true("A reaches the target first"))
     e = ledger.claim("Fig. 4", "A converges", "yes", [1.0, 2.0, 1.5], at_least(5), why="short runs")
@@ -165,7 +166,8 @@ def test_ledger_verdicts_come_from_the_interval_of_every_seed():
     assert a.measured == "2.2 ± 0.8 pts (3 seeds)" and a.interval_text.startswith("[1.")
     assert c.measured == "never (4 seeds)"
     assert d.verdict_text == "indicative (1 seed)" and d.measured == "1 of 1 seed"
-    assert b.why == "B was tuned on 3 learning rates"               # cites a new number: kept
+    assert b.why == "B was tuned more (learning rates tried for B = 3.00)"   # a named diagnostic
+    assert b.diagnostics == {"learning rates tried for B": "3.00"}
     assert e.why == "conjecture: short runs"                         # no number: labelled
     assert c.why == "conjecture: not investigated"
     assert a.why == ""
@@ -264,10 +266,20 @@ def test_a_why_that_restates_the_claims_own_values_is_a_conjecture():
                          why="B's local loss is 0.31 lower after 20 rounds (Fig. 3)")
     figure_only = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
                                why="see Fig. 4 and Table III")
+    named = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
+                         why=report.Why("B's local loss lead after 20 rounds", 0.31, "B fits faster"))
+    mapping = ledger.claim("Table II", "A beats B", "+5 points", [-1.0, -2.0, -1.5], at_least(0),
+                           why={"mask overlap": [0.39, 0.41, 0.38]})
     assert restated.why.startswith("conjecture: ")
-    assert cited.why.startswith("B's local loss")
+    # a new number is not yet a named diagnostic: a plain text is a conjecture
+    assert cited.why.startswith("conjecture: B's local loss")
     assert figure_only.why.startswith("conjecture: ")
+    assert named.why == "B fits faster (B's local loss lead after 20 rounds = 0.31)"
+    assert mapping.why == "mask overlap = 0.39, 0.41, 0.38 per seed"
+    assert mapping.diagnostics == {"mask overlap": "0.39, 0.41, 0.38 per seed"}
     assert report.cites_a_diagnostic("at 3x the rounds: -5.0 → -2.0", "-5.0 points")
+    with pytest.raises(ValueError):
+        report.Why(" ", 1.0)
 
 
 def test_chance_level_needs_a_margin():
@@ -303,13 +315,21 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     card = report.scorecard_markdown(ledgers, ["beta", "alpha"])
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
-    assert "| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 |" in card
+    # by chance, on the margin: 10% + 10% per t-interval claim, 1/16 + 1/16 for 4 yes/no seeds
+    chance = 2 * 0.2 + 2 / 16
+    assert f"| **all papers** |  | 1 | 2 | 0 | 1 | 0 | 1 | {chance:.1f} |" in card
+    assert f"about {0.2 + 2 / 16:.1f} decisive verdicts (holds or fails) among these 2" in box
+    assert report.chance_of({"values": [1] * 3, "method": "cases, 2 of 2"}) == \
+        pytest.approx(report._cases_chance(2, 2, 3))
     assert "Eq. 3: a | b" in card and "{ref}`evidence <alpha-table1>`" in card
     assert "our guess (prediction)" in card
     every = rendered(card.split("## Every claim")[1])
     assert every.classes == ["table hetfl-folded " + report.LEDGER_CLASS] * 2   # one a paper
     assert [len(b) for b in every.bodies] == [2] * 5                   # a claim: row and fold
     assert all(len(row) == len(Ledger.HEADER) for row, _ in every.bodies)
+    first = next(d for d in every.details if "A beats B" not in d and "1, 2, 1.5" in d)
+    assert f"(80% power): {saved['claims'][0]['detectable']}" in first
+    assert saved["claims"][0]["detectable"] == report.fmt(report.detectable_effect(0.5, 3))
     fast = next(d for d in every.details if "never" in d)               # A is fast: never, 4x
     assert "never, never, never, never" in fast and "inf" not in fast
 
@@ -459,3 +479,211 @@ def test_a_claim_left_as_a_cells_value_shows_its_verdict_line():
     ledger = Ledger("a", "A")
     c = ledger.claim("Table I", "FedLPS beats FedAvg", "+8.6", [1.0, 2.0, 3.0], at_least(0))
     assert c._repr_markdown_() == "Table I: FedLPS beats FedAvg: **holds** (2.0 ± 1.0 (3 seeds))"
+
+
+# -- the rule on never-reached targets, cases, zero spread and invariants ---------------------
+def _costs_with_horizon(rng, n: int, speedup: float, missing: float, method_misses: bool = False):
+    """Per-seed costs of a method and a rival to a common target, with a true speed-up
+    (log-sd 0.2) and one horizon for both, set so that the slower side misses it on a
+    share ``missing`` of seeds: the bounded speed-ups (rival / method)."""
+    from scipy.stats import norm
+
+    method = np.exp(rng.normal(0.0, 0.1, n))
+    rival = method * np.exp(rng.normal(math.log(speedup), 0.2, n))
+    slow = method if method_misses else rival
+    centre = 0.0 if method_misses else math.log(speedup)
+    horizon = math.exp(centre + norm.ppf(1 - missing) * math.hypot(0.1, 0.2))
+    rival_seen, method_seen = np.where(rival > horizon, math.inf, rival), np.where(method > horizon, math.inf, method)
+    if slow is rival:
+        method_seen = np.minimum(method_seen, horizon)
+    return report.ratio(report.bounded(rival_seen, horizon), report.bounded(method_seen, horizon)), \
+        report.ratio(rival_seen, method_seen)
+
+
+def test_a_true_speedup_holds_when_the_rival_misses_the_target_on_some_seeds():
+    """2x faster, the rival missing the target on 30% of seeds, 3 seeds: the horizon makes
+    each miss a lower bound on the speed-up, so the claim holds nearly always (the plain
+    infinite ratios, judged by a sign test that cannot decide on 3 seeds, held 35%)."""
+    rng = np.random.default_rng(11)
+    crit = report.sooner("time to the target")
+    bounded, plain = zip(*(_costs_with_horizon(rng, 3, 2.0, 0.3) for _ in range(1500)))
+    holds = np.mean([report.judge(v, crit).verdict == "holds" for v in bounded])
+    old = np.mean([report.judge(v, crit).verdict == "holds" for v in plain])
+    assert holds > 0.95 and old < 0.4
+    assert sum(report.judge(v, crit).verdict == "fails" for v in bounded) == 0
+    # exactly on the margin (1.5x, claimed > 1.5x), the bounds keep the rule's 10% at most
+    margin = [_costs_with_horizon(rng, 3, 1.5, 0.3)[0] for _ in range(1500)]
+    verdicts = [report.judge(v, report.sooner(factor=1.5)).verdict for v in margin]
+    assert verdicts.count("holds") / 1500 <= 0.115 and verdicts.count("fails") / 1500 <= 0.115
+
+
+def test_a_method_that_never_reaches_the_target_fails_a_sooner_claim():
+    rival = report.bounded([5.3, 4.6, 25.6], 60.0)
+    never = report.bounded([math.inf] * 3, 60.0)
+    j = report.judge(report.ratio(rival, never), report.sooner(factor=1 / 0.312))
+    assert j.verdict == "fails" and j.bounded == 3 and j.interval[0] == 0.0
+    assert report.judge(report.ratio(rival, never), report.sooner()).verdict == "fails"
+    # the rival never reaching it: a lower bound horizon / method cost, on every seed
+    j = report.judge(report.ratio(never, rival), report.sooner())
+    assert j.verdict == "holds" and j.interval[1] == math.inf
+    # neither reached it: no bound either way, censored
+    assert report.judge(report.ratio(never, never), report.sooner()).verdict == "untestable"
+    # a rival that misses can never make the claim fail; a method that misses, never hold
+    mixed = report.ratio(report.bounded([10.0, math.inf, 10.0], 12.0), report.bounded([11.0, 6.0, 12.5], 13.0))
+    assert report.judge(mixed, report.sooner(factor=3.0)).verdict != "holds"
+    ledger = Ledger("toy", "Toy")
+    c = ledger.claim("Fig. 4", "A reaches it sooner", "3.2x", report.ratio(rival, never),
+                     report.sooner(factor=1 / 0.312))
+    assert c.verdict == "fails" and "3 of 3 seeds bounded by the run's horizon" in c.measured
+    assert c.verdict_text == "fails (3 of 3 seeds bounded by the horizon)"
+    assert c.values == [0.0, 0.0, 0.0]
+
+
+def test_a_slower_method_fails_when_it_misses_the_target_on_some_seeds():
+    rng = np.random.default_rng(12)
+    crit = report.sooner()
+    draws = [_costs_with_horizon(rng, 3, 0.5, 0.3, method_misses=True)[0] for _ in range(1000)]
+    verdicts = [report.judge(v, crit).verdict for v in draws]
+    assert verdicts.count("fails") / len(draws) > 0.9 and "holds" not in verdicts
+
+
+def test_bounds_are_checked_and_carried_by_differences_and_ratios(tmp_path):
+    with pytest.raises(ValueError, match="horizon"):
+        report.bounded([math.inf, 1.0], [0.0, 5.0])
+    with pytest.raises(ValueError, match="beyond"):
+        report.bounded([7.0], 5.0)
+    a, b = report.bounded([1.0, math.inf], 5.0), report.bounded([2.0, 3.0], 5.0)
+    gap = b - a
+    assert list(gap.low) == [1.0, -math.inf] and list(gap.high) == [1.0, -2.0]
+    assert list((2 * gap).high) == [2.0, -4.0] and list(gap.shown) == [1.0, -math.inf]
+    runs = [run_of([0.2, 0.5, 0.7]), run_of([0.2, 0.3, 0.4])]
+    costs = report.costs_to_target(runs, 0.6)
+    assert list(costs.shown) == [30.0, math.inf] and list(costs.low) == [30.0, 30.0]
+
+
+def test_count_rows_are_judged_case_by_case_at_the_rules_level():
+    """"At least 3 of 4 cases" on 3 seeds: false with 2 cases clear and 2 exactly on the
+    margin, barely true with 3 on the margin and 1 clearly lost: each wrong verdict about
+    10% or less (a t-interval on the per-seed counts gave 23% and 81%)."""
+    rng = np.random.default_rng(13)
+    crit = at_least(0.0)
+    false_holds = barely_fails = 0
+    trials = 600
+    for _ in range(trials):
+        clear, margin = rng.normal(4.0, 1.0, (2, 3)), rng.normal(0.0, 1.0, (3, 3))
+        lost = rng.normal(-4.0, 1.0, 3)
+        false_claim = {"a": clear[0], "b": clear[1], "c": margin[0], "d": margin[1]}
+        barely_true = {"a": margin[0], "b": margin[1], "c": margin[2], "d": lost}
+        false_holds += report.judge_cases(false_claim, 3, crit).verdict == "holds"
+        barely_fails += report.judge_cases(barely_true, 3, crit).verdict == "fails"
+    assert false_holds / trials <= 0.13 and barely_fails / trials <= 0.13
+    j = report.judge_cases({"a": [5.0, 6.0, 5.5], "b": [4.0, 5.0, 6.0], "c": [-5.0, -6.0, -5.5]}, 2, crit)
+    assert j.verdict == "holds" and j.cases["c"]["verdict"] == "fails" and j.method == "cases, 2 of 3"
+    assert report.judge_cases({"a": [-5.0, -6.0, -5.5], "b": [-4.0, -5.0, -6.0]}, 2, crit).verdict == "fails"
+    assert report.judge_cases({"a": [1.0], "b": [2.0]}, 1, crit).verdict == "indicative"
+    with pytest.raises(ValueError):
+        report.judge_cases({"a": [1.0]}, 2, crit)
+    ledger = Ledger("toy", "Toy")
+    c = ledger.claim_cases("Table V", "OPT saves latency in every case", "30-50%",
+                           {"2 classes": [0.6, 0.7, 0.65], "4 classes": [0.7, 0.72, 0.69]}, 2,
+                           at_most(0.8, "x", "latency, OPT / FedPer"), digits=2)
+    assert c.verdict == "holds" and c.values == [2.0, 2.0, 2.0] and "2 of 2 cases hold" in c.measured
+    assert c.interval_text.startswith("2 classes: [") and set(c.cases) == {"2 classes", "4 classes"}
+
+
+def test_a_zero_width_interval_on_the_margin_decides_nothing():
+    assert report.judge([3.0, 3.0, 3.0], at_least(3)).verdict == "inconclusive"
+    assert report.judge([3.0, 3.0, 3.0], report.more_than(3)).verdict == "inconclusive"
+    clear = report.judge([4.0, 4.0, 4.0], at_least(3))
+    assert clear.verdict == "holds" and clear.method == "t-interval, zero spread"
+    assert report.judge([0.79] * 3, at_most(0.8)).verdict == "holds"
+    assert report.judge([2.0] * 3, at_least(3)).verdict == "fails"
+
+
+def test_the_rule_holds_about_ten_percent_of_the_time_exactly_on_the_margin():
+    rng = np.random.default_rng(14)
+    draws = rng.normal(0.0, 1.0, (3000, 3))
+    verdicts = [report.judge(v, at_least(0.0)).verdict for v in draws]
+    assert 0.085 <= verdicts.count("holds") / 3000 <= 0.115
+    assert 0.085 <= verdicts.count("fails") / 3000 <= 0.115
+
+
+def test_an_invariant_is_checked_on_every_seed_never_judged():
+    ledger = Ledger("toy", "Toy")
+    nested = ledger.claim("Sec. 3", "masks nest", "nested", [True] * 3, is_true("nested"), kind="invariant")
+    assert nested.verdict == "checked" and nested.verdict_text == "checked on 3 of 3 seeds"
+    runs = [{"config": {"method": "a", "seed": s}, "history": []} for s in (4, 5, 6)]
+    broken = ledger.claim("Sec. 3", "one cluster", "1", [1.0, 2.0, 1.0], at_most(1.0), kind="invariant",
+                          runs=runs)
+    assert broken.verdict == "violated" and broken.verdict_text == "fails on seed 5"
+    assert "**fails on seed 5**" in ledger.markdown() and not broken.counted
+    # a yes/no paper claim on 3 seeds: the sign test cannot decide, so it is indicative
+    yes = ledger.claim("Fig. 1", "A first", "first", [True] * 3, is_true("A first"))
+    assert yes.verdict == "indicative" and yes.verdict_text == "indicative (3 seeds; a sign test needs 4)"
+    assert report.sign_test_seeds() == 4
+
+
+def test_not_yet_evaluated_is_not_censored():
+    r = run_of([None, 0.5, None, 0.7])
+    assert report.value_by(r, 35.0) == 0.5 and report.value_by(r, 40.0) == 0.7
+    with pytest.raises(ValueError, match="first is at time_s 20"):
+        report.value_by(r, 15.0)
+    assert report.common_budget([r, run_of([0.1, 0.2])]) == 20.0
+    acc = {"early": np.array([0.7, np.nan, 0.71]), "late": np.array([0.5, 0.55, 0.52]),
+           "slow": np.array([0.4, 0.45, 0.42])}
+    assert report.best_on_average(acc, acc) == "early"
+    assert report.comparator(acc, acc) == "late" and report.comparator(acc, acc, lower=True) == "slow"
+    with pytest.raises(ValueError, match="every seed"):
+        report.comparator(acc, ["early"])
+
+
+def _runs(method, finals):
+    return [{"config": {"method": method, "seed": s, "dataset": "digits"},
+             "history": [{"round": 1, "time_s": 10.0, "uplink_bits": 1.0, "downlink_bits": 1.0,
+                          "acc_personal": a}]} for s, a in enumerate(finals)]
+
+
+def test_a_paired_claim_writes_its_own_text_pairs_and_setting():
+    mine, theirs = _runs("fedlps", [0.8, 0.82, 0.79]), _runs("fedavg", [0.7, 0.71, 0.7])
+    gap = report.paired(mine, theirs, report.final, scale=100, unit=" points")
+    ledger = Ledger("toy", "Toy")
+    c = ledger.claim("Table I", "FedLPS beats FedAvg", "+8.6 points", gap, at_least(0, " points"))
+    assert c.verdict == "holds" and c.pairs == [["fedlps", "fedavg"]] and c.setting["seeds"] == "0/1/2"
+    assert c.measured == "10.0 ± 1.0 points (3 seeds); fedlps 80.3 ± 1.5, fedavg 70.3 ± 0.6"
+    named = report.paired(mine, theirs, report.final, scale=100, names=("FedLPS", "FedAvg"))
+    assert named.measured().endswith("; FedLPS 80.3 ± 1.5, FedAvg 70.3 ± 0.6")
+    speed = report.paired(mine, theirs, report.first_reach, 0.75, speedup=True)
+    assert isinstance(speed.values, report.Bounded) and np.isposinf(speed.values.high).all()
+    assert list(speed.values.low) == [1.0] * 3            # the rival's horizon / the method's cost
+    with pytest.raises(ValueError, match="seeds"):
+        report.paired(mine, theirs[:2], report.final)
+
+
+def test_chance_and_the_smallest_detectable_effect_come_from_the_rule():
+    from scipy.stats import nct
+
+    assert report.judge([1.0, 2.0, 3.0], at_least(0)).chance == pytest.approx((0.1, 0.1))
+    effect = report.detectable_effect(1.0, 3)
+    q = report._t_quantile(3)
+    assert nct.sf(q, 2, effect * math.sqrt(3)) == pytest.approx(0.8)
+    assert report.detectable_effect(1.0, 8) < effect and math.isnan(report.detectable_effect(1.0, 1))
+    # every case on the margin: "every case of 2" holds with P = 0.1², fails with 1 - 0.95²
+    assert report._cases_chance(2, 2, 3) == pytest.approx((0.01, 1 - 0.95 ** 2))
+
+
+def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "claim_arguments", Path(__file__).resolve().parents[1] / "tools" / "claim_arguments.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    chapter = tmp_path / "ch.md"
+    header = (Path(__file__).resolve().parents[1] / "book" / "foundations.md").read_text().split("\n---\n", 1)[0]
+    chapter.write_text(header + "\n---\n\n# Ch\n\n"
+                       "```{code-cell} ipython3\n%matplotlib inline\nbook.claim('T', 's', 'p', gap, crit)\n"
+                       "ledger.claim('T', 's', 'p', values=v, criterion=c, why=w, unit=' pts')\n```\n\n"
+                       "```{code-cell} ipython3\nx = 1\n```\n")
+    assert sorted(tool.chapter_arguments(chapter)) == [5, 7]
+    assert tool.main([str(chapter)]) == 0
