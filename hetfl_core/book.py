@@ -266,6 +266,14 @@ class Chapter:
         """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
         return self.ledger.claim(*args, **kwargs)
 
+    def state(self, *args, **kwargs) -> None:
+        """State a claim: add it (:meth:`claim`) and display its one-row verdict where it is made,
+        also from inside a loop or a collapsed cell; returns nothing, so a cell that
+        ends with it shows the row once."""
+        from IPython.display import display
+
+        display(self.claim(*args, **kwargs))
+
     def show_paper_scale(self) -> None:
         """Display the chapter's paper-scale ledger beside this run's
         (:func:`paper_scale_markdown`), where one is recorded."""

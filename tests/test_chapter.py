@@ -164,3 +164,18 @@ def test_a_summary_is_written_from_the_ledger():
     assert "predictions of the book: 1" in text
     with pytest.raises(ValueError, match="no claims"):
         summary_markdown(Ledger("empty", "Empty").to_dict())
+
+
+def test_stating_a_claim_adds_it_and_displays_its_row(monkeypatch):
+    """book.state records the claim in the ledger and displays its verdict row once."""
+    import IPython.display
+
+    from hetfl_core.book import Chapter
+    from hetfl_core.report import at_least
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    book = Chapter("demo", "Demo", namespace())
+    assert book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0)) is None
+    assert len(book.ledger.claims) == 1 and shown == book.ledger.claims
+    assert "A beats B" in shown[0]._repr_markdown_()
