@@ -34,7 +34,7 @@ from .options import check_value
 __all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
-           "paper_results_dir", "paper_scale_markdown"]
+           "paper_results_dir", "paper_scale_markdown", "summary_markdown"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
 #: ``authors``, as the methods' authors ran them (every method's default), or
@@ -271,12 +271,62 @@ class Chapter:
         (:meth:`~hetfl_core.report.Ledger.claim_cases`)."""
         return self.ledger.claim_cases(*args, **kwargs)
 
+    def state(self, *args, **kwargs) -> None:
+        """State a claim: add it (:meth:`claim`) and display its one-row verdict where it is made,
+        also from inside a loop or a collapsed cell; returns nothing, so a cell that
+        ends with it shows the row once."""
+        from IPython.display import display
+
+        display(self.claim(*args, **kwargs))
+
     def show_paper_scale(self) -> None:
         """Display the chapter's paper-scale ledger beside this run's
         (:func:`paper_scale_markdown`), where one is recorded."""
         from IPython.display import Markdown, display
 
         display(Markdown(paper_scale_markdown(self.name, self.ledger.to_dict())))
+
+    def show_summary(self) -> None:
+        """Display the chapter's closing summary, written from its ledger
+        (:func:`summary_markdown`)."""
+        from IPython.display import Markdown, display
+
+        display(Markdown(summary_markdown(self.ledger.to_dict())))
+
+
+#: the counted verdicts, in the order a summary lists them
+SUMMARY_ORDER = ("holds", "fails", "inconclusive")
+
+
+def _summary_item(claim: dict, with_why: bool) -> str:
+    """One claim as "ref: statement (measured)", then its "why" where asked."""
+    text = f"{claim['ref']}: {claim['statement']} ({claim['measured'].split('; ')[0]})"
+    return f"{text}; why: {claim['why']}" if with_why and claim.get("why") else text
+
+
+def summary_markdown(ledger: dict) -> str:
+    """The closing summary of a chapter from its ledger (``Ledger.to_dict()``): the
+    counted paper claims grouped by verdict (holds, fails, inconclusive), each with its
+    measured value and, where it does not hold, the ledger's "why"; then how many rows
+    are not counted. Every number in it comes from the ledger. No claims raise
+    ``ValueError``."""
+    claims = ledger["claims"]
+    if not claims:
+        raise ValueError(f"ledger {ledger.get('chapter', '')!r} has no claims to summarise")
+    counted = [c for c in claims if c["kind"] == "paper" and c["verdict"] in SUMMARY_ORDER]
+    parts = [f"**Summary.** Of {len(counted)} counted claims of the paper, "
+             + ", ".join(f"{sum(c['verdict'] == v for c in counted)} {v}" for v in SUMMARY_ORDER)
+             + "."]
+    for verdict in SUMMARY_ORDER:
+        items = [f"  - {_summary_item(c, verdict != 'holds')}" for c in counted if c["verdict"] == verdict]
+        if items:
+            parts.append(f"- **{verdict.capitalize()}:**\n" + "\n".join(items))
+    rest = {"predictions of the book": sum(c["kind"] == "prediction" for c in claims),
+            "checks": sum(c["kind"] == "invariant" for c in claims),
+            "paper claims on too few seeds": sum(c["kind"] == "paper" and c["verdict"] not in SUMMARY_ORDER
+                                                 for c in claims)}
+    parts.append("Not counted: " + ", ".join(f"{k}: {n}" for k, n in rest.items()) + ".")
+    return "\n\n".join(parts)
 
 
 # -- a paper-scale run, recorded with where and when it ran ------------------------------------

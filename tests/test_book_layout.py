@@ -111,19 +111,37 @@ def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_every_claim_is_made_in_a_visible_cell(path):
-    """A claim and its criterion are read where they are made: no collapsed cell makes one
-    (a collapsed cell may define a helper that visible cells call)."""
+def test_every_claim_shows_its_verdict_where_it_is_made(path):
+    """A claim is made in the chapter, under its evidence, and reads there as its one-row
+    verdict: a collapsed cell (``hide-input``) that makes one either calls
+    ``book.state`` (or a chapter helper that does) or leaves the claim as the
+    cell's last value; no removed cell makes one."""
     import ast
 
-    def makes_a_claim(statement) -> bool:
-        if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
-            return False
-        return any(isinstance(n, ast.Call) and (getattr(n.func, "id", "") or getattr(n.func, "attr", ""))
-                   .endswith("claim") for n in ast.walk(statement))
+    def name(call) -> str:
+        return getattr(call.func, "id", "") or getattr(call.func, "attr", "")
 
+    def calls(node):
+        """The claim-making calls in ``node``: ``book.claim``, ``book.state`` and the
+        chapter's ``*_claim`` helpers."""
+        return [n for n in ast.walk(node) if isinstance(n, ast.Call)
+                and (name(n).endswith("claim") or name(n) == "state")]
+
+    trees = [ast.parse(text(c)) for c in cells(path) if c["cell_type"] == "code"]
+    showing = {"state"} | {f.name for tree in trees for f in ast.walk(tree)
+                           if isinstance(f, ast.FunctionDef)
+                           and any(name(n) == "state" for n in calls(f))}
     for cell in cells(path):
-        if cell["cell_type"] != "code" or not set(cell["metadata"].get("tags", [])) & {
-                "hide-input", "remove-input", "remove-cell"}:
+        tags = set(cell["metadata"].get("tags", []))
+        if cell["cell_type"] != "code" or not tags & {"hide-input", "remove-input", "remove-cell"}:
             continue
-        assert not any(makes_a_claim(s) for s in ast.parse(text(cell)).body), text(cell)[:300]
+        body = ast.parse(text(cell)).body
+        made = [n for s in body if not isinstance(s, (ast.FunctionDef, ast.ClassDef))
+                for n in calls(s)]
+        assert not (made and "remove-cell" in tags), text(cell)[:300]
+        last = body[-1] if body and not text(cell).rstrip().endswith(";") else None
+        shown_last = isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and \
+            name(last.value).endswith("claim")
+        for call in made:
+            assert name(call) in showing or (shown_last and call is last.value), \
+                f"a collapsed claim that shows no verdict row: {text(cell)[:300]}"
