@@ -149,7 +149,7 @@ def test_a_summary_is_written_from_the_ledger():
     """The closing summary groups the counted claims by verdict, gives the why of those
     that do not hold, and counts the rest apart."""
     from hetfl_core.book import summary_markdown
-    from hetfl_core.report import Ledger, at_least
+    from hetfl_core.report import Ledger, Why, at_least
 
     ledger = Ledger("demo", "Demo")
     ledger.claim("Fig. 1", "A beats B", "+3", [2.0, 2.5, 3.0], at_least(0, " points"), unit=" points")
@@ -160,7 +160,7 @@ def test_a_summary_is_written_from_the_ledger():
     assert "Of 2 counted claims of the paper, 1 holds, 1 fails, 0 inconclusive" in text
     held, failed = text.index("**Holds:**"), text.index("**Fails:**")
     assert held < text.index("A beats B (2.5 ± 0.5 points") < failed
-    assert "A is faster" in text[failed:] and "why: B's rate was 0.37 here" in text
+    assert "A is faster" in text[failed:] and "why: B converged first (B's rate = 0.37)" in text
     assert "predictions of the book: 1" in text
     with pytest.raises(ValueError, match="no claims"):
         summary_markdown(Ledger("empty", "Empty").to_dict())
