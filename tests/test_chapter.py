@@ -154,7 +154,7 @@ def test_a_summary_is_written_from_the_ledger():
     ledger = Ledger("demo", "Demo")
     ledger.claim("Fig. 1", "A beats B", "+3", [2.0, 2.5, 3.0], at_least(0, " points"), unit=" points")
     ledger.claim("Fig. 2", "A is faster", "2x", [-4.0, -5.0, -6.0], at_least(0, " points"),
-                 why="B's rate was 0.37 here")
+                 why=Why("B's rate", 0.37, "B converged first"))
     ledger.claim("Fig. 3", "A learns", "-", [1.0], at_least(0), kind="prediction")
     text = summary_markdown(ledger.to_dict())
     assert "Of 2 counted claims of the paper, 1 holds, 1 fails, 0 inconclusive" in text
