@@ -21,12 +21,21 @@ Exactness, client by client, against :func:`hetfl_core.training.local_sgd`:
   with masks applied to the gradient before and to the weights after each step, and
   frozen parameters outside it, as ``local_sgd`` keeps them.
 
+How a step runs on the device is a choice that changes no number beyond rounding
+(:func:`step_variant`): ``"plain"`` calls the vectorised gradient eagerly, ``"compile"``
+runs it through ``torch.compile`` (outside the ``torch.func`` transform, where the
+compiler supports it), ``"cudagraphs"`` the same with ``mode="reduce-overhead"`` (CUDA
+graphs: a tiny model's many small kernels replayed as one launch). The training loop
+itself makes no host-device copy and no synchronisation: the schedule of every step is
+built on the host and moved once per phase, and the losses come back once per phase.
+
 A method opts in per class (``batchable = True``, not inherited) and describes a client's
 local work as a :class:`ClientJob`; :func:`run_job` runs the same job sequentially, so the
 two paths share everything but the SGD loop.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Callable
@@ -41,7 +50,30 @@ from .lottery import joint_loss
 from .training import LocalResult, local_sgd, minibatch_indices
 
 __all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
-           "train_group", "job_signature", "batched_updates", "uses_batched_clients"]
+           "train_group", "job_signature", "batched_updates", "uses_batched_clients", "VARIANTS",
+           "step_variant"]
+
+#: the ways a batched step can run (:func:`step_variant`)
+VARIANTS = ("plain", "compile", "cudagraphs")
+_VARIANT = {"name": "plain", "backend": None}
+#: compiled gradient functions, one per group shape and variant (compiling is slow: seconds)
+_COMPILED: dict = {}
+
+
+@contextmanager
+def step_variant(name: str, backend: str | None = None):
+    """Within the block, batched steps run as ``name`` (one of :data:`VARIANTS`); ``backend``
+    is ``torch.compile``'s (default ``"inductor"``; ``"aot_eager"`` traces the same graph
+    without generating code, for a machine with no compiler). The numbers are the same up
+    to rounding: the benchmark compares the variants' speed and agreement."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown batched step variant {name!r}; choose one of: {', '.join(VARIANTS)}")
+    saved = dict(_VARIANT)
+    _VARIANT.update(name=name, backend=backend)
+    try:
+        yield
+    finally:
+        _VARIANT.update(saved)
 
 
 @dataclass
@@ -265,6 +297,9 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         return total, (data_loss, tally)
 
     grads_of = vmap(grad(client_loss, has_aux=True))   # every argument has the clients on dim 0
+    if _VARIANT["name"] != "plain":
+        grads_of = _compiled(grads_of, (type(template), tuple((n, tuple(p.shape)) for n, p in stacked.items()),
+                                        tuple(trained), tuple(sorted(masks)), len(subs), mu, own_loss))
     buffers: dict[str, torch.Tensor] = {}
     step_losses, tallies = [], []
     for s in range(index.shape[0]):
@@ -273,8 +308,9 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
         grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], subs, centers)
-        step_losses.append(data_loss.detach())
-        tallies.append(tally.detach())
+        # a CUDA graph's replay overwrites its outputs: keep copies of what outlives the step
+        step_losses.append(data_loss.detach().clone())
+        tallies.append(tally.detach().clone())
         with torch.no_grad():
             for n in trained:
                 p, g = stacked[n], grads[n]
@@ -293,6 +329,18 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
                 if n in masks:
                     stacked[n] = _where(active, stacked[n] * masks[n], stacked[n])
     return torch.stack(step_losses), torch.stack(tallies)
+
+
+def _compiled(grads_of, key: tuple):
+    """``grads_of`` through ``torch.compile`` as the current variant says, once per ``key``
+    (a group's model type, shapes, trained and masked names, sub-network count, proximal
+    weight and loss: what the function's graph depends on besides its arguments)."""
+    key = (_VARIANT["name"], _VARIANT["backend"], *key)
+    if key not in _COMPILED:
+        mode = "reduce-overhead" if _VARIANT["name"] == "cudagraphs" else None
+        _COMPILED[key] = torch.compile(grads_of, backend=_VARIANT["backend"] or "inductor", mode=mode,
+                                       dynamic=False)
+    return _COMPILED[key]
 
 
 def _where(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
