@@ -338,8 +338,7 @@ def _compiled(grads_of, key: tuple):
     key = (_VARIANT["name"], _VARIANT["backend"], *key)
     if key not in _COMPILED:
         mode = "reduce-overhead" if _VARIANT["name"] == "cudagraphs" else None
-        _COMPILED[key] = torch.compile(grads_of, backend=_VARIANT["backend"] or "inductor", mode=mode,
-                                       dynamic=False)
+        _COMPILED[key] = torch.compile(grads_of, backend=_VARIANT["backend"] or "inductor", mode=mode)
     return _COMPILED[key]
 
 
