@@ -16,7 +16,10 @@ after another against all of them as one vectorised batch (``RunConfig.batched_c
 :mod:`hetfl_core.batched`): the LeNet-5 workload above and one paper-scale round of 100
 clients (``--paper-clients``), in samples per second, on ``--device``; on CUDA also the
 share of each round's wall time the GPU spends in kernels (``torch.profiler``). ``--tiny``
-shrinks both workloads to a smoke test of the script.
+shrinks both workloads to a smoke test of the script. ``--variants plain,compile,cudagraphs``
+times each way a batched step can run (:func:`hetfl_core.batched.step_variant`), each with
+its largest weight difference from the sequential round; ``--json PATH`` writes the
+measurements (after every way, so an interrupted run keeps what it measured).
 
 Speed is measured here, never asserted in a test. Ray and Flower timings include their
 start-up (a local Ray, and Flower's own for its simulation).
@@ -133,37 +136,50 @@ def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool,
     pool = max(paper_clients * 8, 2000) if tiny else 60_000
     paper = lenet.replace(clients=paper_clients, train_samples=pool, rounds=1)
     print(f"\nclients as one batch ({lenet.device}): samples/s, sequential -> batched")
-    workloads = []
-    measured = {"device": lenet.device, "tiny": tiny, "variants": list(variants), "backend": backend,
-                "workloads": workloads}
-    for what, config in ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
-                         (f"LeNet-5, {paper.clients} clients, one round", paper)):
-        rows = {}
-        for way in ("sequential", *variants):
-            run_config = config.replace(batched_clients=way != "sequential")
-            with step_variant("plain" if way == "sequential" else way, backend):
-                # not timed: the first kernels' start-up, and a compiled step's compiling for
-                # the group's own shapes (a smaller warm-up round would compile other shapes)
-                warm_up = run_config.replace(rounds=1)
-                one_round(warm_up if way != "sequential" else warm_up.replace(train_samples=config.clients * 8))
-                seconds, samples, last = 0.0, 0, None
-                for _ in range(config.rounds):
-                    s, n, last = one_round(run_config)
-                    seconds, samples = seconds + s, samples + n
-                share = kernel_share(lambda: one_round(run_config))
-            rows[way] = {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
-                         "kernel_share": share, "sim": last}
-            rows[way]["max_weight_gap_to_sequential"] = model_gap(last, rows["sequential"]["sim"])
-            if save:
-                save(measured | {"workloads": workloads + [workload_record(what, config, rows)]})
-        base = rows["sequential"]["samples_per_s"]
-        for way, row in rows.items():
+    named = ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
+             (f"LeNet-5, {paper.clients} clients, one round", paper))
+    rows = {what: {} for what, _ in named}
+    measured = {"device": lenet.device, "tiny": tiny, "variants": list(variants), "backend": backend}
+
+    def record() -> dict:
+        return measured | {"workloads": [workload_record(what, config, rows[what]) for what, config in named
+                                         if rows[what]]}
+
+    # sequential and the first variant for both workloads first, the others (slow to compile) after
+    for ways in (("sequential", *variants[:1]), variants[1:]):
+        for what, config in named:
+            for way in ways:
+                rows[what][way] = measure_way(config, way, backend)
+                rows[what][way]["max_weight_gap_to_sequential"] = model_gap(rows[what][way]["sim"],
+                                                                            rows[what]["sequential"]["sim"])
+                if save:
+                    save(record())
+    for what, _ in named:
+        base = rows[what]["sequential"]["samples_per_s"]
+        for way, row in rows[what].items():
             line = f"  {what:40s} {way:12s} {row['samples_per_s']:10,.0f}  ({row['samples_per_s'] / base:.2f}x)"
             if row["kernel_share"] is not None:
                 line += f"; GPU busy in kernels {row['kernel_share']:.0%}"
             print(line)
-        workloads.append(workload_record(what, config, rows))
-    return measured
+    return record()
+
+
+def measure_way(config: RunConfig, way: str, backend: str | None) -> dict:
+    """Samples/s of ``config``'s rounds trained ``way`` (``sequential`` or a batched step
+    variant), with the kernel share of one more round and the last round's simulation."""
+    run_config = config.replace(batched_clients=way != "sequential")
+    with step_variant("plain" if way == "sequential" else way, backend):
+        # not timed: the first kernels' start-up, and a compiled step's compiling for
+        # the group's own shapes (a smaller warm-up round would compile other shapes)
+        warm_up = run_config.replace(rounds=1)
+        one_round(warm_up if way != "sequential" else warm_up.replace(train_samples=config.clients * 8))
+        seconds, samples, last = 0.0, 0, None
+        for _ in range(config.rounds):
+            s, n, last = one_round(run_config)
+            seconds, samples = seconds + s, samples + n
+        share = kernel_share(lambda: one_round(run_config))
+    return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
+            "kernel_share": share, "sim": last}
 
 
 def workload_record(what: str, config: RunConfig, rows: dict) -> dict:

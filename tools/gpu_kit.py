@@ -64,7 +64,7 @@ PAPER_DATASETS = ("fashion-mnist", "mnist-5k", "shakespeare", "bible-pairs", "bi
 #: the platforms pip matches a wheel against for the machine (x86-64 Linux, CPython 3.12)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 #: the stages of ``there`` with the most seconds each may take (the ladder gets what is left)
-STAGE_CAPS = {"environment": 30, "install": 90, "data": 90, "datasets": 60, "tests": 150, "benchmark": 180}
+STAGE_CAPS = {"environment": 30, "install": 90, "data": 90, "datasets": 120, "tests": 150, "benchmark": 200}
 #: seconds kept back at the end for packing the archive
 PACK_RESERVE_S = 25
 #: the benchmark's arguments per scale (``tiny``: a smoke test of the stage)
@@ -272,9 +272,12 @@ def test_counts(junit: Path) -> dict | None:
 
 def there(kit: Path, out: Path, budget_s: float = 540, rung: str = "paper", device: str = "cuda",
           scale: str = "paper", ladder: Path | None = None, store: Path | None = None,
-          python: str = sys.executable, tests_filter: str = "cuda") -> Path:
-    """The GPU call's work (module docstring), stage by stage within ``budget_s`` seconds;
-    returns the archive written under ``out``."""
+          python: str = sys.executable, tests_filter: str = "cuda and not variants", skip=()) -> Path:
+    """The GPU call's work (module docstring), stage by stage within ``budget_s`` seconds,
+    but for the stages named in ``skip`` (``tests``, ``benchmark``, ``ladder``: a second
+    call spends its time on the ladder alone); returns the archive written under ``out``.
+    The tests leave the compiled step variants to the benchmark, which records their weight
+    gap to the sequential round: compiling them for the tests would take minutes."""
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-kit-"))
     stages = Stages(out / "there.log", budget_s)
@@ -310,12 +313,22 @@ def there(kit: Path, out: Path, budget_s: float = 540, rung: str = "paper", devi
                                 "[print(n, len(load_dataset(n).y_train)) for n in sys.argv[1:]]", *datasets],
                    STAGE_CAPS["datasets"], env)
     junit = work / "tests.xml"
-    stages.run("tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", f"--junitxml={junit}",
-                         "-k", tests_filter, *CUDA_TESTS], STAGE_CAPS["tests"], env)
+    if "tests" in skip:
+        stages.skip("tests", "--skip tests")
+    else:
+        stages.run("tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", f"--junitxml={junit}",
+                             "-k", tests_filter, *CUDA_TESTS], STAGE_CAPS["tests"], env)
     benchmark = work / "benchmark.json"
-    stages.run("benchmark", [python, "tools/benchmark.py", "--batched", "only", "--device", device,
-                             "--json", str(benchmark), *BENCHMARK_ARGS[scale]], STAGE_CAPS["benchmark"], env)
-    new_runs = ladder_stage(stages, ladder, rung, device, store, python, env)
+    if "benchmark" in skip:
+        stages.skip("benchmark", "--skip benchmark")
+    else:
+        stages.run("benchmark", [python, "tools/benchmark.py", "--batched", "only", "--device", device,
+                                 "--json", str(benchmark), *BENCHMARK_ARGS[scale]], STAGE_CAPS["benchmark"], env)
+    if "ladder" in skip:
+        new_runs = []
+        stages.skip("ladder", "--skip ladder")
+    else:
+        new_runs = ladder_stage(stages, ladder, rung, device, store, python, env)
     summary = {"stages": stages.outcomes, "cuda_tests": test_counts(junit), "finished": now()}
     path = pack_results(out / "gpu-results.tar.gz", new_runs, benchmark if benchmark.is_file() else None,
                         [stages.log, junit], summary)
@@ -475,6 +488,7 @@ def main(argv=None) -> int:
     t.add_argument("--device", default="cuda")
     t.add_argument("--scale", choices=tuple(BENCHMARK_ARGS), default="paper")
     t.add_argument("--store", type=Path, default=None, help="the ladder's store (default results/ladder)")
+    t.add_argument("--skip", default="", help="comma-separated stages to leave out: tests, benchmark, ladder")
     u = verbs.add_parser("unpack", help="merge an archive that came back")
     u.add_argument("archive", type=Path)
     verbs.add_parser("readme", help="re-render the README's GPU table")
@@ -490,7 +504,10 @@ def main(argv=None) -> int:
     elif args.verb == "there":
         if args.budget_s < 60:
             parser.error(f"--budget-s {args.budget_s:g} leaves no time for the stages (at least 60)")
-        there(args.kit, args.out, args.budget_s, args.rung, args.device, args.scale, store=args.store)
+        skip = set(filter(None, args.skip.split(",")))
+        if skip - {"tests", "benchmark", "ladder"}:
+            parser.error(f"--skip {args.skip!r}: the stages that can be left out are tests, benchmark, ladder")
+        there(args.kit, args.out, args.budget_s, args.rung, args.device, args.scale, store=args.store, skip=skip)
     elif args.verb == "unpack":
         done = unpack(args.archive)
         for key in ("added", "updated", "kept", "refused"):
