@@ -270,9 +270,10 @@ def test_client_data_is_placed_on_the_device_once(monkeypatch):
 
 #: the compiled variants, where this machine can run them: the compiler's graph without its
 #: code generation on the CPU (``aot_eager``), the real compiler and CUDA graphs on a GPU
-VARIANT_CASES = [("compile", "cpu", "aot_eager"),
+VARIANT_CASES = [("compile", "cpu", "aot_eager"), ("fused", "cpu", "aot_eager"),
                  pytest.param("compile", "cuda", None, marks=NO_CUDA),
-                 pytest.param("cudagraphs", "cuda", None, marks=NO_CUDA)]
+                 pytest.param("cudagraphs", "cuda", None, marks=NO_CUDA),
+                 pytest.param("fused", "cuda", None, marks=NO_CUDA)]
 
 
 @pytest.mark.parametrize("variant, device, backend", VARIANT_CASES)

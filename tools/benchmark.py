@@ -16,7 +16,7 @@ after another against all of them as one vectorised batch (``RunConfig.batched_c
 :mod:`hetfl_core.batched`): the LeNet-5 workload above and one paper-scale round of 100
 clients (``--paper-clients``), in samples per second, on ``--device``; on CUDA also the
 share of each round's wall time the GPU spends in kernels (``torch.profiler``). ``--tiny``
-shrinks both workloads to a smoke test of the script. ``--variants plain,compile,cudagraphs``
+shrinks both workloads to a smoke test of the script. ``--variants plain,compile,cudagraphs,fused``
 times each way a batched step can run (:func:`hetfl_core.batched.step_variant`), each with
 its largest weight difference from the sequential round; ``--json PATH`` writes the
 measurements (after every way, so an interrupted run keeps what it measured).

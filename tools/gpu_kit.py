@@ -68,8 +68,8 @@ STAGE_CAPS = {"environment": 30, "install": 90, "data": 90, "datasets": 120, "te
 #: seconds kept back at the end for packing the archive
 PACK_RESERVE_S = 25
 #: the benchmark's arguments per scale (``tiny``: a smoke test of the stage)
-BENCHMARK_ARGS = {"paper": ["--rounds", "3", "--paper-clients", "100", "--variants", "plain,compile,cudagraphs"],
-                  "smoke": ["--tiny", "--rounds", "1", "--paper-clients", "10", "--variants", "plain,compile",
+BENCHMARK_ARGS = {"paper": ["--rounds", "3", "--paper-clients", "100", "--variants", "plain,compile,cudagraphs,fused"],
+                  "smoke": ["--tiny", "--rounds", "1", "--paper-clients", "10", "--variants", "plain,compile,fused",
                             "--backend", "aot_eager"],
                   "tiny": ["--tiny", "--rounds", "1", "--paper-clients", "4", "--variants", "plain"]}
 #: the CUDA tests (their ids name the device; without a GPU each skips with its reason)
