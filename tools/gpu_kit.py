@@ -513,6 +513,8 @@ def main(argv=None) -> int:
         for key in ("added", "updated", "kept", "refused"):
             print(f"{key}: {len(done[key])}" + (f" ({', '.join(done[key])})" if done[key] else ""))
         print(f"benchmark: {done['benchmark'] or 'none in the archive'}")
+        if done["added"] or done["updated"]:
+            print("the ladder ledgers are recomputed from the stored runs by: python tools/ladder.py ledger")
     else:
         print("README.md " + ("updated" if update_readme() else "unchanged"))
     return 0
