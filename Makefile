@@ -9,7 +9,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book student test setup data browser clean smoke-book pdf
+.PHONY: book student test setup data browser clean smoke-book pdf gpu-kit gpu-kit-dry-run
 
 setup: $(STAMP) data
 
@@ -49,6 +49,24 @@ test: setup browser
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
 	$(MAKE) pdf BOOK_BUILD=_build/smoke
 	HETFL_BOOK_BUILD=_build/smoke $(VPY) -m pytest -q -p no:cacheprovider tests/rendered
+
+# The kit for one call on a GPU machine (tools/gpu_kit.py): .kit/ and the call to make.
+gpu-kit: setup
+	$(VPY) tools/gpu_kit.py pack
+
+# The kit's GPU command run here on the CPU at smoke scale, in a fresh Python 3.12
+# environment with PyTorch from PyPI and only the packages the GPU machine has (no cvxpy,
+# papermill, jupytext, Flower or Ray). It downloads PyTorch once: not part of `make test`.
+PY312   ?= /root/.pyenv/versions/3.12.1/bin/python
+DRY     := .gpu-dry-venv
+DRY_OUT := _build/gpu-dry-run
+gpu-kit-dry-run: gpu-kit
+	test -x $(DRY)/bin/python || $(PY312) -m venv $(DRY)
+	$(DRY)/bin/python -m pip install --quiet torch==2.11.0 torchvision==0.26.0 numpy scipy \
+	    scikit-learn matplotlib tqdm pandas pytest
+	rm -rf $(DRY_OUT) && mkdir -p $(DRY_OUT)/out && cp -r results/ladder $(DRY_OUT)/ladder 2>/dev/null || true
+	env -u HETFL_DATA -u PYTHONPATH $(DRY)/bin/python tools/gpu_kit.py there --kit .kit \
+	    --out $(DRY_OUT)/out --budget-s 540 --rung paper --device cpu --scale smoke --store $(DRY_OUT)/ladder
 
 clean:
 	rm -rf _build

@@ -21,12 +21,23 @@ Exactness, client by client, against :func:`hetfl_core.training.local_sgd`:
   with masks applied to the gradient before and to the weights after each step, and
   frozen parameters outside it, as ``local_sgd`` keeps them.
 
+How a step runs on the device is a choice that changes no number beyond rounding
+(:func:`step_variant`): ``"plain"`` calls the vectorised gradient eagerly, ``"compile"``
+runs it through ``torch.compile`` (outside the ``torch.func`` transform, where the
+compiler supports it), ``"cudagraphs"`` the same with ``mode="reduce-overhead"`` (CUDA
+graphs: a tiny model's many small kernels replayed as one launch), ``"fused"`` compiles the
+whole step (the minibatch gather, the gradient and the SGD update: one larger graph whose
+update kernels fuse). The training loop
+itself makes no host-device copy and no synchronisation: the schedule of every step is
+built on the host and moved once per phase, and the losses come back once per phase.
+
 A method opts in per class (``batchable = True``, not inherited) and describes a client's
 local work as a :class:`ClientJob`; :func:`run_job` runs the same job sequentially, so the
 two paths share everything but the SGD loop.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Callable
@@ -41,7 +52,30 @@ from .lottery import joint_loss
 from .training import LocalResult, local_sgd, minibatch_indices
 
 __all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
-           "train_group", "job_signature", "batched_updates", "uses_batched_clients"]
+           "train_group", "job_signature", "batched_updates", "uses_batched_clients", "VARIANTS",
+           "step_variant"]
+
+#: the ways a batched step can run (:func:`step_variant`)
+VARIANTS = ("plain", "compile", "cudagraphs", "fused")
+_VARIANT = {"name": "plain", "backend": None}
+#: compiled gradient functions, one per group shape and variant (compiling is slow: seconds)
+_COMPILED: dict = {}
+
+
+@contextmanager
+def step_variant(name: str, backend: str | None = None):
+    """Within the block, batched steps run as ``name`` (one of :data:`VARIANTS`); ``backend``
+    is ``torch.compile``'s (default ``"inductor"``; ``"aot_eager"`` traces the same graph
+    without generating code, for a machine with no compiler). The numbers are the same up
+    to rounding: the benchmark compares the variants' speed and agreement."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown batched step variant {name!r}; choose one of: {', '.join(VARIANTS)}")
+    saved = dict(_VARIANT)
+    _VARIANT.update(name=name, backend=backend)
+    try:
+        yield
+    finally:
+        _VARIANT.update(saved)
 
 
 @dataclass
@@ -273,16 +307,18 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         return total, (data_loss, tally)
 
     grads_of = vmap(grad(client_loss, has_aux=True))   # every argument has the clients on dim 0
-    buffers: dict[str, torch.Tensor] = {}
-    step_losses, tallies = [], []
-    for s in range(index.shape[0]):
-        idx = index[s]
-        active = weight[s].sum(1) > 0          # clients with a batch at this step
+    key = (type(template), tuple((n, tuple(p.shape)) for n, p in stacked.items()), tuple(trained),
+           tuple(sorted(masks)), len(subs), mu, own_loss)
+    if _VARIANT["name"] in ("compile", "cudagraphs"):
+        grads_of = _compiled(grads_of, key)
+
+    def step(stacked, buffers, x, y, idx, wb, masks, subs, centers):
+        """One SGD step of every client on rows ``idx`` (updates ``stacked`` and ``buffers``
+        in place); returns each client's data loss and tally."""
+        active = wb.sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
-        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], weight[s], subs, centers)
-        step_losses.append(data_loss.detach())
-        tallies.append(tally.detach())
+        grads, (data_loss, tally) = grads_of(train, frozen, x[idx], y[idx], wb, subs, centers)
         with torch.no_grad():
             for n in trained:
                 p, g = stacked[n], grads[n]
@@ -300,7 +336,30 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
             for n in frozen_names:       # local_sgd masks every masked weight after a step
                 if n in masks:
                     stacked[n] = _where(active, stacked[n] * masks[n], stacked[n])
+        return data_loss.detach(), tally.detach()
+
+    if _VARIANT["name"] == "fused":     # the gather, gradient and update as one compiled step
+        step = _compiled(step, (*key, "step", lr, momentum, weight_decay))
+    buffers: dict[str, torch.Tensor] = {}
+    step_losses, tallies = [], []
+    for s in range(index.shape[0]):
+        data_loss, tally = step(stacked, buffers, x, y, index[s], weight[s], masks, subs, centers)
+        # a CUDA graph's replay overwrites its outputs: keep copies of what outlives the step
+        step_losses.append(data_loss.clone())
+        tallies.append(tally.clone())
     return torch.stack(step_losses), torch.stack(tallies)
+
+
+def _compiled(fn, key: tuple):
+    """``fn`` (the vectorised gradient, or a whole step) through ``torch.compile`` as the
+    current variant says, once per ``key`` (a group's model type, shapes, trained and masked
+    names, sub-network count, proximal weight, loss and optimiser settings: what the
+    function's graph depends on besides its arguments)."""
+    key = (_VARIANT["name"], _VARIANT["backend"], *key)
+    if key not in _COMPILED:
+        mode = "reduce-overhead" if _VARIANT["name"] == "cudagraphs" else None
+        _COMPILED[key] = torch.compile(fn, backend=_VARIANT["backend"] or "inductor", mode=mode)
+    return _COMPILED[key]
 
 
 def _where(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from hetfl_core import RunConfig, batched
 from hetfl_core.engine import build_simulation, run_rounds
@@ -102,17 +103,36 @@ def assert_same_run(seq, bat, tol=1e-5):
             assert torch.allclose(p, q, rtol=tol, atol=tol), (name, float((p - q).abs().max()))
 
 
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                             reason="no CUDA GPU on this machine (torch.cuda.is_available() is False)")
+#: where the equality is checked: always the CPU, the GPU where there is one
+DEVICES = ["cpu", pytest.param("cuda", marks=NO_CUDA)]
+
+
+@pytest.fixture
+def exact_cuda(monkeypatch):
+    """On the GPU the batched kernels (grouped convolutions) sum in another order than one
+    client's: agreement to 1e-4 in float32 with TensorFloat-32 off (it rounds to 10 bits)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")      # matrix products in full float32
+    yield
+    torch.set_float32_matmul_precision(precision)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_batched_round_matches_sequential(case, monkeypatch):
-    config = config_of(case)
+def test_batched_round_matches_sequential(case, device, monkeypatch, exact_cuda):
+    config = config_of(case, device=device)
     seq = run_sim(config.replace(batched_clients=False))
     sizes = spy_groups(monkeypatch)
-    bat = run_sim(config.replace(batched_clients=True))
+    # on the CPU batching is asked for; on CUDA it is the default (None)
+    bat = run_sim(config.replace(batched_clients=True if device == "cpu" else None))
     trained = sum(len(row["clients"]) for row in bat[1])
     assert sum(sizes) == trained > 0        # every participant went through the batched trainer
     # together: one group a round (OFA-FL's family: one per density ratio in use)
     assert len(sizes) <= config.rounds * (len(OFA["ratios"]) if "ratios" in config.options else 1)
-    assert_same_run(seq, bat)
+    assert_same_run(seq, bat, tol=1e-5 if device == "cpu" else 1e-4)
 
 
 def test_uneven_clients_pad_a_last_batch():
@@ -192,16 +212,96 @@ def test_bad_value_is_a_config_error():
         RunConfig(batched_clients="yes").validate()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "random-mask", "fedlps"])
-def test_batched_matches_sequential_on_cuda(case, monkeypatch):
-    """On the GPU the batched kernels (grouped convolutions) sum in another order than one
-    client's: agreement to 1e-4 in float32 (TensorFloat-32 off, which rounds to 10 bits)."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    config = config_of(case, device="cuda")
-    seq = run_sim(config.replace(batched_clients=False))
-    sizes = spy_groups(monkeypatch)
-    bat = run_sim(config.replace(batched_clients=None))   # None: on for CUDA
-    assert sum(sizes) == sum(len(row["clients"]) for row in bat[1])
-    assert_same_run(seq, bat, tol=1e-4)
+class HostReads(TorchFunctionMode):
+    """Records every tensor call that reads a value back to the host or copies between
+    devices: ``.item()``, ``.cpu()``, ``.to()``, ``.tolist()``, ``.numpy()``, and Python's
+    ``bool``/``float``/``int`` of a tensor (each a synchronisation on a GPU)."""
+
+    NAMES = {"item", "cpu", "to", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.NAMES:
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_host_read_recorder_sees_a_read():
+    """The recorder below could fail: a loop with one ``float(loss)`` is caught."""
+    with HostReads() as reads:
+        loss = torch.ones(3).sum()
+        float(loss)
+        if loss > 0:
+            loss.to("cpu")
+    assert reads.calls == ["__float__", "__bool__", "to"]
+
+
+@pytest.mark.parametrize("case", ["fedavg", "fedprox", "fedrep", "ofafl", "fedlps"])
+def test_training_loop_reads_nothing_back(case, monkeypatch):
+    """Every SGD step of every batched phase runs without a host read or a device copy
+    (the schedule moves to the device once per phase, before the loop)."""
+    real, seen = batched._train_phase, []
+
+    def recorded(*args, **kwargs):
+        with HostReads() as reads:
+            out = real(*args, **kwargs)
+        seen.append(reads.calls)
+        return out
+
+    monkeypatch.setattr(batched, "_train_phase", recorded)
+    run_sim(config_of(case, rounds=1, batched_clients=True))
+    assert seen and all(calls == [] for calls in seen), seen
+
+
+@NO_CUDA
+def test_training_loop_never_synchronises_on_cuda(monkeypatch):
+    """On the GPU: CUDA's own detector raises at any synchronising call inside the loop."""
+    real = batched._train_phase
+
+    def strict(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return real(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(batched, "_train_phase", strict)
+    run_sim(config_of("fedavg", rounds=1, device="cuda"))
+
+
+def test_client_data_is_placed_on_the_device_once(monkeypatch):
+    """The run's data moves to its device when the run is built (``place_data``), not per round."""
+    from hetfl_core import devices, engine
+
+    calls = []
+    real = devices.place_data
+    monkeypatch.setattr(engine, "place_data", lambda *a: calls.append(1) or real(*a))
+    run_sim(config_of("fedavg", rounds=2, batched_clients=True))
+    assert calls == [1]
+
+
+#: the compiled variants, where this machine can run them: the compiler's graph without its
+#: code generation on the CPU (``aot_eager``), the real compiler and CUDA graphs on a GPU
+VARIANT_CASES = [("compile", "cpu", "aot_eager"), ("fused", "cpu", "aot_eager"),
+                 pytest.param("compile", "cuda", None, marks=NO_CUDA),
+                 pytest.param("cudagraphs", "cuda", None, marks=NO_CUDA),
+                 pytest.param("fused", "cuda", None, marks=NO_CUDA)]
+
+
+@pytest.mark.parametrize("variant, device, backend", VARIANT_CASES)
+@pytest.mark.parametrize("case", ["fedavg", "fedprox"])
+def test_step_variants_give_the_same_run(case, variant, device, backend, exact_cuda):
+    config = config_of(case, rounds=1, device=device, batched_clients=True)
+    plain = run_sim(config)
+    with batched.step_variant(variant, backend):
+        other = run_sim(config)
+    assert_same_run(plain, other, tol=1e-5 if device == "cpu" else 1e-4)
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown batched step variant 'fast'"):
+        with batched.step_variant("fast"):
+            pass

@@ -16,13 +16,18 @@ after another against all of them as one vectorised batch (``RunConfig.batched_c
 :mod:`hetfl_core.batched`): the LeNet-5 workload above and one paper-scale round of 100
 clients (``--paper-clients``), in samples per second, on ``--device``; on CUDA also the
 share of each round's wall time the GPU spends in kernels (``torch.profiler``). ``--tiny``
-shrinks both workloads to a smoke test of the script.
+shrinks both workloads to a smoke test of the script. ``--variants plain,compile,cudagraphs,fused``
+times each way a batched step can run (:func:`hetfl_core.batched.step_variant`), each with
+its largest weight difference from the sequential round; ``--json PATH`` writes the
+measurements (after every way, so an interrupted run keeps what it measured).
 
 Speed is measured here, never asserted in a test. Ray and Flower timings include their
 start-up (a local Ray, and Flower's own for its simulation).
 """
 import argparse
 import copy
+import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetfl_core import RunConfig
+from hetfl_core.batched import VARIANTS, step_variant
 from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.methods.base import seeded_generator
 from hetfl_core.experiments import sweep
@@ -103,39 +109,95 @@ def kernel_share(fn) -> float | None:
 
 
 def one_round(config: RunConfig):
-    """(seconds, training samples) of round 1 of ``config`` (built beforehand, not scored)."""
+    """(seconds, training samples, the simulation) of round 1 of ``config`` (built beforehand,
+    not scored)."""
     sim = build_simulation(config)
     seconds, row = timed(lambda: sim.round(1, evaluate=False))
     if config.device.startswith("cuda"):
         torch.cuda.synchronize()
     return seconds, sum(c.n_train * config.local_epochs for c in sim.data.clients if c.client_id in
-                        {r["id"] for r in row["clients"]})
+                        {r["id"] for r in row["clients"]}), sim
 
 
-def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool) -> None:
+def model_gap(a, b) -> float:
+    """The largest absolute difference between two simulations' global weights."""
+    return max(float((p - q).abs().max()) for p, q in zip(a.method.model.state_dict().values(),
+                                                          b.method.model.state_dict().values()))
+
+
+def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool,
+                       variants=("plain",), backend: str | None = None, save=None) -> dict:
     """Sequential against batched clients, samples/s: the LeNet-5 workload's rounds, and one
-    round of ``paper_clients`` clients; on CUDA the kernel share of a round's wall time."""
+    round of ``paper_clients`` clients; each batched step ``variant``
+    (:func:`hetfl_core.batched.step_variant`), with its largest weight difference from the
+    sequential round's; on CUDA the kernel share of a round's wall time. Returns the
+    measurements (the JSON that ``--json`` writes); ``save(measured)``, if given, is called
+    with what is measured so far after each way, so a run stopped early keeps those."""
     pool = max(paper_clients * 8, 2000) if tiny else 60_000
     paper = lenet.replace(clients=paper_clients, train_samples=pool, rounds=1)
     print(f"\nclients as one batch ({lenet.device}): samples/s, sequential -> batched")
-    for what, config in ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
-                         (f"LeNet-5, {paper.clients} clients, one round", paper)):
-        rates, shares = {}, {}
-        for batched in (False, True):
-            run_config = config.replace(batched_clients=batched)
-            warm_up = run_config.replace(rounds=1, train_samples=config.clients * 8)
-            one_round(warm_up)   # the first kernels' start-up is not the round's
-            seconds, samples = 0.0, 0
-            for _ in range(config.rounds):
-                s, n = one_round(run_config)
-                seconds, samples = seconds + s, samples + n
-            rates[batched] = samples / seconds
-            shares[batched] = kernel_share(lambda: one_round(run_config))
-        line = (f"  {what:40s} {rates[False]:10,.0f} -> {rates[True]:10,.0f}"
-                f"  ({rates[True] / rates[False]:.2f}x)")
-        if shares[True] is not None:
-            line += f"; GPU busy in kernels {shares[False]:.0%} -> {shares[True]:.0%}"
-        print(line)
+    named = ((f"LeNet-5, {lenet.clients} clients, {lenet.rounds} rounds", lenet),
+             (f"LeNet-5, {paper.clients} clients, one round", paper))
+    rows = {what: {} for what, _ in named}
+    measured = {"device": lenet.device, "tiny": tiny, "variants": list(variants), "backend": backend}
+
+    def record() -> dict:
+        return measured | {"workloads": [workload_record(what, config, rows[what]) for what, config in named
+                                         if rows[what]]}
+
+    # sequential and the first variant for both workloads first, the others (slow to compile) after
+    for ways in (("sequential", *variants[:1]), variants[1:]):
+        for what, config in named:
+            for way in ways:
+                rows[what][way] = measure_way(config, way, backend)
+                rows[what][way]["max_weight_gap_to_sequential"] = model_gap(rows[what][way]["sim"],
+                                                                            rows[what]["sequential"]["sim"])
+                if save:
+                    save(record())
+    for what, _ in named:
+        base = rows[what]["sequential"]["samples_per_s"]
+        for way, row in rows[what].items():
+            line = f"  {what:40s} {way:12s} {row['samples_per_s']:10,.0f}  ({row['samples_per_s'] / base:.2f}x)"
+            if row["kernel_share"] is not None:
+                line += f"; GPU busy in kernels {row['kernel_share']:.0%}"
+            print(line)
+    return record()
+
+
+def measure_way(config: RunConfig, way: str, backend: str | None) -> dict:
+    """Samples/s of ``config``'s rounds trained ``way`` (``sequential`` or a batched step
+    variant), with the kernel share of one more round and the last round's simulation."""
+    run_config = config.replace(batched_clients=way != "sequential")
+    with step_variant("plain" if way == "sequential" else way, backend):
+        # not timed: the first kernels' start-up, and a compiled step's compiling for
+        # the group's own shapes (a smaller warm-up round would compile other shapes)
+        warm_up = run_config.replace(rounds=1)
+        one_round(warm_up if way != "sequential" else warm_up.replace(train_samples=config.clients * 8))
+        seconds, samples, last = 0.0, 0, None
+        for _ in range(config.rounds):
+            s, n, last = one_round(run_config)
+            seconds, samples = seconds + s, samples + n
+        share = kernel_share(lambda: one_round(run_config))
+    return {"samples_per_s": samples / seconds, "seconds": seconds, "samples": samples,
+            "kernel_share": share, "sim": last}
+
+
+def workload_record(what: str, config: RunConfig, rows: dict) -> dict:
+    """One workload's measurements as the JSON stores them (the simulations left out)."""
+    return {"workload": what, "clients": config.clients, "rounds": config.rounds,
+            "train_samples": config.train_samples, "batch_size": config.batch_size,
+            "ways": {way: {k: v for k, v in row.items() if k != "sim"} for way, row in rows.items()}}
+
+
+def environment() -> dict:
+    """Where the benchmark ran: the device's name, torch's and Python's versions, the date."""
+    import datetime
+    import platform
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"gpu": gpu, "cuda": torch.version.cuda, "torch": torch.__version__,
+            "python": platform.python_version(), "cpu_cores": os.cpu_count(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def main():
@@ -150,7 +212,17 @@ def main():
     parser.add_argument("--device", default="cpu", help="device of the batched comparison")
     parser.add_argument("--tiny", action="store_true",
                         help="a few samples per client: a smoke test")
+    parser.add_argument("--variants", default="plain",
+                        help=f"comma-separated batched step variants to compare: {', '.join(VARIANTS)}")
+    parser.add_argument("--backend", default=None,
+                        help="torch.compile's backend for the compiled variants (default inductor)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the batched comparison's measurements here (JSON)")
     args = parser.parse_args()
+    variants = tuple(filter(None, args.variants.split(",")))
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        parser.error(f"unknown --variants {','.join(unknown)!r}; choose from: {', '.join(VARIANTS)}")
     skip = set(filter(None, args.skip.split(",")))
     torch.set_num_threads(1)
     config = RunConfig(method="fedavg", dataset="fashion-mnist", model="lenet5", partition="iid", clients=20,
@@ -158,7 +230,16 @@ def main():
                        rounds=args.rounds, batch_size=32, lr=0.05, eval_every=args.rounds,
                        eval_global=False)
     if args.batched != "no":
-        batched_comparison(config.replace(device=args.device), args.paper_clients, args.tiny)
+        where = environment()
+
+        def save(measured):
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**where, **measured}, indent=1))
+
+        batched_comparison(config.replace(device=args.device), args.paper_clients, args.tiny, variants,
+                           args.backend, save=save if args.json else None)
+        if args.json:
+            print(f"wrote {args.json}")
         if args.batched == "only":
             return
     sim = build_simulation(config)
