@@ -25,8 +25,10 @@ from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.models import structured_units
 
+from .literal_fedlps import fedlps_code_rounds
+from .literal_reference import UNEVEN_SIZES
 from .pfl_reference import (assert_scores_close, assert_state_close, build, round_orders, scores,
-                            tiny_config)
+                            skewed_assignment, tiny_config)
 
 LAM, NOISE, DECAY, EPOCHS = 1.0, 1e-3, 0.998, 2
 SIZES = [60, 100, 40, 80]
@@ -241,3 +243,26 @@ def test_iid_runs_although_the_released_code_has_no_iid_path():
     sim, _ = build(code_config().replace(partition="iid", given_indices=None, clients=3))
     sim.round(1, evaluate=False)
     assert all(r.loss == r.loss for r in sim.reports)
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")      # the code's (n, 1) vs (n,) MSELoss
+def test_fedlps_code_matches_the_literal_released_loop_on_uneven_clients():
+    """The port of Hetero_Client.update_weights_leanable and agg/avg.py (literal_fedlps) on
+    56, 36, 10 and 72 training samples with batch 16 (every client a partial batch, one
+    client nothing but one), two epochs, momentum and weight decay: the global state and
+    every kept model within 1e-5."""
+    config = code_config().replace(given_indices=skewed_assignment(4, UNEVEN_SIZES), momentum=0.5,
+                                   weight_decay=1e-3)
+    sim, start = build(config)
+    assert [c.n_train for c in sim.data.clients] == [56, 36, 10, 72]
+    rates = {}
+    for t, ids in enumerate(PARTICIPANTS, start=1):
+        sim.round(t, clients=ids, evaluate=False)
+        rates[t] = {k: plan.ratio for k, plan in sim.plans.items()}
+    assert len({r for per_round in rates.values() for r in per_round.values()}) > 1
+    ours = dict(sim.method.model.named_parameters())
+    theirs, kept = fedlps_code_rounds(sim, start, PARTICIPANTS, rates, LAM, NOISE, EPOCHS, DECAY)
+    assert_state_close(ours, theirs)
+    assert set(sim.method.personal) == set(kept)
+    for k, state in kept.items():
+        assert_state_close(sim.method.personal[k], state)
