@@ -276,6 +276,8 @@ def test_fedlps_code_matches_the_literal_released_loop_on_uneven_clients():
     ours = dict(sim.method.model.named_parameters())
     theirs, kept = fedlps_code_rounds(sim, start, PARTICIPANTS, rates, LAM, NOISE, EPOCHS, DECAY)
     assert_state_close(ours, theirs)
+    silent, _ = fedlps_code_rounds(sim, start, PARTICIPANTS, rates, LAM, 0.0, EPOCHS, DECAY)
+    assert max(float((ours[n].detach() - silent[n]).abs().max()) for n in silent) > 1e-3   # noise draws match
     assert set(sim.method.personal) == set(kept)
     for k, state in kept.items():
         assert_state_close(sim.method.personal[k], state)

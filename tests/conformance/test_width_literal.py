@@ -65,6 +65,9 @@ def test_fedrolex_matches_the_literal_port_with_the_codes_roll():
 
 
 def test_fjord_matches_the_flower_port():
+    """``fjord_average`` weights by n_k: the package's plain-mean option is far from the port."""
     sim, start, ours = run("fjord")
     theirs = lit.fjord_rounds(sim, start, PARTICIPANTS)
     assert largest_difference(ours, theirs) <= TOL
+    plain, plain_start, plain_state = run("fjord", {"weighting": "count"})
+    assert largest_difference(plain_state, lit.fjord_rounds(plain, plain_start, PARTICIPANTS)) > 1e-3
