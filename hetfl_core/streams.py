@@ -34,5 +34,6 @@ STREAMS: dict[str, int] = {
     "dynamic_tiers": 47,    # FedLPS' redrawn device tiers, per (round, client)
     "code_masks": 53,       # FedLPS (released code): the fresh scores, per (round, client)
     "server_noise": 59,     # FedLPS (released code): the server's noise on the model, per round
+    "dynamic_rates": 61,    # HeteroFL's 'dynamic' mode: every client's width, per round
     "cell": 404,            # the wireless cell, then 0: its clients' places, 1: the deadline probe, 2: its rounds
 }

@@ -28,7 +28,13 @@ this variant computes each one as the released code does:
 * **Learning rate** lr x ``lr_decay``^(r - 1) in round r (Hetero_Client.py:153-157,
   options.py:29; the paper: constant).
 * **Tiers redrawn every round** (``model_split_mode='dynamic'``, options.py:95;
-  FedLPS.py:34-45, 178; Sec. III-B fixes them): ``capability="dynamic"``.
+  FedLPS.py:34-45, 178; Sec. III-B fixes them): ``capability="dynamic"``, uniformly from
+  the code's five tiers (``tiers="code"``, the default): capabilities 1/16, 1/8, 1/4, 1/2
+  and 1 of the run's fastest device, with its links (FedLPS.py ``mask_rate_list`` with
+  equal ``proportion``, and ``FLOPS_capacity`` 46528..744448 MFLOP/s, one link rate for
+  all). ``tiers="run"`` draws from the run's distinct device tiers instead (e.g. 1, 1/4,
+  1/16 under ``heterogeneity="high"``): it changes the share of visits above 1/4, which
+  alone refresh a kept model (2 in 5 with the code's tiers, 1 in 3 there).
 * **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``,
   Hetero_Client.py:199; the paper: E local steps), unless the run sets ``local_steps``.
 * **Scoring.** Only a visit at a ratio above ``keep_above`` = 0.25 replaces the client's
@@ -47,6 +53,7 @@ The per-round tier, learning rate and epochs travel in the round's ``ClientPlan`
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +67,10 @@ from ..training import clone_model, minibatch_indices, steps_for_epochs
 from .base import ClientPlan, register, seeded_generator
 from .fedlps import FedLPS
 
-__all__ = ["FedLPSCode", "released_scores", "released_units"]
+__all__ = ["FedLPSCode", "CODE_TIERS", "code_tiers", "released_scores", "released_units"]
+
+#: FedLPS.py's ``mask_rate_list``: the tiers (capabilities) a round's redraw picks from
+CODE_TIERS = (0.0625, 0.125, 0.25, 0.5, 1.0)
 
 _SHARED = ("lam", "ratio_rule", "ratio", "capability", "alpha", "arm_range", "intervals", "rho",
            "delta", "explore", "ucb_xi")
@@ -79,6 +89,15 @@ def released_units(q: torch.Tensor, ratio: float) -> torch.Tensor:
     s = torch.sigmoid(q.detach())
     k = max(int(ratio * q.numel()), 1)
     return s > torch.topk(s, k).values.min()
+
+
+def code_tiers(devices) -> list:
+    """The released code's five tiers as devices: the fastest of ``devices`` with its compute
+    scaled by each of :data:`CODE_TIERS` (its links unchanged: the code gives every client
+    the same link rates)."""
+    fastest = max(devices, key=lambda d: d.flops_per_s)
+    return [dataclasses.replace(fastest, tier=f"code-{Fraction(z)}", flops_per_s=fastest.flops_per_s * z)
+            for z in CODE_TIERS]
 
 
 @register
@@ -102,6 +121,9 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
                          low_open=True, optional=True),
         "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1,
                            low_open=True),
+        "tiers": Option("code", "the tiers a dynamic round draws from: code (the released "
+                                "code's capabilities 1/16, 1/8, 1/4, 1/2, 1 of the fastest device) "
+                                "or run (the run's device tiers)", choices=("code", "run")),
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
@@ -110,6 +132,8 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
     def setup(self, sim):
         super().setup(sim)
         self.units = {n: k for n, _, k in structured_units(self.model)}
+        if self.options["tiers"] == "code":
+            self.tiers = code_tiers(self.devices)
 
     def local_steps(self, client) -> int:
         """``epochs`` passes over the client's data, unless the run sets ``local_steps`` or

@@ -21,8 +21,12 @@ as its authors ran it:
 
 The options switch each of these off for ablations (see their help). Deviations kept on
 purpose: the width levels are 1, 1/2, 1/4 by capability, fixed for the run (the paper's
-five levels are the ``widths`` option; the authors' 'dynamic' mode, every client's width
-redrawn each round, is not implemented); the authors decay the lr by x0.1 at fixed
+five levels are the ``widths`` option). The authors' ``model_split_mode='dynamic'``
+(fed.py ``make_model_rate``, called by ``distribute`` every round: ``torch.multinomial(
+proportion, num_users, replacement=True)`` over the rate levels) is ``rate_mode="dynamic"``:
+each round every client's width is drawn afresh, independently, with the levels' shares of
+the capability assignment as the proportions (the authors' ``proportion`` comes from their
+``model_mode`` string, which sets the fixed mode's shares too); the authors decay the lr by x0.1 at fixed
 rounds (their global MultiStepLR), here ``lr_milestones`` (empty by default: the run's
 lr throughout; FedRolex's code steps its schedule before each round, so its milestone m
 is ``lr_milestones`` m - 1); the width models have no batch
@@ -33,12 +37,14 @@ the methods compare at equal per-device model sizes.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..frequency import heroes_widths
 from ..options import Option
+from ..streams import STREAMS
 from ..errors import ConfigError
 from ..models import structured_units
 from ..submodel import (SUPPORTED_MODELS, embed, extract, first_units, hidden_output_hook,
@@ -78,6 +84,9 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                                 "authors' MultiStepLR, e.g. [150, 250] on CIFAR-10; empty: "
                                 "constant)", 1, 10**9, kind=int),
         "lr_gamma": Option(0.1, "the factor of each lr_milestones drop", 0, 1, low_open=True),
+        "rate_mode": Option("fixed", "fixed: each client's width for the run; dynamic: every "
+                            "client's width redrawn each round from the levels' shares (the "
+                            "authors' model_split_mode='dynamic')", choices=("fixed", "dynamic")),
         "widths": Option([1.0, 0.5, 0.25], "the width levels; a client gets the largest its "
                          "capability allows", 0, 1, low_open=True),
         "width_budget": Option(None, "None: widths by capability; a number: Heroes' width rule, "
@@ -119,6 +128,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
             self.levels = sorted(set(levels))
             for k, device in enumerate(self.devices):
                 self.widths[k] = next((w for w in levels if w <= capability(device, self.devices) + 1e-9), levels[-1])
+        self.assigned = dict(self.widths)    # the capability assignment (rate_mode's shares)
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
 
@@ -146,9 +156,21 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
                                   else out)
 
     def configure_round(self, round_idx, client_ids):
-        """Each client's width, fixed for the run."""
+        """Each client's width: fixed for the run, or under ``rate_mode="dynamic"`` every
+        client's redrawn for this round (:meth:`redraw_widths`)."""
         self.round_idx = round_idx
+        if self.options["rate_mode"] == "dynamic":
+            self.widths = self.redraw_widths(round_idx)
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), width=self.widths[k]) for k in client_ids}
+
+    def redraw_widths(self, round_idx: int) -> dict:
+        """fed.py ``make_model_rate`` ('dynamic'): every client's width drawn independently
+        from the levels with probabilities their shares of the capability assignment."""
+        levels = sorted(set(self.assigned.values()))
+        shares = np.array([sum(w == level for w in self.assigned.values()) for level in levels], dtype=float)
+        rng = np.random.default_rng([self.config.seed, STREAMS["dynamic_rates"], round_idx])
+        drawn = rng.choice(len(levels), size=len(self.assigned), p=shares / shares.sum())
+        return {k: levels[i] for k, i in zip(sorted(self.assigned), drawn)}
 
     def report(self, client, plan, model: nn.Module, idx: dict, loss: float, flops: float) -> ClientReport:
         """The trained sub-model sent back in global shapes, ``(values, held)``; under

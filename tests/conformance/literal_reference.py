@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -142,3 +143,65 @@ def pfllib_split_rounds(sim, start_module: nn.Module, participants, body: list, 
         pfllib_average(glob, uploads, weights, names=body)
     server = module_state(glob)
     return {k: {**module_state(m), **{n: server[n] for n in body}} for k, m in own.items()}
+
+
+def ditto_stream(n: int, batch_size: int, num_iter: int):
+    """Ditto's ``gen_batch`` (flearn/utils/model_utils.py) over sample positions: one stream per
+    client for the whole run; ``index`` advances by B and, when ``index + B > n``, returns
+    to 0 with the data reshuffled under ``np.random.seed(i + 1)``. So a pass yields only
+    full batches (the partial one is dropped), and a client smaller than a batch gets all
+    its n samples in every iteration."""
+    order = np.arange(n)
+    index = n
+    for i in range(num_iter):
+        index += batch_size
+        if index + batch_size > n:
+            index = 0
+            np.random.seed(i + 1)
+            np.random.shuffle(order)
+        yield torch.as_tensor(order[index:index + batch_size].copy())
+
+
+def package_batches(config, t: int, k: int, client):
+    """The package's batches of client k in round t: E passes of a fresh shuffle, partial
+    batch kept (a ``DataLoader(shuffle=True)`` per epoch)."""
+    stream = client_stream(config, t, k)
+    return [b for _ in range(whole_epochs(config.local_epochs))
+            for b in loader_epoch(client.n_train, config.batch_size, stream, drop_last=False)]
+
+
+def ditto_rounds(sim, start_module: nn.Module, participants, lam: float, batches=package_batches,
+                 weighting: str = "samples"):
+    """Ditto's ``trainers_MTL/ditto.py`` loop: per sampled client a copy of the global model
+    (``w_global_idx``) and its persistent personal model (every v_k starts at w^0); per batch
+    first the personal step v <- v - lr (grad F(v) + lam (v - w^t)) written parameter by
+    parameter as the code does, then one plain SGD step of the global copy on the same
+    batch; the server adds the mean of the diffs w_k - w^t (``weighting="count"``: the
+    code's ``simple_average``; ``"samples"``: weighted by n_k) to w^t. ``batches(config, t,
+    k, client)`` gives the visit's batches. Returns (global module, personal modules)."""
+    config = sim.config
+    glob = copy.deepcopy(start_module)
+    personal = {k: copy.deepcopy(start_module) for k in range(len(sim.data.clients))}
+    for t, ids in enumerate(participants, start=1):
+        centre = module_state(glob)
+        diffs, weights = [], []
+        for k in ids:
+            client, v = sim.data.clients[k], personal[k]
+            w_global_idx = copy.deepcopy(glob)
+            optimizer = torch.optim.SGD(w_global_idx.parameters(), lr=config.lr)
+            for idx in batches(config, t, k, client):
+                x, y = client.x_train[idx], client.y_train[idx]
+                grads = torch.autograd.grad(nn.functional.cross_entropy(v(x), y), list(v.parameters()))
+                with torch.no_grad():
+                    for (name, p), g in zip(v.named_parameters(), grads):
+                        p.copy_(p - config.lr * (g + lam * (p - centre[name])))
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(w_global_idx(x), y).backward()
+                optimizer.step()
+            diffs.append({n: p.detach() - centre[n] for n, p in w_global_idx.named_parameters()})
+            weights.append(client.n_train if weighting == "samples" else 1.0)
+        total = float(sum(weights))
+        with torch.no_grad():
+            for name, p in glob.named_parameters():
+                p += sum(d[name] * (w / total) for d, w in zip(diffs, weights))
+    return glob, personal

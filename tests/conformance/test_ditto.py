@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from .pfl_reference import (assert_scores_close, assert_state_close, build, global_scores,
+from .literal_reference import UNEVEN_SIZES, ditto_rounds, ditto_stream, max_diff, module_state
+from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, global_scores,
                             round_orders, scores, sgd, tiny_config, weighted_mean)
 
 LAM = 0.5
@@ -87,3 +88,49 @@ def test_personal_start_option(start):
     other = "global" if start == "initial" else "initial"
     _, _, elsewhere = reference_ditto(sim, start_params, PARTICIPANTS, personal_start=other)
     assert abs(rows[-1]["loss_personal"] - elsewhere[-1][0][1]) > 1e-3      # the two starts differ
+
+
+UNEVEN_PARTICIPANTS = [[0, 1, 2, 3], [0, 2, 3]]
+
+
+def uneven_ditto(**changes):
+    """Ditto on the uneven federation (56, 36, 10, 72 training samples, batch 16), two
+    epochs per visit, and the package's module before any round."""
+    sim, _ = build(tiny_config("ditto", sizes=UNEVEN_SIZES, local_epochs=2.0, options={"lam": LAM}, **changes))
+    start = copy.deepcopy(sim.method.model)
+    for t, ids in enumerate(UNEVEN_PARTICIPANTS, start=1):
+        sim.round(t, clients=ids, evaluate=False)
+    return sim, start
+
+
+def test_ditto_matches_the_literal_loop_on_uneven_clients():
+    """The code's loop (personal step, then global step, per batch; w^t plus the mean diff)
+    on the package's batches: global and every personal model within 1e-5."""
+    sim, start = uneven_ditto()
+    glob, personal = ditto_rounds(sim, start, UNEVEN_PARTICIPANTS, LAM)
+    assert max_diff(sim.method.model, module_state(glob)) <= TOL
+    for k in range(4):
+        assert max_diff(sim.method.personal_model(k), module_state(personal[k])) <= TOL
+    unweighted, _ = ditto_rounds(sim, start, UNEVEN_PARTICIPANTS, LAM, weighting="count")
+    assert max_diff(sim.method.model, module_state(unweighted)) > 1e-4      # listed: n_k weights
+
+
+def test_the_codes_batch_stream_is_a_kept_deviation():
+    """The code draws each visit's ``local_iters`` batches from one ``gen_batch`` stream per
+    client for the whole run (full batches only; a client smaller than a batch gets all its
+    samples each time); the package takes E fresh passes per visit with the partial batch.
+    With as many iterations as the package's steps the two runs differ."""
+    sim, start = uneven_ditto()
+    streams = {}
+
+    def code_batches(config, t, k, client):
+        steps = sim.method.local_steps(client)
+        if k not in streams:
+            streams[k] = ditto_stream(client.n_train, config.batch_size, 10 * steps)
+        return [next(streams[k]) for _ in range(steps)]
+
+    first = list(ditto_stream(10, 16, 3))
+    assert all(sorted(b.tolist()) == list(range(10)) for b in first)          # n < B: every sample
+    assert [len(b) for b in ditto_stream(36, 16, 5)] == [16, 16, 16, 16, 16]  # partial batch dropped
+    glob, _ = ditto_rounds(sim, start, UNEVEN_PARTICIPANTS, LAM, batches=code_batches)
+    assert max_diff(sim.method.model, module_state(glob)) > 1e-3

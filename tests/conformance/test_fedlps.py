@@ -25,8 +25,12 @@ from hetfl_core.methods.base import seeded_generator
 from hetfl_core.errors import ConfigError
 from hetfl_core.models import structured_units
 
+from hetfl_core.methods.fedlps_code import CODE_TIERS
+
+from .literal_fedlps import fedlps_code_rounds
+from .literal_reference import UNEVEN_SIZES
 from .pfl_reference import (assert_scores_close, assert_state_close, build, round_orders, scores,
-                            tiny_config)
+                            skewed_assignment, tiny_config)
 
 LAM, NOISE, DECAY, EPOCHS = 1.0, 1e-3, 0.998, 2
 SIZES = [60, 100, 40, 80]
@@ -34,10 +38,11 @@ PARTICIPANTS = [[0, 1, 2], [0, 2, 3], [1, 2, 3]]
 
 
 def code_config(**options):
-    """The tiny federation under fedlps-code: dynamic tiers of the "high" level, ratio =
+    """The tiny federation under fedlps-code: dynamic tiers of the "high" level (the run's
+    tiers; the code's five: the literal test and the tier test), ratio =
     the round's tier (no bandit), two local epochs to keep the test fast."""
     settings = dict(ratio_rule="capability", epochs=float(EPOCHS), lam=LAM, noise=NOISE,
-                    lr_decay=DECAY)
+                    lr_decay=DECAY, tiers="run")     # these draws cover every case checked below
     return tiny_config("fedlps-code", sizes=SIZES, rounds=len(PARTICIPANTS), heterogeneity="high",
                        options={**settings, **options})
 
@@ -209,10 +214,20 @@ def test_no_proximal_term_decayed_lr_and_five_epochs():
     assert plans[0].extra["lr"] == pytest.approx(sim.config.lr * 0.998 ** 2)
 
 
-def test_tiers_are_redrawn_every_round():
-    sim, _ = build(code_config())
-    drawn = {sim.method.configure_round(t, [0])[0].extra["capability"] for t in range(1, 13)}
-    assert len(drawn) == 3
+@pytest.mark.parametrize("tiers, expected", [("code", CODE_TIERS), ("run", (0.0625, 0.25, 1.0))])
+def test_tiers_are_redrawn_every_round_from_the_codes_five(tiers, expected):
+    """By default a round's capability is drawn from FedLPS.py's ``mask_rate_list``
+    {1/16, 1/8, 1/4, 1/2, 1} (of the fastest device, whose links every tier keeps);
+    ``tiers="run"`` draws from the run's device tiers ("high": 1, 1/4, 1/16)."""
+    sim, _ = build(code_config(tiers=tiers))
+    plans = [sim.method.configure_round(t, [0])[0] for t in range(1, 41)]
+    assert {p.extra["capability"] for p in plans} == set(expected)
+    fastest = max(sim.method.devices, key=lambda d: d.flops_per_s)
+    for plan in plans:
+        device = plan.device or sim.method.devices[0]
+        assert device.flops_per_s == pytest.approx(fastest.flops_per_s * plan.extra["capability"])
+        if tiers == "code":
+            assert (device.uplink_bps, device.downlink_bps) == (fastest.uplink_bps, fastest.downlink_bps)
 
 
 def test_a_kept_model_outlives_later_visits_at_or_below_a_quarter():
@@ -241,3 +256,28 @@ def test_iid_runs_although_the_released_code_has_no_iid_path():
     sim, _ = build(code_config().replace(partition="iid", given_indices=None, clients=3))
     sim.round(1, evaluate=False)
     assert all(r.loss == r.loss for r in sim.reports)
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")      # the code's (n, 1) vs (n,) MSELoss
+def test_fedlps_code_matches_the_literal_released_loop_on_uneven_clients():
+    """The port of Hetero_Client.update_weights_leanable and agg/avg.py (literal_fedlps) on
+    56, 36, 10 and 72 training samples with batch 16 (every client a partial batch, one
+    client nothing but one), two epochs, momentum and weight decay: the global state and
+    every kept model within 1e-5."""
+    config = code_config(tiers="code").replace(given_indices=skewed_assignment(4, UNEVEN_SIZES), momentum=0.5,
+                                   weight_decay=1e-3)
+    sim, start = build(config)
+    assert [c.n_train for c in sim.data.clients] == [56, 36, 10, 72]
+    rates = {}
+    for t, ids in enumerate(PARTICIPANTS, start=1):
+        sim.round(t, clients=ids, evaluate=False)
+        rates[t] = {k: plan.ratio for k, plan in sim.plans.items()}
+    assert len({r for per_round in rates.values() for r in per_round.values()}) > 1
+    ours = dict(sim.method.model.named_parameters())
+    theirs, kept = fedlps_code_rounds(sim, start, PARTICIPANTS, rates, LAM, NOISE, EPOCHS, DECAY)
+    assert_state_close(ours, theirs)
+    silent, _ = fedlps_code_rounds(sim, start, PARTICIPANTS, rates, LAM, 0.0, EPOCHS, DECAY)
+    assert max(float((ours[n].detach() - silent[n]).abs().max()) for n in silent) > 1e-3   # noise draws match
+    assert set(sim.method.personal) == set(kept)
+    for k, state in kept.items():
+        assert_state_close(sim.method.personal[k], state)

@@ -2,11 +2,14 @@
 (AIoT-MLSys-Lab/FedRolex @ 81351099: resnet_server.py split_model/combine, resnet_client.py
 step, main_resnet.py test; the Scaler and the masking trick as in HeteroFL), on the tiny
 federation of ``test_heterofl``: digits, 4 clients of widths 1, 1/2, 1/4, 2 rounds."""
+import pytest
 import torch
 
+from hetfl_core.engine import build_simulation
 from hetfl_core.submodel import extract
 
 from . import width_reference as ref
+from .pfl_reference import tiny_config
 from .test_heterofl import PARTICIPANTS, assert_scores_match, reference, run_package
 
 BACKWARD = {"direction": "backward"}
@@ -68,3 +71,22 @@ def test_deviation_plain_mean_where_the_code_weights_by_update_counts():
         assert torch.allclose(counted[name], expected[name], atol=1e-6), name
     for name in ("conv1.bias", "fc1.bias", "classifier.weight", "classifier.bias"):
         assert (counted[name] - expected[name]).abs().max() > 1e-4, name
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+def test_lr_milestones_follow_the_codes_scheduler_stepped_before_each_round():
+    """main_resnet.py steps its MultiStepLR *before* each round's training (``epoch`` from
+    1), so round t trains at lr x gamma^#{M <= t}; the package's ``lr_milestones`` drop the
+    rate after round m, hence the code's milestone M is ``lr_milestones`` M - 1."""
+    code_milestones, gamma, rounds = [2, 4], 0.5, 6
+    sim = build_simulation(tiny_config("fedrolex", rounds=rounds, options={
+        "lr_milestones": [m - 1 for m in code_milestones], "lr_gamma": gamma}))
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=sim.config.lr)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=code_milestones, gamma=gamma)
+    code_rates = []
+    for _epoch in range(1, rounds + 1):
+        scheduler.step()
+        code_rates.append(optimizer.param_groups[0]["lr"])
+    ours = [sim.method.lr_at(t) for t in range(1, rounds + 1)]
+    assert ours == [pytest.approx(r) for r in code_rates]
+    assert len(set(code_rates)) == 3                       # both milestones fall inside the run

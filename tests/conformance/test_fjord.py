@@ -42,3 +42,25 @@ def test_widths_are_sampled_per_batch_below_the_clients_maximum():
                                            cfg["batch_size"], cfg["epochs"], width_draw=True)
         drawn = {allowed[int(torch.randint(len(allowed), (1,), generator=widths))] for _ in batches}
         assert drawn == set(allowed), (allowed, drawn)
+
+
+def test_client_test_global_adds_the_flower_baselines_score():
+    """Kept on purpose: acc_personal scores each client's p_max model on its own split. The
+    Flower baseline's client ``evaluate`` scores it on the whole test set; with
+    ``client_test="global"`` that number is ``acc_clients_global`` (the mean over clients),
+    computed here from the reference state. Under this non-IID split the two differ."""
+    start, ours, row, sim = run_package("fjord", {"client_test": "global"})
+    method = sim.method
+    expected = ref.fjord_rounds(start, sim.data.clients, method.widths, method.levels,
+                                PARTICIPANTS, reference_config())
+    x, y = sim.data.dataset.x_test, sim.data.dataset.y_test
+    per_client = []
+    for c in sim.data.clients:
+        p_max = method.widths[c.client_id]
+        units = {n: ref.kept(expected[f"{n}.bias"].shape[0], p_max) for n in ref.HIDDEN}
+        with torch.no_grad():
+            per_client.append((ref.forward(expected, x, units=units).argmax(1) == y).float().mean().item())
+    assert abs(row["acc_clients_global"] - sum(per_client) / len(per_client)) <= 1e-5
+    assert abs(row["acc_clients_global"] - row["acc_personal"]) > 1e-3
+    _, _, default, _ = run_package("fjord", participants=PARTICIPANTS[:1])
+    assert "acc_clients_global" not in default

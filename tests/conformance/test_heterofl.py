@@ -102,3 +102,38 @@ def test_lr_milestones_drop_the_rate_after_those_rounds():
     ours, theirs = scheduled.method.model.state_dict(), by_hand.method.model.state_dict()
     assert all(torch.equal(ours[n], theirs[n]) for n in ours)
     assert scheduled.method.round_lr == pytest.approx(0.02)
+
+
+def test_dynamic_rate_mode_redraws_every_clients_width_each_round():
+    """``rate_mode="dynamic"`` is fed.py's ``make_model_rate`` in 'dynamic' mode: every round
+    each client's width is drawn afresh from the levels with their shares of the fixed
+    assignment as probabilities; the round then trains exactly as a fixed run whose
+    widths are the drawn ones."""
+    rounds = 12
+    dynamic = build_simulation(RunConfig(method="heterofl", rounds=rounds, options={"rate_mode": "dynamic"},
+                                         **SETTING))
+    fixed = dict(dynamic.method.assigned)
+    drawn = []
+    for t in range(1, rounds + 1):
+        plans = dynamic.method.configure_round(t, list(range(4)))
+        drawn.append({k: plan.width for k, plan in plans.items()})
+    assert set().union(*(d.values() for d in drawn)) == set(fixed.values())
+    assert any(d != fixed for d in drawn)                           # widths move
+    assert len({d[2] for d in drawn}) > 1                           # also one client's over rounds
+    assert dynamic.method.redraw_widths(5) == drawn[4]              # seeded per round
+    # one trained round at the drawn widths equals a fixed run with those widths
+    one = build_simulation(RunConfig(method="heterofl", rounds=1, options={"rate_mode": "dynamic"}, **SETTING))
+    by_hand = build_simulation(RunConfig(method="heterofl", rounds=1, **SETTING))
+    by_hand.method.widths = one.method.redraw_widths(1)
+    assert by_hand.method.widths != fixed
+    one.round(1, clients=[0, 1, 2, 3], evaluate=False)
+    by_hand.round(1, clients=[0, 1, 2, 3], evaluate=False)
+    ours, theirs = one.method.model.state_dict(), by_hand.method.model.state_dict()
+    assert all(torch.equal(ours[n], theirs[n]) for n in ours)
+
+
+def test_fixed_rate_mode_keeps_the_capability_widths():
+    sim = build_simulation(RunConfig(method="heterofl", rounds=3, **SETTING))
+    for t in (1, 2, 3):
+        plans = sim.method.configure_round(t, list(range(4)))
+        assert {k: p.width for k, p in plans.items()} == sim.method.assigned
