@@ -1,6 +1,7 @@
-"""The chapter summary written from a claim ledger (hetfl_core.summary)."""
+"""What the chapters print and how they end: output wrapped at the page's code column
+(hetfl_core.book.say) and the summary written from a claim ledger (summary_markdown)."""
+from hetfl_core.book import COLUMN, first_clause, say, summary_markdown
 from hetfl_core.report import Ledger, at_least
-from hetfl_core.summary import first_clause, summary_markdown
 
 
 def test_first_clause_stops_at_the_first_semicolon_and_cuts_long_text():
@@ -23,3 +24,16 @@ def test_the_summary_counts_and_groups_the_counted_claims_by_verdict():
     assert "Fig. 2: A beats C (-3); why: C 90% vs A 87%." in text
     assert "Fig. 3" not in text and "a check" not in text       # counted claims only
     assert "inconclusive:" not in text.replace("are inconclusive", "")
+
+
+def test_say_wraps_long_lines_and_keeps_short_ones(capsys):
+    say("short", 1, True)
+    say("word " * 40)
+    say("a\nb")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "short 1 True"
+    long = lines[1:-2]
+    assert len(long) > 1 and all(len(line) <= COLUMN for line in long)
+    assert all(line.startswith("  word") for line in long[1:])
+    assert " ".join(line.strip() for line in long) == ("word " * 40).strip()
+    assert lines[-2:] == ["a", "b"]
