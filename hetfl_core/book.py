@@ -8,6 +8,9 @@ sweeps, the caption under a reproduction (what it ran with, how to rerun it) and
     book.claim("Table II", "Heroes is more accurate than FedAvg", paper="+10.46 points", ...)
     book.ledger.show(); book.ledger.save()
 
+Printed output that fits the page (:func:`say`) and the summary that closes a paper
+chapter, written from its ledger (:func:`summary_markdown`).
+
 Besides: a chapter's recorded paper-scale run (:func:`paper_scale_markdown`), and its plan,
 the runs it asks for and what they cost, found without training (:func:`plan_chapter`,
 :func:`measure_speed`).
@@ -31,10 +34,11 @@ from .config import SCALES, SEED_LIMIT
 from .errors import ConfigError
 from .options import check_value
 
-__all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
+__all__ = ["COLUMN", "say", "first_clause", "summary_markdown",
+           "SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
-           "paper_results_dir", "paper_scale_markdown", "summary_markdown"]
+           "paper_results_dir", "paper_scale_markdown"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
 #: ``authors``, as the methods' authors ran them (every method's default), or
@@ -291,42 +295,7 @@ class Chapter:
         (:func:`summary_markdown`)."""
         from IPython.display import Markdown, display
 
-        display(Markdown(summary_markdown(self.ledger.to_dict())))
-
-
-#: the counted verdicts, in the order a summary lists them
-SUMMARY_ORDER = ("holds", "fails", "inconclusive")
-
-
-def _summary_item(claim: dict, with_why: bool) -> str:
-    """One claim as "ref: statement (measured)", then its "why" where asked."""
-    text = f"{claim['ref']}: {claim['statement']} ({claim['measured'].split('; ')[0]})"
-    return f"{text}; why: {claim['why']}" if with_why and claim.get("why") else text
-
-
-def summary_markdown(ledger: dict) -> str:
-    """The closing summary of a chapter from its ledger (``Ledger.to_dict()``): the
-    counted paper claims grouped by verdict (holds, fails, inconclusive), each with its
-    measured value and, where it does not hold, the ledger's "why"; then how many rows
-    are not counted. Every number in it comes from the ledger. No claims raise
-    ``ValueError``."""
-    claims = ledger["claims"]
-    if not claims:
-        raise ValueError(f"ledger {ledger.get('chapter', '')!r} has no claims to summarise")
-    counted = [c for c in claims if c["kind"] == "paper" and c["verdict"] in SUMMARY_ORDER]
-    parts = [f"**Summary.** Of {len(counted)} counted claims of the paper, "
-             + ", ".join(f"{sum(c['verdict'] == v for c in counted)} {v}" for v in SUMMARY_ORDER)
-             + "."]
-    for verdict in SUMMARY_ORDER:
-        items = [f"  - {_summary_item(c, verdict != 'holds')}" for c in counted if c["verdict"] == verdict]
-        if items:
-            parts.append(f"- **{verdict.capitalize()}:**\n" + "\n".join(items))
-    rest = {"predictions of the book": sum(c["kind"] == "prediction" for c in claims),
-            "checks": sum(c["kind"] == "invariant" for c in claims),
-            "paper claims on too few seeds": sum(c["kind"] == "paper" and c["verdict"] not in SUMMARY_ORDER
-                                                 for c in claims)}
-    parts.append("Not counted: " + ", ".join(f"{k}: {n}" for k, n in rest.items()) + ".")
-    return "\n\n".join(parts)
+        display(Markdown(summary_markdown(self.ledger)))
 
 
 # -- a paper-scale run, recorded with where and when it ran ------------------------------------
@@ -581,3 +550,57 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
     per_sample = max(rounds[1] - rounds[0], 0.0) / ((steps[1] - steps[0]) * short.batch_size * participants)
     per_round = max(rounds[0] - per_sample * steps[0] * short.batch_size * participants, 0.0)
     return RunSpeed(per_sample, per_round, personal, personal_last, global_model)
+
+
+# -- what a chapter prints and how it ends ------------------------------------------------
+#: characters of the page's code column (and of its printed output) at 1280 px
+COLUMN = 76
+
+
+def say(*parts, sep: str = " ") -> None:
+    """``print`` for a chapter's running text: ``parts`` (each ``str``-ed, joined by
+    ``sep``), each line wrapped at :data:`COLUMN` characters with a two-space
+    continuation indent, so that no printed line scrolls sideways; words longer than the
+    column are left whole."""
+    import textwrap
+
+    for line in sep.join(map(str, parts)).split("\n"):
+        print(textwrap.fill(line, COLUMN, subsequent_indent="  ", break_long_words=False,
+                            break_on_hyphens=False) if line else "")
+
+
+def first_clause(text: str, limit: int = 160) -> str:
+    """The part of a claim's *why* before its first ``"; "``, cut at ``limit`` characters."""
+    head = text.split("; ", 1)[0].strip()
+    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+
+
+def summary_markdown(ledger, title: str = "") -> str:
+    """The summary that closes a paper chapter, from its ``ledger`` (a
+    :class:`~hetfl_core.report.Ledger` or its saved ``dict``): the counts of the counted
+    paper claims, then one line per counted claim grouped by verdict (what held, what
+    failed, what the seeds could not decide); a claim that does not hold carries the first
+    clause of its *why*. Uncounted claims and checks appear only in the counts, and every
+    number comes from the ledger, so the summary cannot disagree with the table."""
+    from .report import VERDICTS, Ledger, _counts, counts_sentence
+
+    saved = ledger.to_dict() if isinstance(ledger, Ledger) else ledger
+    claims = saved["claims"]
+    papers = [c for c in claims if c.get("kind", "paper") == "paper"]
+    lines = [f"**{title or saved.get('title', 'This chapter')} at scale "
+             f"`{saved.get('scale') or '?'}`:** "
+             + counts_sentence(_counts(saved), total=len(claims)), ""]
+    heads = {"holds": "What held", "fails": "What failed",
+             "inconclusive": "What the seeds could not decide"}
+    for verdict in VERDICTS:
+        rows = [c for c in papers if c["verdict"] == verdict]
+        if not rows:
+            continue
+        lines += [f"{heads[verdict]}:", ""]
+        for c in rows:
+            line = f"- {c['ref']}: {c['statement']} ({c['measured']})"
+            if verdict != "holds" and c.get("why"):
+                line += f"; why: {first_clause(c['why'])}"
+            lines.append(line + ".")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

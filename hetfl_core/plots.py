@@ -203,23 +203,24 @@ def legend_below(fig, axes, ncol: int | None = None) -> None:
                ncol=ncol or min(len(entries), max(1, int(fig.get_figwidth() // 1.6))))
 
 
-def mark_never(ax, text: str = "never", size: float = 0.06) -> None:
-    """Draw every bar of ``ax`` with no height (its runs never reached the target) as a
-    short hatched stub labelled ``text``, in place of a number."""
+def mark_never(ax, text: str = "never") -> None:
+    """Mark every bar of ``ax`` with no height (its runs never reached the target) by a
+    cross on the axis in the bar's colour, labelled ``text``, with no bar and no number:
+    a "never" has no height to draw."""
     from matplotlib.container import BarContainer
 
     containers = [c for c in ax.containers if isinstance(c, BarContainer)]
     heights = [p.get_height() for c in containers for p in c.patches]
     if not any(np.isfinite(h) for h in heights):
         ax.set_ylim(0, 1)
-    top = ax.get_ylim()[1]
     for container in containers:
         for patch in container.patches:
             if np.isfinite(patch.get_height()):
                 continue
             x = patch.get_x() + patch.get_width() / 2
-            ax.bar(x, size * top, patch.get_width(), color="none", hatch="xxx", edgecolor=patch.get_facecolor())
-            ax.text(x, 1.2 * size * top, text, rotation=90, ha="center", va="bottom", fontsize=9)
+            ax.plot(x, 0, marker="x", ms=9, mew=2, color=patch.get_facecolor(), clip_on=False)
+            ax.annotate(text, (x, 0), xytext=(0, 9), textcoords="offset points", rotation=90,
+                        ha="center", va="bottom", fontsize=8, color="0.35", style="italic")
 
 
 def client_class_heatmap(counts: np.ndarray, ax=None, title: str | None = None, colorbar: bool = True):

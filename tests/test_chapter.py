@@ -145,27 +145,6 @@ def test_simplified_baselines_change_only_the_corrected_baselines():
     assert rerun_command("x", "book", 0, "simplified").endswith("-p seed 0 -p baselines simplified")
 
 
-def test_a_summary_is_written_from_the_ledger():
-    """The closing summary groups the counted claims by verdict, gives the why of those
-    that do not hold, and counts the rest apart."""
-    from hetfl_core.book import summary_markdown
-    from hetfl_core.report import Ledger, Why, at_least
-
-    ledger = Ledger("demo", "Demo")
-    ledger.claim("Fig. 1", "A beats B", "+3", [2.0, 2.5, 3.0], at_least(0, " points"), unit=" points")
-    ledger.claim("Fig. 2", "A is faster", "2x", [-4.0, -5.0, -6.0], at_least(0, " points"),
-                 why=Why("B's rate", 0.37, "B converged first"))
-    ledger.claim("Fig. 3", "A learns", "-", [1.0], at_least(0), kind="prediction")
-    text = summary_markdown(ledger.to_dict())
-    assert "Of 2 counted claims of the paper, 1 holds, 1 fails, 0 inconclusive" in text
-    held, failed = text.index("**Holds:**"), text.index("**Fails:**")
-    assert held < text.index("A beats B (2.5 ± 0.5 points") < failed
-    assert "A is faster" in text[failed:] and "why: B converged first (B's rate = 0.37)" in text
-    assert "predictions of the book: 1" in text
-    with pytest.raises(ValueError, match="no claims"):
-        summary_markdown(Ledger("empty", "Empty").to_dict())
-
-
 def test_stating_a_claim_adds_it_and_displays_its_row(monkeypatch):
     """book.state records the claim in the ledger and displays its verdict row once."""
     import IPython.display

@@ -35,7 +35,7 @@ def test_curves_and_bars_take_the_palette():
     plt.close("all")
 
 
-def test_never_reached_bars_get_a_stub_not_a_number():
+def test_never_reached_bars_get_a_cross_on_the_axis_not_a_number():
     import math
 
     import matplotlib.pyplot as plt
@@ -44,6 +44,9 @@ def test_never_reached_bars_get_a_stub_not_a_number():
     plots.grouped_bars({"target": {"FedAvg": 12.0, "HeteroFL": math.nan}}, ax=ax, fmt="{:.0f}")
     texts = [t.get_text() for t in ax.texts]
     assert "never" in texts and "nan" not in texts and "12" in texts
+    crosses = [line for line in ax.lines if line.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_ydata()) == [0]     # on the axis
+    assert matplotlib.colors.to_hex(crosses[0].get_color()) == plots.METHOD_STYLES["heterofl"][0]
     plt.close("all")
 
 
