@@ -275,13 +275,20 @@ class Chapter:
         (:meth:`~hetfl_core.report.Ledger.claim_cases`)."""
         return self.ledger.claim_cases(*args, **kwargs)
 
-    def state(self, *args, **kwargs) -> None:
+    def state(self, *args, cases: dict | None = None, k: int | None = None, **kwargs) -> None:
         """State a claim: add it (:meth:`claim`) and display its one-row verdict where it is made,
         also from inside a loop or a collapsed cell; returns nothing, so a cell that
-        ends with it shows the row once."""
+        ends with it shows the row once. With ``cases`` (case -> per-seed values) it is an
+        "in at least ``k`` of the cases" claim (:meth:`claim_cases`); ``k`` defaults to
+        every case."""
         from IPython.display import display
 
-        display(self.claim(*args, **kwargs))
+        if cases is None:
+            if k is not None:
+                raise ValueError("k (at least k of the cases) needs cases")
+            display(self.claim(*args, **kwargs))
+        else:
+            display(self.claim_cases(*args, cases=cases, k=len(cases) if k is None else k, **kwargs))
 
     def show_paper_scale(self) -> None:
         """Display the chapter's paper-scale ledger beside this run's

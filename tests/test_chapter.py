@@ -158,3 +158,27 @@ def test_stating_a_claim_adds_it_and_displays_its_row(monkeypatch):
     assert book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0)) is None
     assert len(book.ledger.claims) == 1 and shown == book.ledger.claims
     assert "A beats B" in shown[0]._repr_markdown_()
+
+
+def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkeypatch):
+    """book.state with cases adds an "in every case" claim (k defaults to all of them),
+    judged case by case, and displays its row once; k without cases is refused."""
+    import IPython.display
+
+    from hetfl_core.book import Chapter
+    from hetfl_core.report import at_least
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    book = Chapter("demo", "Demo", namespace())
+    cases = {"a": [1.0, 1.2, 0.9], "b": [-1.0, -1.1, -0.8]}
+    assert book.state("Fig. 1", "A beats B in every case", "+3", cases=cases,
+                      criterion=at_least(0)) is None
+    claim = book.ledger.claims[0]
+    assert shown == [claim] and claim.method == "cases, 2 of 2"
+    assert claim.cases["a"]["verdict"] == "holds" and claim.cases["b"]["verdict"] == "fails"
+    assert claim.verdict == "fails"
+    book.state("Fig. 1", "A beats B in one case", "+3", cases=cases, k=1, criterion=at_least(0))
+    assert book.ledger.claims[1].verdict == "holds"
+    with pytest.raises(ValueError, match="needs cases"):
+        book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0), k=1)
