@@ -459,3 +459,19 @@ def test_a_claim_left_as_a_cells_value_shows_its_verdict_line():
     ledger = Ledger("a", "A")
     c = ledger.claim("Table I", "FedLPS beats FedAvg", "+8.6", [1.0, 2.0, 3.0], at_least(0))
     assert c._repr_markdown_() == "Table I: FedLPS beats FedAvg: **holds** (2.0 ± 1.0 (3 seeds))"
+
+
+def test_plural_counts_a_noun_without_hedging():
+    import numpy as np
+
+    from hetfl_core.report import plural
+
+    assert plural(3, "seed") == "3 seeds"
+    assert plural(1, "seed") == "1 seed"
+    assert plural(np.int64(1), "seed") == "1 seed"
+    assert plural(1.0, "local epoch") == "1 local epoch"
+    assert plural(2.5, "local epoch") == "2.5 local epochs"
+    assert plural(0, "round") == "0 rounds"
+    assert plural(2, "class per client", "classes per client") == "2 classes per client"
+    with pytest.raises(TypeError, match="count must be a number"):
+        plural("3", "seed")
