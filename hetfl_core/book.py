@@ -263,12 +263,15 @@ class Chapter:
 
     def sweep(self, grid, **kwargs):
         """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
-        :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter, each
-        configuration as the chapter's ``baselines`` parameter says (:func:`with_baselines`);
-        a dict comes back as a dict with the same keys, equal configurations run once."""
+        :func:`~hetfl_core.experiments.sweep`, each configuration as the chapter's
+        ``baselines`` parameter says (:func:`with_baselines`); a dict comes back as a dict
+        with the same keys, equal configurations run once. No progress bar unless asked for
+        (``progress=True``, named after the chapter): a notebook rerun with papermill would
+        keep the bar as an output."""
         from .experiments import sweep
 
         kwargs.setdefault("desc", self.name)
+        kwargs.setdefault("progress", False)
         if isinstance(grid, dict):
             return sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()}, **kwargs)
         return sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)

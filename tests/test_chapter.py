@@ -143,3 +143,18 @@ def test_simplified_baselines_change_only_the_corrected_baselines():
         Chapter("alpha", "Alpha", {**ns, "baselines": "old"})
     assert rerun_command("x", "book").endswith("-p seed 0")
     assert rerun_command("x", "book", 0, "simplified").endswith("-p seed 0 -p baselines simplified")
+
+
+def test_a_chapters_sweep_draws_no_progress_bar_unless_asked(monkeypatch):
+    """A chapter rerun with papermill keeps what stderr printed: tqdm's bars would stay in
+    its outputs, so a chapter's sweep shows none by default."""
+    from hetfl_core import experiments
+    from hetfl_core.book import Chapter
+
+    asked = []
+    monkeypatch.setattr(experiments, "sweep", lambda configs, **kw: asked.append(kw) or {})
+    book = Chapter("alpha", "Alpha", {"__annotations__": {"scale": "str"}, "scale": "smoke", "In": []})
+    book.sweep({})
+    book.sweep({}, progress=True)
+    assert [kw["progress"] for kw in asked] == [False, True]
+    assert asked[0]["desc"] == "alpha"
