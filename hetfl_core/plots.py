@@ -43,8 +43,11 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
 ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lthpruning": "ltp",
            "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc",
            "fedavgs": "topk"}   # FedAvg-S: FedAvg with top-k sparsified uploads
-#: colours no method uses, for a chapter's variants (fixed-rate runs, ablations)
-SPARE_COLOURS = ("#393b79", "#637939", "#6b6ecf", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+#: colours no method uses, for a chapter's variants (fixed-rate runs, ablations): eight
+#: hues apart (black, mustard, violet, crimson, teal, sienna, lime, pale teal); the previous set
+#: held four near-identical purples, which an ablation's four variants all drew
+SPARE_COLOURS = ("#000000", "#e6ab02", "#6a3d9a", "#ce1256", "#01665e", "#b35806", "#a6d854",
+                 "#80cdc1")
 
 
 def method_key(name: str) -> str:
@@ -203,23 +206,24 @@ def legend_below(fig, axes, ncol: int | None = None) -> None:
                ncol=ncol or min(len(entries), max(1, int(fig.get_figwidth() // 1.6))))
 
 
-def mark_never(ax, text: str = "never", size: float = 0.06) -> None:
-    """Draw every bar of ``ax`` with no height (its runs never reached the target) as a
-    short hatched stub labelled ``text``, in place of a number."""
+def mark_never(ax, text: str = "never") -> None:
+    """Draw every bar of ``ax`` with no height (its runs never reached the target) the one
+    way the book draws "never": no bar, a cross on the axis in the bar's colour, and
+    ``text`` above it (a bar of any height would read as a value)."""
     from matplotlib.container import BarContainer
 
     containers = [c for c in ax.containers if isinstance(c, BarContainer)]
     heights = [p.get_height() for c in containers for p in c.patches]
     if not any(np.isfinite(h) for h in heights):
         ax.set_ylim(0, 1)
-    top = ax.get_ylim()[1]
     for container in containers:
         for patch in container.patches:
             if np.isfinite(patch.get_height()):
                 continue
             x = patch.get_x() + patch.get_width() / 2
-            ax.bar(x, size * top, patch.get_width(), color="none", hatch="xxx", edgecolor=patch.get_facecolor())
-            ax.text(x, 1.2 * size * top, text, rotation=90, ha="center", va="bottom", fontsize=9)
+            ax.plot(x, 0, marker="x", ms=9, mew=2, color=patch.get_facecolor(), clip_on=False)
+            ax.annotate(text, (x, 0), xytext=(0, 9), textcoords="offset points", rotation=90,
+                        ha="center", va="bottom", fontsize=8, color="0.35", style="italic")
 
 
 def client_class_heatmap(counts: np.ndarray, ax=None, title: str | None = None, colorbar: bool = True):

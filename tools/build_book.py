@@ -466,6 +466,26 @@ def strip_notebook_solutions(nb: dict) -> int:
     return removed
 
 
+STUDENT_TITLE = "student edition"
+STUDENT_NOTE = ("```{note}\nThis is the **student edition** of the book: every exercise is "
+                "here, without its solution.\n```\n")
+
+
+def label_student_edition(target: Path) -> None:
+    """Mark a staged copy as the student edition, so that a page or a printed sheet of it
+    can be told from the full book: "(student edition)" after the book's title (every
+    page's title bar and the navbar) and a note at the top of the intro."""
+    import yaml
+
+    config = yaml.safe_load((target / "_config.yml").read_text())
+    config["title"] = f"{config.get('title', 'hetfl')} ({STUDENT_TITLE})"
+    (target / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    intro = target / "book" / "intro.md"
+    if intro.exists():
+        head, _, rest = intro.read_text().partition("\n")      # after the page's title
+        intro.write_text(f"{head}\n\n{STUDENT_NOTE}{rest}")
+
+
 def student_edition(staging: Path, target: Path) -> int:
     """Copy the staged (executed) book to ``target`` with every exercise's solution removed
     (and the code cells of gated solutions); returns how many solutions were removed."""
@@ -474,6 +494,7 @@ def student_edition(staging: Path, target: Path) -> int:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(staging, target)
+    label_student_edition(target)
     removed = 0
     for page in sorted((target / "book").rglob("*")):
         if page.suffix == ".md":
@@ -797,6 +818,9 @@ def main() -> int:
                            data_rows(staging, notebooks))
     write_timing(staging, notebooks, args.scale, seconds)
     rc = render(staging, build_dir)
+    # what the printed edition's title page states (tools/print_pdf.py, title_facts)
+    (build_dir / "build.json").write_text(json.dumps(
+        {"scale": args.scale, "commit": git_commit(), "built": built}, indent=1) + "\n")
     if rc or not args.student:
         return rc
     return render_student(staging, build_dir)
