@@ -763,6 +763,7 @@ def main() -> int:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
     built = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    commit = git_commit()                 # the sources as staged, before any chapter runs
     url = stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
@@ -820,7 +821,7 @@ def main() -> int:
     rc = render(staging, build_dir)
     # what the printed edition's title page states (tools/print_pdf.py, title_facts)
     (build_dir / "build.json").write_text(json.dumps(
-        {"scale": args.scale, "commit": git_commit(), "built": built}, indent=1) + "\n")
+        {"scale": args.scale, "commit": commit, "built": built}, indent=1) + "\n")
     if rc or not args.student:
         return rc
     return render_student(staging, build_dir)

@@ -63,6 +63,8 @@ div.output, .admonition, div.admonition, .bd-main .bd-content table {
   break-inside: auto; }
 div.highlight, div[class*=highlight-] { display: block; }
 .admonition, div.admonition { overflow: visible; }
+/* a figure taller than a sheet cannot be kept whole: it left a blank sheet before it */
+img { max-height: 235mm; width: auto; max-width: 100%; object-fit: contain; }
 .hetfl-print-note { font-size: 0.85em; font-style: italic; color: #555; }
 .hetfl-print-title .hetfl-print-facts { margin-top: 3rem; font-size: 0.95rem; line-height: 1.6; }
 .hetfl-print-contents li.section { margin: 0.1rem 0 0.1rem 1.5rem; font-size: 0.9em; }
