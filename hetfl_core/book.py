@@ -268,13 +268,27 @@ class Chapter:
         with the same keys, equal configurations run once. No progress bar unless asked for
         (``progress=True``, named after the chapter): a notebook rerun with papermill would
         keep the bar as an output."""
-        from .experiments import sweep
+        import warnings
+
+        from .experiments import LocalRunsWarning, sweep
 
         kwargs.setdefault("desc", self.name)
         kwargs.setdefault("progress", False)
-        if isinstance(grid, dict):
-            return sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()}, **kwargs)
-        return sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)
+        # a page shows a warning with the path of the library's file on the machine that
+        # ran it: the note that a plug-in's runs run here is printed as one plain line
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", LocalRunsWarning)
+            if isinstance(grid, dict):
+                done = sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()},
+                             **kwargs)
+            else:
+                done = sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)
+        for note in notes:
+            if issubclass(note.category, LocalRunsWarning):
+                print(f"Note: {note.message}")
+            else:
+                warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+        return done
 
     def caption(self, runs) -> None:
         """The caption under a reproduction (:func:`caption`) for ``runs``: results or

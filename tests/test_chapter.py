@@ -158,3 +158,26 @@ def test_a_chapters_sweep_draws_no_progress_bar_unless_asked(monkeypatch):
     book.sweep({}, progress=True)
     assert [kw["progress"] for kw in asked] == [False, True]
     assert asked[0]["desc"] == "alpha"
+
+
+def test_a_chapters_sweep_prints_the_local_runs_note_without_a_path(monkeypatch, capsys):
+    """The note that a plug-in's runs run in this process is one printed line, not a
+    warning headed by the library file's path on the machine that ran the chapter."""
+    import warnings
+
+    from hetfl_core import experiments
+    from hetfl_core.book import Chapter
+
+    def sweep(configs, **kw):
+        warnings.warn("method 'fedavgm' is registered in this process only (x), so its 1 run "
+                      "run here", experiments.LocalRunsWarning)
+        return {}
+
+    monkeypatch.setattr(experiments, "sweep", sweep)
+    book = Chapter("alpha", "Alpha", {"__annotations__": {"scale": "str"}, "scale": "smoke", "In": []})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # nothing is left to warn
+        book.sweep({})
+    out = capsys.readouterr().out
+    assert out.startswith("Note: method 'fedavgm' is registered in this process only")
+    assert "experiments.py" not in out and "/" not in out
