@@ -78,7 +78,7 @@ def test_student_edition_removes_every_solution(tmp_path):
     assert nb["cells"][0]["source"] == "```{exercise}\n:label: e1\nQ\n```\n"
     assert nb["cells"][1]["source"] == code["source"]                  # code is left alone
     assert (tmp_path / "student" / "book" / "page.md").read_text() == ""
-    assert (tmp_path / "student" / "_config.yml").exists()
+    assert "title: t (student edition)" in (tmp_path / "student" / "_config.yml").read_text()
     assert "A\n" in "".join(cell["source"])                             # the full book is untouched
 
 

@@ -477,9 +477,11 @@ def label_student_edition(target: Path) -> None:
     page's title bar and the navbar) and a note at the top of the intro."""
     import yaml
 
-    config = yaml.safe_load((target / "_config.yml").read_text())
-    config["title"] = f"{config.get('title', 'hetfl')} ({STUDENT_TITLE})"
-    (target / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    settings = target / "_config.yml"
+    if settings.exists():
+        config = yaml.safe_load(settings.read_text())
+        config["title"] = f"{config.get('title', 'hetfl')} ({STUDENT_TITLE})"
+        settings.write_text(yaml.safe_dump(config, sort_keys=False))
     intro = target / "book" / "intro.md"
     if intro.exists():
         head, _, rest = intro.read_text().partition("\n")      # after the page's title
