@@ -36,7 +36,7 @@ from .options import check_value
 
 __all__ = ["COLUMN", "say", "first_clause", "summary_markdown",
            "SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
-           "injected_parameters", "check_parameters", "ParameterError",
+           "injected_parameters", "check_parameters", "config_choices", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
            "paper_results_dir", "paper_scale_markdown"]
 
@@ -101,13 +101,29 @@ class ParameterError(ConfigError):
         return [f"ConfigError: {self}"]
 
 
+def config_choices() -> dict[str, tuple]:
+    """The run settings (:class:`~hetfl_core.config.RunConfig` fields) that take one of a
+    finite set of names, and those names: a chapter parameter of the same name is checked
+    against them by :func:`check_parameters` before any cell runs, unless the chapter gives
+    its own rule for it."""
+    from .config import MODEL_INPUTS
+    from .data import PARTITIONS
+    from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
+
+    return {"heterogeneity": tuple(HETEROGENEITY), "partition": tuple(PARTITIONS),
+            "model": tuple(MODEL_INPUTS), "system": tuple(SYSTEMS),
+            "bandwidth_policy": tuple(BANDWIDTH_POLICIES)}
+
+
 def check_parameters(namespace: dict, history: Sequence[str] | None = None, **rules) -> None:
     """Check a chapter's parameters: the annotated names of ``namespace`` (``seed: int = 0``
     in its parameters cell, so that papermill's ``--help-notebook`` shows each type).
 
     * each value has its declared type (an ``int`` passes for a ``float``);
     * ``scale`` is one of :data:`~hetfl_core.config.SCALES`, ``seed`` an integer in
-      ``[0, 2**32)``, ``dataset`` a known dataset;
+      ``[0, 2**32)``, ``dataset`` a known dataset, and a parameter named after a run
+      setting with a finite set of values (``heterogeneity``, ``partition``, ``model``,
+      ``system``, ``bandwidth_policy``: :func:`config_choices`) one of those values;
     * ``rules`` adds a rule per name: a ``(low, high)`` pair of inclusive bounds (``None``
       for no bound) or a list of allowed values, e.g. ``lr=(1e-6, 10)``;
     * a name papermill injected (found in ``history``, default the kernel's ``In``) that
@@ -136,8 +152,9 @@ def check_parameters(namespace: dict, history: Sequence[str] | None = None, **ru
             check_value(f"parameter {name}", namespace[name], meta)
         except ConfigError as exc:
             raise ParameterError(str(exc)) from None
-    for name, allowed in (("scale", SCALES), ("baselines", BASELINES)):
-        if name in declared and namespace[name] not in allowed:
+    choices = {"scale": SCALES, "baselines": BASELINES, **config_choices()}
+    for name, allowed in choices.items():
+        if name in declared and name not in rules and namespace[name] not in allowed:
             raise ParameterError(f"parameter {name} must be one of {', '.join(allowed)}, "
                                  f"got {namespace[name]!r}")
     if namespace.get("dataset") is not None and "dataset" in declared:    # None: the chapter's default
@@ -250,15 +267,32 @@ class Chapter:
 
     def sweep(self, grid, **kwargs):
         """Run a grid (a ``dict`` of :class:`~hetfl_core.config.RunConfig`, or a list) with
-        :func:`~hetfl_core.experiments.sweep`, the progress bar named after the chapter, each
-        configuration as the chapter's ``baselines`` parameter says (:func:`with_baselines`);
-        a dict comes back as a dict with the same keys, equal configurations run once."""
-        from .experiments import sweep
+        :func:`~hetfl_core.experiments.sweep`, each configuration as the chapter's
+        ``baselines`` parameter says (:func:`with_baselines`); a dict comes back as a dict
+        with the same keys, equal configurations run once. No progress bar unless asked for
+        (``progress=True``, named after the chapter): a notebook rerun with papermill would
+        keep the bar as an output."""
+        import warnings
+
+        from .experiments import LocalRunsWarning, sweep
 
         kwargs.setdefault("desc", self.name)
-        if isinstance(grid, dict):
-            return sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()}, **kwargs)
-        return sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)
+        kwargs.setdefault("progress", False)
+        # a page shows a warning with the path of the library's file on the machine that
+        # ran it: the note that a plug-in's runs run here is printed as one plain line
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always", LocalRunsWarning)
+            if isinstance(grid, dict):
+                done = sweep({key: with_baselines(c, self.baselines) for key, c in grid.items()},
+                             **kwargs)
+            else:
+                done = sweep([with_baselines(c, self.baselines) for c in grid], **kwargs)
+        for note in notes:
+            if issubclass(note.category, LocalRunsWarning):
+                print(f"Note: {note.message}")
+            else:
+                warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
+        return done
 
     def caption(self, runs) -> None:
         """The caption under a reproduction (:func:`caption`) for ``runs``: results or

@@ -740,6 +740,11 @@ def _checked_arguments(configs, processes, directory, executor, address, gpus_pe
     return configs, int(processes)
 
 
+class LocalRunsWarning(UserWarning):
+    """Runs of a method registered in this process only (a notebook's plug-in) run here,
+    one after the other, not in the worker processes."""
+
+
 def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
     """``todo`` split into runs the pool workers can run and runs of methods registered in this
     process only, which run here; a warning says which."""
@@ -748,9 +753,10 @@ def _split_off_local_methods(configs, todo) -> tuple[list[int], list[int]]:
     here = [i for i in todo if why[configs[i].method]]
     for name in sorted(n for n, reason in why.items() if reason):
         count = sum(configs[i].method == name for i in here)
+        runs = "1 run" if count == 1 else f"{count} runs"
         warnings.warn(f"method {name!r} is registered in this process only ({why[name]}), so "
-                      f"its {count} run(s) run here, one after the other, not in the worker "
-                      "processes", stacklevel=3)
+                      f"its {runs} run here, one after the other, not in the "
+                      "worker processes", LocalRunsWarning, stacklevel=3)
     return [i for i in todo if i not in here], here
 
 

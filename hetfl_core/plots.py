@@ -43,8 +43,11 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
 ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lthpruning": "ltp",
            "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc",
            "fedavgs": "topk"}   # FedAvg-S: FedAvg with top-k sparsified uploads
-#: colours no method uses, for a chapter's variants (fixed-rate runs, ablations)
-SPARE_COLOURS = ("#393b79", "#637939", "#6b6ecf", "#843c39", "#7b4173", "#3182bd", "#31a354", "#756bb1")
+#: colours no method uses, for a chapter's variants (fixed-rate runs, ablations): eight
+#: hues apart (black, mustard, violet, crimson, teal, sienna, lime, pale teal); the previous set
+#: held four near-identical purples, which an ablation's four variants all drew
+SPARE_COLOURS = ("#000000", "#e6ab02", "#6a3d9a", "#ce1256", "#01665e", "#b35806", "#a6d854",
+                 "#80cdc1")
 
 
 def method_key(name: str) -> str:

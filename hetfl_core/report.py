@@ -23,6 +23,7 @@ import os
 import re
 import textwrap
 from dataclasses import asdict, dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -39,7 +40,7 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "Bounded", "bounded", "costs_to_target", "value_by", "common_budget", "comparator",
            "Paired", "paired",
            "ledger_dir", "load_ledgers", "verdict_box_markdown", "scorecard_markdown",
-           "judged_twice_markdown", "probe_note"]
+           "judged_twice_markdown", "probe_note", "plural"]
 
 NEVER = "never"
 MISSING = "—"
@@ -1192,8 +1193,19 @@ def _ref(text: str, label: str) -> str:
     return f"{{ref}}`{text} <{label}>`"
 
 
+def plural(count: float, noun: str, many: str | None = None) -> str:
+    """``count`` and ``noun``, in the plural unless ``count`` is one: ``"3 seeds"``,
+    ``"1 seed"``, ``"1 local epoch"`` (a whole float prints as an integer), ``"2.5 local
+    epochs"``; ``many`` is the plural where adding an ``s`` is wrong (``"classes per
+    client"``). For the text of captions and "why" notes, in place of ``"seed(s)"``."""
+    if isinstance(count, bool) or not isinstance(count, Real):
+        raise TypeError(f"plural: count must be a number, got {count!r}")
+    number = str(int(count)) if isinstance(count, Integral) else f"{float(count):g}"
+    return f"{number} {noun if count == 1 else (many or noun + 's')}"
+
+
 def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
+    return plural(n, one, many)
 
 
 def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:

@@ -145,3 +145,57 @@ def test_every_claim_shows_its_verdict_where_it_is_made(path):
         for call in made:
             assert name(call) in showing or (shown_last and call is last.value), \
                 f"a collapsed claim that shows no verdict row: {text(cell)[:300]}"
+
+
+#: what a visible code block may hold: the code column fits 76 characters at a 1280 px
+#: wide window (wider lines scroll sideways), and a cell of at most 40 lines is read whole
+CODE_COLUMN, CELL_LINES = 76, 40
+HIDDEN_TAGS = {"hide-input", "remove-input", "remove-cell", "hide-cell"}
+#: the pages whose visible code is held to that: every page that passes it
+FITTING_PAGES = ("intro", "foundations", "baselines", "fedlps", "heroes", "ofa_fl", "srp_pfed",
+                 "lightweight_pfl", "arena", "execution", "scorecard")
+
+
+def visible_code(path: Path) -> list[str]:
+    """The code a reader sees on a page: its fenced code blocks and, in a chapter, the
+    sources of its code cells that are not hidden or removed."""
+    fenced, open_fences = [], []        # the fences open around a line: (backticks, block)
+    for line in path.read_text().splitlines():
+        ticks = re.match(r"^(`{3,})(.*)$", line)
+        if ticks and open_fences and ticks.group(1) == open_fences[-1][0] and not ticks.group(2).strip():
+            _, block = open_fences.pop()           # a closing fence
+            if block is not None:
+                fenced.append("\n".join(block))
+        elif ticks:                                # an opening one: ```bash, ````{exercise}
+            plain = not ticks.group(2).lstrip().startswith("{")
+            open_fences.append((ticks.group(1), [] if plain else None))
+        elif open_fences and open_fences[-1][1] is not None:
+            open_fences[-1][1].append(line)
+    if path not in CHAPTERS:
+        return fenced
+    return fenced + [text(c) for c in cells(path) if c["cell_type"] == "code"
+                     and not HIDDEN_TAGS & set(c["metadata"].get("tags", []))]
+
+
+def code_too_wide(blocks: list[str]) -> list[str]:
+    """The lines wider than :data:`CODE_COLUMN` and the blocks longer than
+    :data:`CELL_LINES`, one line each."""
+    problems = []
+    for block in blocks:
+        lines = block.rstrip("\n").splitlines()
+        if len(lines) > CELL_LINES:
+            problems.append(f"a cell of {len(lines)} lines: {lines[0][:60]!r}")
+        problems += [f"{len(line)} characters: {line[:60]!r}" for line in lines if len(line) > CODE_COLUMN]
+    return problems
+
+
+@pytest.mark.parametrize("stem", FITTING_PAGES)
+def test_visible_code_fits_the_code_column(stem):
+    assert code_too_wide(visible_code(ROOT / "book" / f"{stem}.md")) == []
+
+
+def test_the_code_column_check_finds_a_wide_line_and_a_long_cell():
+    assert code_too_wide(["x = 1\n" * 40, "y = 2\n"]) == []
+    found = code_too_wide(["x = 1\n" * 41, "z = '" + "a" * 80 + "'\n"])
+    assert len(found) == 2 and found[0].startswith("a cell of 41 lines")
+    assert found[1].startswith("86 characters")

@@ -3,6 +3,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _spec = importlib.util.spec_from_file_location(
@@ -76,7 +78,7 @@ def test_student_edition_removes_every_solution(tmp_path):
     assert nb["cells"][0]["source"] == "```{exercise}\n:label: e1\nQ\n```\n"
     assert nb["cells"][1]["source"] == code["source"]                  # code is left alone
     assert (tmp_path / "student" / "book" / "page.md").read_text() == ""
-    assert (tmp_path / "student" / "_config.yml").exists()
+    assert "title: t (student edition)" in (tmp_path / "student" / "_config.yml").read_text()
     assert "A\n" in "".join(cell["source"])                             # the full book is untouched
 
 
@@ -179,9 +181,50 @@ def test_no_public_repository_means_no_launch_buttons_and_a_checkout_install(tmp
     assert "git+https://example.org/someone/hetfl" in "".join(json.loads(nb.read_text())["cells"][0]["source"])
     assert build_book.set_install_cell(nb, "")
     source = "".join(json.loads(nb.read_text())["cells"][0]["source"])
-    assert "pip install -e ." in source and "git+" not in source
+    assert f'WHEEL = "{build_book.wheel_name()}"' in source and "git+" not in source
     compile(source, "install", "exec")
     compile(build_book.install_cell_source("https://example.org/x"), "install", "exec")
+
+
+def test_the_install_cell_installs_the_wheel_beside_the_notebook_or_says_where_to_get_it(
+        tmp_path, monkeypatch):
+    """Run where the library is 'missing' (find_spec patched): with no wheel in the folder
+    it raises one line naming the wheel and where to get it; with one it calls pip on it."""
+    import subprocess
+
+    source = build_book.install_cell_source("", "hetfl_core-9.9-py3-none-any.whl")
+    calls = []
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "hetfl_core" else find_spec(name, *a))
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="hetfl_core-9.9-py3-none-any.whl is not here: "
+                                               "download it from the book's first page"):
+        exec(source, {})
+    assert not calls
+    (tmp_path / "hetfl_core-9.9-py3-none-any.whl").write_text("")
+    exec(source, {})
+    assert calls and calls[0][-1] == "hetfl_core-9.9-py3-none-any.whl" and "install" in calls[0]
+
+
+def test_the_build_ships_the_librarys_wheel_and_the_intro_links_it(tmp_path):
+    wheel = build_book.build_wheel(tmp_path / "wheel")     # its contents: test_packaging.py
+    assert wheel.name == build_book.wheel_name() == f"hetfl_core-{build_book.package_version()}-py3-none-any.whl"
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "intro.md").write_text("Download. <!-- install -->\n\nRest.\n")
+    assert build_book.write_install(tmp_path, "", wheel.name, "0123abcd4567")
+    text = (tmp_path / "book" / "intro.md").read_text()
+    assert f"{{download}}`{wheel.name} <wheel/{wheel.name}>`" in text
+    assert "commit `0123abcd4567`" in text and f"pip install {wheel.name}" in text and "git+" not in text
+    assert "git+https://example.org/x" in build_book.install_markdown("https://example.org/x", wheel.name, "c")
+
+
+def test_the_intro_states_the_measured_chapter_times(tmp_path):
+    assert build_book.timing_markdown({}, "book") == ""
+    text = build_book.timing_markdown({"heroes": 643.2, "fedlps": 2711.0, "arena": 1200.0}, "book")
+    assert "its 3 chapters at scale `book`, in 643 to 2,711 s each" in text
+    assert "<execution-report>" in text
 
 
 def test_the_intro_states_the_books_totals(tmp_path):

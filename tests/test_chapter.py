@@ -182,3 +182,41 @@ def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkey
     assert book.ledger.claims[1].verdict == "holds"
     with pytest.raises(ValueError, match="needs cases"):
         book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0), k=1)
+
+
+def test_a_chapters_sweep_draws_no_progress_bar_unless_asked(monkeypatch):
+    """A chapter rerun with papermill keeps what stderr printed: tqdm's bars would stay in
+    its outputs, so a chapter's sweep shows none by default."""
+    from hetfl_core import experiments
+    from hetfl_core.book import Chapter
+
+    asked = []
+    monkeypatch.setattr(experiments, "sweep", lambda configs, **kw: asked.append(kw) or {})
+    book = Chapter("alpha", "Alpha", {"__annotations__": {"scale": "str"}, "scale": "smoke", "In": []})
+    book.sweep({})
+    book.sweep({}, progress=True)
+    assert [kw["progress"] for kw in asked] == [False, True]
+    assert asked[0]["desc"] == "alpha"
+
+
+def test_a_chapters_sweep_prints_the_local_runs_note_without_a_path(monkeypatch, capsys):
+    """The note that a plug-in's runs run in this process is one printed line, not a
+    warning headed by the library file's path on the machine that ran the chapter."""
+    import warnings
+
+    from hetfl_core import experiments
+    from hetfl_core.book import Chapter
+
+    def sweep(configs, **kw):
+        warnings.warn("method 'fedavgm' is registered in this process only (x), so its 1 run "
+                      "run here", experiments.LocalRunsWarning)
+        return {}
+
+    monkeypatch.setattr(experiments, "sweep", sweep)
+    book = Chapter("alpha", "Alpha", {"__annotations__": {"scale": "str"}, "scale": "smoke", "In": []})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                      # nothing is left to warn
+        book.sweep({})
+    out = capsys.readouterr().out
+    assert out.startswith("Note: method 'fedavgm' is registered in this process only")
+    assert "experiments.py" not in out and "/" not in out

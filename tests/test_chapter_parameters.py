@@ -27,3 +27,20 @@ def test_ipython_shows_the_failed_cell_as_that_one_line(capsys):
     assert isinstance(result.error_in_exec, ConfigError)
     shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     assert shown == ["ConfigError: parameter seed must be an integer in [0, 2**32), got -1"]
+
+
+def test_a_run_setting_with_a_finite_set_of_values_is_checked_before_any_cell_runs():
+    """``-p heterogeneity foo`` fails in the parameters check, naming the values it takes,
+    not later inside a run's config; a chapter's own rule for the name replaces the
+    library's list."""
+    def check(value, **rules):
+        check_parameters({"__annotations__": {"heterogeneity": "str"}, "heterogeneity": value},
+                         history=[], **rules)
+
+    with pytest.raises(ParameterError, match=r"parameter heterogeneity must be one of .*edge.*got 'foo'"):
+        check("foo")
+    check("edge")
+    with pytest.raises(ParameterError, match="got 'edge'"):
+        check("edge", heterogeneity=["low", "medium", "high"])
+    with pytest.raises(ParameterError, match="parameter partition must be one of"):
+        check_parameters({"__annotations__": {"partition": "str"}, "partition": "dirichelt"}, history=[])

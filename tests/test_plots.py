@@ -44,10 +44,36 @@ def test_never_reached_bars_get_a_cross_on_the_axis_not_a_number():
     plots.grouped_bars({"target": {"FedAvg": 12.0, "HeteroFL": math.nan}}, ax=ax, fmt="{:.0f}")
     texts = [t.get_text() for t in ax.texts]
     assert "never" in texts and "nan" not in texts and "12" in texts
+    # one convention: a cross on the axis, no bar with a height (FedLPS Fig. 3.4's)
     crosses = [line for line in ax.lines if line.get_marker() == "x"]
-    assert len(crosses) == 1 and list(crosses[0].get_ydata()) == [0]     # on the axis
+    assert len(crosses) == 1 and list(crosses[0].get_ydata()) == [0]
     assert matplotlib.colors.to_hex(crosses[0].get_color()) == plots.METHOD_STYLES["heterofl"][0]
+    finite = [p.get_height() for p in ax.patches if math.isfinite(p.get_height())]
+    assert finite == [12.0]
     plt.close("all")
+
+
+def test_spare_colours_are_far_apart():
+    """No two spare colours within 25 units of each other in CIELAB (the previous set held
+    four purples within 20)."""
+    import itertools
+
+    import matplotlib.colors
+
+    def lab(colour):
+        rgb = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+               for c in matplotlib.colors.to_rgb(colour)]
+        xyz = [sum(m * c for m, c in zip(row, rgb)) / white for row, white in zip(
+            ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505)),
+            (0.9505, 1.0, 1.089))]
+        f = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in xyz]
+        return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+    def distance(a, b):
+        return sum((x - y) ** 2 for x, y in zip(lab(a), lab(b))) ** 0.5
+
+    assert min(distance(a, b) for a, b in itertools.combinations(plots.SPARE_COLOURS, 2)) > 25
+    assert distance("#756bb1", "#6b6ecf") < 25          # the check tells two purples apart
 
 
 def test_spare_colours_are_no_methods_and_one_legend_goes_under_the_figure():

@@ -687,3 +687,19 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
                        "```{code-cell} ipython3\nx = 1\n```\n")
     assert sorted(tool.chapter_arguments(chapter)) == [5, 7]
     assert tool.main([str(chapter)]) == 0
+
+
+def test_plural_counts_a_noun_without_hedging():
+    import numpy as np
+
+    from hetfl_core.report import plural
+
+    assert plural(3, "seed") == "3 seeds"
+    assert plural(1, "seed") == "1 seed"
+    assert plural(np.int64(1), "seed") == "1 seed"
+    assert plural(1.0, "local epoch") == "1 local epoch"
+    assert plural(2.5, "local epoch") == "2.5 local epochs"
+    assert plural(0, "round") == "0 rounds"
+    assert plural(2, "class per client", "classes per client") == "2 classes per client"
+    with pytest.raises(TypeError, match="count must be a number"):
+        plural("3", "seed")

@@ -93,9 +93,10 @@ def local_mathjax(static: Path) -> bool:
 
 
 def stage(staging: Path) -> str:
-    """Copy the book sources (config, toc, book/) into ``staging``, with a local MathJax and
-    the repository settings of :func:`repository_settings`; returns the public repository's
-    URL ("" when none is configured)."""
+    """Copy the book sources (config, toc, book/) into ``staging``, with a local MathJax,
+    the repository settings of :func:`repository_settings` and the library's wheel
+    (:func:`build_wheel`, linked from the intro); returns the public repository's URL
+    ("" when none is configured)."""
     import yaml
 
     if staging.exists():
@@ -117,6 +118,8 @@ def stage(staging: Path) -> str:
     url = repository_url(config)
     config = repository_settings(config)
     (staging / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    wheel = build_wheel(staging / "book" / WHEEL_DIR)
+    write_install(staging, url, wheel.name, git_commit())
     return url
 
 
@@ -147,24 +150,89 @@ def repository_settings(config: dict) -> dict:
 
 
 INSTALL_TAG = "install"
+WHEEL_DIR = "wheel"           # the staged book's folder for the library's wheel (book/wheel/)
+INSTALL_MARK = "<!-- install -->"
 
 
-def install_cell_source(url: str) -> str:
-    """The first cell of a rendered chapter: it installs the library from the public
-    repository when one is configured, else it says how to install from a checkout."""
+def package_version(root: Path = ROOT) -> str:
+    """The library's version, as ``pyproject.toml`` declares it."""
+    import tomllib
+
+    return tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+
+
+def wheel_name(version: str | None = None) -> str:
+    """The file name of the library's wheel (pure Python, any platform)."""
+    return f"hetfl_core-{version or package_version()}-py3-none-any.whl"
+
+
+def build_wheel(target: Path, root: Path = ROOT) -> Path:
+    """Build the library's wheel from ``root``'s sources into ``target``, offline (no
+    dependencies fetched, no isolated build environment), from a copy so that the build
+    leaves nothing in the checkout; returns its path."""
+    import tempfile
+
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "source"
+        shutil.copytree(root / "hetfl_core", source / "hetfl_core",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (root / name).exists():
+                shutil.copy(root / name, source / name)
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
+                               "--no-build-isolation", "--quiet", "-w", str(target)],
+                              capture_output=True, text=True, timeout=600)
+    wheel = target / wheel_name(package_version(root))
+    if done.returncode != 0 or not wheel.exists():
+        raise RuntimeError(f"the library's wheel did not build: {done.stderr.strip()[-500:]}")
+    return wheel
+
+
+def install_markdown(url: str, wheel: str, commit: str) -> str:
+    """The intro's paragraph on getting the library: the wheel this build ships (a download
+    link), and the public repository when one is configured."""
+    text = (f"**Getting the library.** This build ships its library as a wheel built from "
+            f"commit `{commit}`: {{download}}`{wheel} <{WHEEL_DIR}/{wheel}>`. Save it in the "
+            "folder of a downloaded chapter, and the chapter's first cell installs it "
+            f"(`pip install {wheel}`, which also fetches PyTorch and the other requirements)")
     if url:
-        return ("# Runs the chapter anywhere: installs the book's library when it is missing\n"
-                "# (a downloaded notebook, Colab, Binder).\n"
+        text += f"; or install it from the repository: `pip install \"hetfl-core @ git+{url}\"`"
+    return text + "."
+
+
+def install_cell_source(url: str, wheel: str | None = None) -> str:
+    """The first cell of a rendered chapter: when the library is missing it installs it from
+    the public repository when one is configured, else from the wheel the book ships
+    (:func:`wheel_name`), saved beside the notebook."""
+    if url:
+        return ("# Runs the chapter anywhere: installs the book's library when it is\n"
+                "# missing (a downloaded notebook, Colab, Binder).\n"
                 "import importlib.util\nimport subprocess\nimport sys\n\n"
+                f'SOURCE = "hetfl-core @ git+{url}"\n'
                 'if importlib.util.find_spec("hetfl_core") is None:\n'
                 '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
-                f'                    "hetfl-core @ git+{url}"], check=True)')
-    return ("# Runs the chapter anywhere the book's library is installed: in a checkout of the\n"
-            "# book's repository, `pip install -e .` at its root installs it.\n"
-            "import importlib.util\n\n"
+                "                    SOURCE], check=True)\n"
+                "    importlib.invalidate_caches()")
+    return ("# Runs the chapter anywhere: installs the book's library when it is\n"
+            "# missing, from the wheel linked on the book's first page, saved in\n"
+            "# this notebook's folder.\n"
+            "import importlib.util\nimport subprocess\nimport sys\nfrom pathlib import Path\n\n"
+            f'WHEEL = "{wheel or wheel_name()}"\n'
             'if importlib.util.find_spec("hetfl_core") is None:\n'
-            '    raise ModuleNotFoundError("hetfl_core is not installed: run `pip install -e .` "\n'
-            '                              "at the root of a checkout of the book\'s repository")')
+            "    if not Path(WHEEL).exists():\n"
+            "        raise FileNotFoundError(\n"
+            '            f"hetfl_core is not installed and {WHEEL} is not here: "\n'
+            '            "download it from the book\'s first page into this folder")\n'
+            '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
+            "                    WHEEL], check=True)\n"
+            "    importlib.invalidate_caches()")
+
+
+def write_install(staging: Path, url: str, wheel: str, commit: str) -> bool:
+    """Put :func:`install_markdown` at the intro's install marker; ``False`` without one."""
+    return fill_mark(staging / "book" / "intro.md", INSTALL_MARK,
+                     install_markdown(url, wheel, commit))
 
 
 def set_install_cell(notebook: Path, url: str) -> bool:
@@ -289,6 +357,15 @@ def fill_verdicts(staging: Path, notebooks: list[Path], ledgers: dict) -> list[s
     return missing
 
 
+def fill_mark(page: Path, mark: str, text: str) -> bool:
+    """Replace ``mark`` in a staged page with ``text``; ``False`` if there is no such page
+    or no such mark in it."""
+    if not page.exists() or mark not in page.read_text():
+        return False
+    page.write_text(page.read_text().replace(mark, text))
+    return True
+
+
 def fill_page(page: Path, mark: str, text: str) -> bool:
     """Replace what follows ``mark`` in a staged page with ``text``; ``False`` if there is no
     such page (a book without it)."""
@@ -323,11 +400,7 @@ def totals_markdown(ledgers: dict, scale: str) -> str:
 
 def write_totals(staging: Path, ledgers: dict, scale: str) -> bool:
     """Put :func:`totals_markdown` at the intro's totals marker; ``False`` without one."""
-    page = staging / "book" / "intro.md"
-    if not page.exists() or TOTALS_MARK not in page.read_text():
-        return False
-    page.write_text(page.read_text().replace(TOTALS_MARK, totals_markdown(ledgers, scale)))
-    return True
+    return fill_mark(staging / "book" / "intro.md", TOTALS_MARK, totals_markdown(ledgers, scale))
 
 
 def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool:
@@ -393,6 +466,28 @@ def strip_notebook_solutions(nb: dict) -> int:
     return removed
 
 
+STUDENT_TITLE = "student edition"
+STUDENT_NOTE = ("```{note}\nThis is the **student edition** of the book: every exercise is "
+                "here, without its solution.\n```\n")
+
+
+def label_student_edition(target: Path) -> None:
+    """Mark a staged copy as the student edition, so that a page or a printed sheet of it
+    can be told from the full book: "(student edition)" after the book's title (every
+    page's title bar and the navbar) and a note at the top of the intro."""
+    import yaml
+
+    settings = target / "_config.yml"
+    if settings.exists():
+        config = yaml.safe_load(settings.read_text())
+        config["title"] = f"{config.get('title', 'hetfl')} ({STUDENT_TITLE})"
+        settings.write_text(yaml.safe_dump(config, sort_keys=False))
+    intro = target / "book" / "intro.md"
+    if intro.exists():
+        head, _, rest = intro.read_text().partition("\n")      # after the page's title
+        intro.write_text(f"{head}\n\n{STUDENT_NOTE}{rest}")
+
+
 def student_edition(staging: Path, target: Path) -> int:
     """Copy the staged (executed) book to ``target`` with every exercise's solution removed
     (and the code cells of gated solutions); returns how many solutions were removed."""
@@ -401,6 +496,7 @@ def student_edition(staging: Path, target: Path) -> int:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(staging, target)
+    label_student_edition(target)
     removed = 0
     for page in sorted((target / "book").rglob("*")):
         if page.suffix == ".md":
@@ -504,6 +600,35 @@ def _title(book: dict, stem: str) -> str:
                  for line in "".join(c["source"]).splitlines() if line.startswith("# ")), stem)
 
 
+def wall_seconds(notebook: dict, stem: str, seconds: dict[str, float]) -> float | None:
+    """How long an executed chapter took: papermill's record in the notebook, else the
+    seconds its cells took under nbval (``seconds``, by chapter), else ``None``."""
+    return notebook.get("metadata", {}).get("papermill", {}).get("duration") or seconds.get(stem)
+
+
+TIMING_MARK = "<!-- timing -->"
+
+
+def timing_markdown(walls: dict[str, float], scale: str) -> str:
+    """The intro's sentence on how long this build's chapters took, from what was
+    measured (the execution report's wall times)."""
+    if not walls:
+        return ""
+    low, high = min(walls.values()), max(walls.values())
+    return (f"This build ran its {len(walls)} chapters at scale `{scale}`, "
+            f"in {low:,.0f} to {high:,.0f} s each (the {{ref}}`execution report "
+            "<execution-report>` gives every chapter's time).")
+
+
+def write_timing(staging: Path, notebooks: list[Path], scale: str,
+                 seconds: dict[str, float]) -> bool:
+    """Put :func:`timing_markdown` at the intro's timing marker; ``False`` without one."""
+    walls = {nb.stem: wall_seconds(json.loads(staged(staging, nb).read_text()), nb.stem, seconds)
+             for nb in notebooks}
+    walls = {stem: wall for stem, wall in walls.items() if wall is not None}
+    return fill_mark(staging / "book" / "intro.md", TIMING_MARK, timing_markdown(walls, scale))
+
+
 def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
                    seconds: dict[str, float]) -> list[list]:
     """One row per chapter (named by its title's first part, "Heroes"): what papermill
@@ -519,7 +644,7 @@ def execution_rows(staging: Path, notebooks: list[Path], scale: str, built: str,
         params = {k: v for k, v in (meta.get("parameters") or {}).items() if k != "scale"}
         runs = _run_log(nb.stem)
         seeds = sorted({r["seed"] for r in runs})
-        wall = meta.get("duration") or seconds.get(nb.stem)
+        wall = wall_seconds(book, nb.stem, seconds)
         keys = {r["key"] for r in runs if r.get("key")}
         rows.append([f"{{doc}}`{_title(book, nb.stem).split(':')[0]} <{nb.stem}>`",
                      (meta.get("start_time") or built)[:16].replace("T", " "),
@@ -640,6 +765,7 @@ def main() -> int:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
     built = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    commit = git_commit()                 # the sources as staged, before any chapter runs
     url = stage(staging)
     notebooks = chapters()
     prepare_only = args.scale == "smoke"
@@ -693,7 +819,11 @@ def main() -> int:
     seconds = chapter_seconds(build_dir / "nbval.xml") if prepare_only else {}
     write_execution_report(staging, execution_rows(staging, notebooks, args.scale, built, seconds),
                            data_rows(staging, notebooks))
+    write_timing(staging, notebooks, args.scale, seconds)
     rc = render(staging, build_dir)
+    # what the printed edition's title page states (tools/print_pdf.py, title_facts)
+    (build_dir / "build.json").write_text(json.dumps(
+        {"scale": args.scale, "commit": commit, "built": built}, indent=1) + "\n")
     if rc or not args.student:
         return rc
     return render_student(staging, build_dir)

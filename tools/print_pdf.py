@@ -55,7 +55,23 @@ a.hetfl-print-self { color: inherit; text-decoration: none; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 figure, img, mjx-container[display="true"], tr { break-inside: avoid; }
 h1, h2, h3 { break-after: avoid; }
+/* The theme keeps a code block, an admonition and a table whole (break-inside: avoid), in
+   flex boxes: one too tall for what is left of a sheet moved to the next and left its
+   empty frame, or a blank sheet, behind. In print they break like text. */
+div.highlight, div[class*=highlight-], div.cell, div.cell_input, div.cell_output,
+div.output, .admonition, div.admonition, .bd-main .bd-content table {
+  break-inside: auto; }
+div.highlight, div[class*=highlight-] { display: block; }
+.admonition, div.admonition { overflow: visible; }
+/* a figure taller than a sheet cannot be kept whole: it left a blank sheet before it */
+img { max-height: 235mm; width: auto; max-width: 100%; object-fit: contain; }
+.hetfl-print-note { font-size: 0.85em; font-style: italic; color: #555; }
+.hetfl-print-title .hetfl-print-facts { margin-top: 3rem; font-size: 0.95rem; line-height: 1.6; }
+.hetfl-print-contents li.section { margin: 0.1rem 0 0.1rem 1.5rem; font-size: 0.9em; }
 """
+#: what the folded code cells (``hide-input``) are replaced by in print, once a page
+HIDDEN_NOTE = ("{n} code cell{s} folded away on this page {are} left out of print; the "
+               "chapter's notebook holds {them}.")
 FOOTER = ("<div style='font-size:8px; width:100%; text-align:center; color:#555'>"
           "<span class='pageNumber'></span> / <span class='totalPages'></span></div>")
 
@@ -137,15 +153,48 @@ def _template(html: Path, files: list[str]):
     return template
 
 
-def body_document(html: Path, files: list[str]) -> tuple[str, list[tuple[str, str]]]:
-    """The book's pages as one HTML document, each on a new sheet, and each page's ``(file,
-    title)``. A page's first heading links to the page's own start, so the PDF carries a
-    named destination there (:func:`start_sheets` reads it)."""
+def fold_for_print(article, soup) -> int:
+    """Paper cannot be clicked: the code cells a page folds away (``hide-input``, a
+    "Show code cell source" toggle) are left out, with one note (:data:`HIDDEN_NOTE`) at
+    the top of the page, and every other fold (a ledger row's detail, a folded output) is
+    printed open. Returns how many code cells were left out."""
+    hidden = article.select("details.hide.above-input")
+    for details in hidden:
+        details.decompose()
+    for details in article.select("details"):
+        details["open"] = ""
+    if hidden:
+        n = len(hidden)
+        note = soup.new_tag("p", attrs={"class": "hetfl-print-note"})
+        note.string = HIDDEN_NOTE.format(n=n, s="s" * (n != 1), are="are" if n != 1 else "is",
+                                         them="them" if n != 1 else "it")
+        heading = article.find(["h1", "h2"])
+        if heading is not None:
+            heading.insert_after(note)
+        else:
+            article.insert(0, note)
+    return len(hidden)
+
+
+def _link_to_self(template, heading, target: str) -> None:
+    """Wrap ``heading``'s text in a link to ``target`` (an id), so that the printed PDF
+    carries a named destination there (:func:`destination_sheets` reads it)."""
+    link = template.new_tag("a", attrs={"href": f"#{target}", "class": "hetfl-print-self"})
+    link.extend(list(heading.contents))
+    heading.append(link)
+
+
+def body_document(html: Path, files: list[str]
+                  ) -> tuple[str, list[tuple[str, str]], dict[str, list[tuple[str, str]]]]:
+    """The book's pages as one HTML document, each on a new sheet; each page's ``(file,
+    title)``; and each page's sections (its ``h2`` headings) as ``(id, title)``. A page's
+    first heading links to the page's own start, and a section's to itself, so the PDF
+    carries a named destination at each (:func:`destination_sheets`)."""
     from bs4 import BeautifulSoup
 
     template = _template(html, files)
     body = template.select_one("article.bd-article")
-    titles = []
+    titles, sections = [], {}
     for file in files:
         soup = BeautifulSoup((html / f"{file}.html").read_text(errors="replace"), "html.parser")
         article = soup.select_one("article.bd-article")
@@ -154,37 +203,69 @@ def body_document(html: Path, files: list[str]) -> tuple[str, list[tuple[str, st
         for junk in article.select(", ".join(CHROME)):
             junk.decompose()
         _make_absolute(article, file, set(files))
-        for details in article.select("table.hetfl-folded details"):
-            details["open"] = ""
+        fold_for_print(article, template)
         titles.append((file, page_title(article)))
         heading = article.find(["h1", "h2"])
         if heading is not None:
-            link = template.new_tag("a", attrs={"href": f"#{anchor(file)}",
-                                                "class": "hetfl-print-self"})
-            link.extend(list(heading.contents))
-            heading.append(link)
-        section = template.new_tag("section", attrs={"class": "hetfl-print-page",
-                                                     "id": anchor(file)})
-        section.extend(list(article.contents))
-        body.append(section)
-    return str(template), titles
+            _link_to_self(template, heading, anchor(file))
+        sections[file] = []
+        for k, section in enumerate(h for h in article.find_all("h2") if h is not heading):
+            section["id"] = f"{anchor(file)}-s{k + 1}"
+            sections[file].append((section["id"], " ".join(section.get_text(" ").split())))
+            _link_to_self(template, section, section["id"])
+        page = template.new_tag("section", attrs={"class": "hetfl-print-page",
+                                                  "id": anchor(file)})
+        page.extend(list(article.contents))
+        body.append(page)
+    return str(template), titles, sections
 
 
 def front_document(html: Path, files: list[str], titles: list[tuple[str, str]],
-                   numbers: dict[str, int]) -> str:
-    """The front matter: a title page, then the contents with each page's number in the
-    body (:func:`body_document` as printed)."""
+                   numbers: dict[str, int], facts: dict[str, str] | None = None,
+                   sections: dict[str, list[tuple[str, str]]] | None = None) -> str:
+    """The front matter: a title page (the book's title and ``facts``: its authors, scale,
+    commit, licence, in that order), then the contents: each page and its sections with
+    their page numbers in the body (:func:`body_document` as printed)."""
     from bs4 import BeautifulSoup
+    from html import escape
 
     template = _template(html, files)
     book = template.title.get_text().split("—")[-1].strip() if template.title else "hetfl"
-    rows = "".join(f"<li><span>{title}</span><span class='dots'></span>"
-                   f"<span>{numbers[file]}</span></li>" for file, title in titles)
+    rows = []
+    for file, title in titles:
+        rows.append(f"<li><span>{escape(title)}</span><span class='dots'></span>"
+                    f"<span>{numbers[file]}</span></li>")
+        rows += [f"<li class='section'><span>{escape(name)}</span><span class='dots'></span>"
+                 f"<span>{numbers[key]}</span></li>"
+                 for key, name in (sections or {}).get(file, []) if key in numbers]
+    lines = "".join(f"<div>{escape(key)}: {escape(value)}</div>"
+                    for key, value in (facts or {}).items())
     template.select_one("article.bd-article").append(BeautifulSoup(
-        f"<div class='hetfl-print-title'><h1>{book}</h1><p>{time.strftime('%Y-%m-%d')}</p>"
+        f"<div class='hetfl-print-title'><h1>{escape(book)}</h1>"
+        f"<p>{time.strftime('%Y-%m-%d')}</p><div class='hetfl-print-facts'>{lines}</div>"
         f"</div><div class='hetfl-print-contents hetfl-print-page'><h2>Contents</h2>"
-        f"<ol>{rows}</ol></div>", "html.parser"))
+        f"<ol>{''.join(rows)}</ol></div>", "html.parser"))
     return str(template)
+
+
+def title_facts(build_dir: Path, root: Path = ROOT) -> dict[str, str]:
+    """What the title page states: the authors (``_config.yml``), the scale and commit the
+    build recorded (``<build>/build.json``, written by tools/build_book.py; "unknown"
+    without it) and the licence (``pyproject.toml``)."""
+    import json
+    import tomllib
+
+    import yaml
+
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    record = build_dir / "build.json"
+    built = json.loads(record.read_text()) if record.exists() else {}
+    licence = tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"]
+    licence = licence.get("text", "") if isinstance(licence, dict) else str(licence)
+    return {"Authors": str(config.get("author") or "unknown"),
+            "Scale": str(built.get("scale", "unknown")),
+            "Commit": str(built.get("commit", "unknown")),
+            "Licence": f"{licence} License" if licence else "unknown"}
 
 
 def serve(directory: Path):
@@ -199,17 +280,21 @@ def serve(directory: Path):
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def start_sheets(pdf: bytes, files: list[str]) -> dict[str, int]:
-    """The sheet (1-based) each page starts on, from the named destinations Chromium writes
-    for the links of the pages' first headings to their own starts."""
+def destination_sheets(pdf: bytes) -> dict[str, int]:
+    """The sheet (1-based) of every named destination of ``pdf``: Chromium writes one for
+    each target of a link inside the document."""
     from pypdf import PdfReader
 
     reader = PdfReader(BytesIO(pdf))
-    found = {}
-    for name, dest in reader.named_destinations.items():
-        for file in files:
-            if name.lstrip("/") == anchor(file):
-                found[file] = reader.get_destination_page_number(dest) + 1
+    return {name.lstrip("/"): reader.get_destination_page_number(dest) + 1
+            for name, dest in reader.named_destinations.items()}
+
+
+def start_sheets(pdf: bytes, files: list[str]) -> dict[str, int]:
+    """The sheet (1-based) each page starts on, from the named destinations Chromium writes
+    for the links of the pages' first headings to their own starts."""
+    sheets = destination_sheets(pdf)
+    found = {file: sheets[anchor(file)] for file in files if anchor(file) in sheets}
     missing = [f for f in files if f not in found]
     if missing:
         raise SystemExit(f"the printed book has no start for: {', '.join(missing)}")
@@ -254,11 +339,13 @@ def print_pdf(html: Path, out: Path, files: list[str] | None = None,
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            document, titles = body_document(html, files)
+            document, titles, sections = body_document(html, files)
             body = _print(browser, url, document, True, timeout_s)
             numbers = start_sheets(body, files)
-            front = _print(browser, url, front_document(html, files, titles, numbers), False,
-                           timeout_s)
+            numbers.update(destination_sheets(body))
+            front = _print(browser, url, front_document(html, files, titles, numbers,
+                                                        title_facts(html.parent), sections),
+                           False, timeout_s)
             browser.close()
     finally:
         server.shutdown()
@@ -268,8 +355,40 @@ def print_pdf(html: Path, out: Path, files: list[str] | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as f:
         writer.write(f)
+    link_from_html(html, out, files[0], len(writer.pages))
     return {"pages": [(f, t, numbers[f]) for f, t in titles], "sheets": len(writer.pages),
             "seconds": time.perf_counter() - start}
+
+
+PDF_LINK_CLASS = "hetfl-pdf-link"
+PDF_DOWNLOAD = "_downloads/hetfl.pdf"      # where the rendered HTML carries the PDF
+
+
+def link_from_html(html: Path, pdf: Path, first: str, sheets: int) -> Path:
+    """Put a copy of ``pdf`` into the rendered book (:data:`PDF_DOWNLOAD`) and a link to it
+    under the title of its first page (``first``, e.g. ``"book/intro"``), in place of any
+    link an earlier print put there; returns the copy's path."""
+    from bs4 import BeautifulSoup
+
+    copy = html / PDF_DOWNLOAD
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(pdf, copy)
+    page = html / f"{first}.html"
+    soup = BeautifulSoup(page.read_text(errors="replace"), "html.parser")
+    for old in soup.select(f".{PDF_LINK_CLASS}"):
+        old.decompose()
+    href = posixpath.relpath(PDF_DOWNLOAD, posixpath.dirname(first) or ".")
+    link = BeautifulSoup(f"<p class='{PDF_LINK_CLASS}'>The whole book as one PDF, printed from "
+                         f"this build: <a href='{href}'>hetfl.pdf</a> ({sheets} pages).</p>",
+                         "html.parser")
+    article = soup.select_one("article.bd-article")
+    heading = article.find(["h1", "h2"]) if article is not None else None
+    if heading is not None:
+        heading.insert_after(link)
+    elif article is not None:
+        article.insert(0, link)
+    page.write_text(str(soup))
+    return copy
 
 
 def main() -> int:

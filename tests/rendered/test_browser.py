@@ -54,20 +54,46 @@ TABLES = """(ledgerClass) => {
             ledger: t.classList.contains(ledgerClass),
             first: head ? head.textContent.trim().slice(0, 40) : ''};
   });
+  const box = article.getBoundingClientRect();
+  const left = box.left + parseFloat(style.paddingLeft);
+  const right = box.right - parseFloat(style.paddingRight);
   const equations = Array.from(article.querySelectorAll('mjx-container[display="true"]'))
     .map((m, i) => {
-      const body = m.querySelector('mjx-math') || m;
-      return {index: i, width: Math.round(body.getBoundingClientRect().width),
-              tex: (m.closest('.math') || m).id || ''};
+      const body = (m.querySelector('mjx-math') || m).getBoundingClientRect();
+      const holder = m.closest('.math');
+      const number = holder ? holder.querySelector('.eqno') : null;
+      return {index: i, width: Math.round(body.width), tex: (holder || m).id || '',
+              hidden: m.scrollWidth - m.clientWidth,
+              left: Math.round(body.left - left), right: Math.round(right - body.right),
+              number: number ? Math.round(number.getBoundingClientRect().left - body.right) : null};
     });
   return {column: Math.round(column), tables, equations};
 }"""
 
 
+def equation_problems(equation: dict, column: int) -> list[str]:
+    """How one display equation of :data:`TABLES`'s answer does not fit (none when it does):
+    wider than the column, cut by its own box (MathJax's container scrolls: its
+    ``scrollWidth`` exceeds its ``clientWidth``), sticking out of the column on the left or
+    the right, or running under its equation number. A pixel of rounding is allowed."""
+    where = f"display equation {equation['index'] + 1} ({equation['tex'] or 'no id'})"
+    problems = []
+    if equation["width"] > column + 1:
+        problems.append(f"{where} is {equation['width']} px wide, the column {column} px")
+    if equation.get("hidden", 0) > 1:
+        problems.append(f"{where} is cut: {equation['hidden']} px of it scroll out of its box")
+    for side in ("left", "right"):
+        if equation.get(side, 0) < -1:
+            problems.append(f"{where} sticks {-equation[side]} px out of the column on the {side}")
+    if equation.get("number") is not None and equation["number"] < -1:
+        problems.append(f"{where} runs {-equation['number']} px under its equation number")
+    return problems
+
+
 def table_problems(found: dict) -> list[str]:
     """The tables and display equations of :data:`TABLES`'s answer that do not fit: wider
-    than the column (by more than a pixel of rounding), or a ledger taller than
-    :data:`LEDGER_MAX_PX`."""
+    than the column (by more than a pixel of rounding), a ledger taller than
+    :data:`LEDGER_MAX_PX`, or an equation cut (:func:`equation_problems`)."""
     problems = []
     for t in found["tables"]:
         where = f"table {t['index'] + 1} ({t['first']!r})"
@@ -76,9 +102,7 @@ def table_problems(found: dict) -> list[str]:
         if t["ledger"] and t["height"] > LEDGER_MAX_PX:
             problems.append(f"ledger {where} is {t['height']} px tall (at most {LEDGER_MAX_PX})")
     for e in found.get("equations", []):
-        if e["width"] > found["column"] + 1:
-            problems.append(f"display equation {e['index'] + 1} ({e['tex'] or 'no id'}) is "
-                            f"{e['width']} px wide, the column {found['column']} px")
+        problems += equation_problems(e, found["column"])
     return problems
 
 
@@ -170,23 +194,38 @@ def test_the_check_fails_on_a_page_without_mathjax(tmp_path, browser):
     assert any(p.startswith("image did not load") for p in problems)
 
 
+# The theme's layout of a numbered display equation (pydata-sphinx-theme): the number and
+# MathJax's container side by side in a flex row, the container scrolling what does not fit.
+EQUATION_CSS = ("<style>div.math{display:flex;flex-direction:row-reverse;gap:.5em;align-items:center;"
+                "overflow:hidden;max-width:100%} div.math mjx-container{display:block;flex-grow:1;"
+                "overflow:auto;text-align:center}</style>")
+EQUATION = ("<div class='math' id='equation-{name}'><span class='eqno' style='display:inline-block;"
+            "width:60px'>(3.6)</span><mjx-container display='true'><mjx-math "
+            "style='display:inline-block;width:{width}px'>x</mjx-math></mjx-container></div>")
+
+
 def test_the_check_fails_on_a_table_or_equation_too_wide_or_a_ledger_too_tall(tmp_path, browser):
-    """A table wider than the content column and a ledger taller than the limit are each
-    reported; a narrow table and a short ledger are not."""
+    """A table wider than the content column, a ledger taller than the limit, an equation
+    wider than the column, and one narrower than the column but wider than the room its
+    number leaves (so that it scrolls under the number, as FedLPS's Theorem 1 did) are each
+    reported; a narrow table, a short ledger and a short equation are not."""
     wide = ("<table><tr>" + "<td style='white-space:nowrap'>1,234.5 ± 67.8</td>" * 12
             + "</tr></table>")
     tall = (f"<table class='{LEDGER_CLASS}'><tr>"
             f"<td style='height:{LEDGER_MAX_PX + 100}px'>x</td></tr></table>")
     fine = f"<table class='{LEDGER_CLASS}'><tr><td>claim</td><td>holds</td></tr></table>"
-    equation = ("<div class='math' id='equation-x'><mjx-container display='true'><mjx-math "
-                "style='display:inline-block;width:{}px'>x</mjx-math></mjx-container></div>")
-    for name, body in (("bad", wide + tall + equation.format(900)), ("good", fine + equation.format(300))):
-        (tmp_path / f"{name}.html").write_text("<html><body><article class='bd-article' "
-                                              f"style='width:600px'>{body}</article></body></html>")
+    bad = (wide + tall + EQUATION.format(name="x", width=900)
+           + EQUATION.format(name="under-number", width=580))
+    good = fine + EQUATION.format(name="y", width=300)
+    for name, body in (("bad", bad), ("good", good)):
+        (tmp_path / f"{name}.html").write_text(f"<html><head>{EQUATION_CSS}</head><body><article "
+                                              f"class='bd-article' style='width:600px'>{body}"
+                                              "</article></body></html>")
     server, url = serve(tmp_path)
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         problems, _ = inspect_page(page, f"{url}/bad.html")
+        sizes = page.evaluate(TABLES, LEDGER_CLASS)
         page.close()
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         assert inspect_page(page, f"{url}/good.html")[0] == []
@@ -196,3 +235,8 @@ def test_the_check_fails_on_a_table_or_equation_too_wide_or_a_ledger_too_tall(tm
     assert any("px wide, the column 600 px" in p for p in problems), problems
     assert any(p.startswith("ledger table 2") and "px tall" in p for p in problems), problems
     assert any(p.startswith("display equation 1 (equation-x) is 900 px wide") for p in problems), problems
+    # narrower than the column, so a check of its width alone passes it; cut all the same
+    under = sizes["equations"][1]
+    assert under["width"] < sizes["column"], sizes
+    assert any(p.startswith("display equation 2 (equation-under-number) is cut") for p in problems), problems
+    assert any(p.startswith("display equation 2 (equation-under-number) runs") for p in problems), problems

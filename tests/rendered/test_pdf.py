@@ -64,3 +64,58 @@ def test_the_pdf_has_every_page_of_the_book_a_contents_page_and_page_numbers(bui
         assert title in sheets[front + starts[-1] - 1], f"{title!r} is not on page {starts[-1]}"
     assert starts[0] == 1 and starts == sorted(starts) and body > len(titles)
     assert reader.outline, "the PDF has no outline (bookmarks)"
+
+
+def blank_sheets(reader) -> list[int]:
+    """The sheets (1-based) with nothing on them but their page number: no other text and
+    no image."""
+    blank = []
+    for i, page in enumerate(reader.pages, 1):
+        text = re.sub(r"\d+ / \d+", "", page.extract_text() or "").strip()
+        resources = page.get("/Resources") or {}
+        images = resources.get("/XObject") or {}
+        if not text and not len(images):
+            blank.append(i)
+    return blank
+
+
+def test_the_pdf_prints_what_the_html_folds_and_has_no_blank_sheet(pdf):
+    reader = pypdf.PdfReader(pdf)
+    text = words(" ".join(page.extract_text() for page in reader.pages))
+    # no toggle printed shut: hidden code is left out with a note, other folds print open
+    assert "Show code cell source" not in text and "Hide code cell source" not in text
+    assert "left out of print; the chapter's notebook holds" in text
+    assert "criterion, bounds and why it differs" in text          # a ledger row's fold, open
+    assert blank_sheets(reader) == []
+
+
+def test_the_title_page_names_authors_scale_commit_and_licence_and_the_contents_sections(
+        build_dir, pdf):
+    import json
+
+    reader = pypdf.PdfReader(pdf)
+    title = words(reader.pages[0].extract_text())
+    built = json.loads((build_dir / "build.json").read_text())
+    for field in (f"Authors: {print_pdf.title_facts(build_dir)['Authors']}",
+                  f"Scale: {built['scale']}", f"Commit: {built['commit']}", "Licence: MIT License"):
+        assert field in title, (field, title)
+    contents = words(" ".join(page.extract_text() for page in reader.pages[1:4]))
+    assert contents.count("Exercises") >= 5, "the contents list no sections"
+
+
+def test_the_html_links_the_pdf(build_dir, pdf):
+    from bs4 import BeautifulSoup
+
+    first = print_pdf.toc_files()[0]
+    soup = BeautifulSoup((build_dir / "html" / f"{first}.html").read_text(), "html.parser")
+    links = soup.select(f".{print_pdf.PDF_LINK_CLASS} a")
+    assert len(links) == 1
+    target = (build_dir / "html" / first).parent / links[0]["href"]
+    assert target.resolve().read_bytes() == pdf.read_bytes()
+
+
+def test_the_blank_sheet_check_finds_a_blank_sheet(tmp_path):
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(width=595, height=842)
+    writer.write(tmp_path / "blank.pdf")
+    assert blank_sheets(pypdf.PdfReader(tmp_path / "blank.pdf")) == [1]

@@ -20,3 +20,13 @@ def test_student_edition_keeps_every_exercise_and_no_solution(build_dir):
     assert not any(count(student, SOLUTION).values())
     for page in student.rglob("*.html"):          # nor the text of a solution's dropdown
         assert "Solution to" not in page.read_text(errors="replace"), page
+
+
+def test_the_student_edition_says_so_on_every_page(build_dir):
+    """Its pages' titles carry "(student edition)", and the intro opens with a note; the
+    full book's do not."""
+    full, student = build_dir / "html", build_dir / "student" / "html"
+    for page in ("book/intro.html", "book/foundations.html"):
+        assert "(student edition)" in (student / page).read_text(errors="replace"), page
+        assert "(student edition)" not in (full / page).read_text(errors="replace"), page
+    assert "This is the <strong>student edition</strong>" in (student / "book/intro.html").read_text()

@@ -26,7 +26,16 @@ def author_year(entry) -> str:
     names = [" ".join(p.last_names) or " ".join(p.first_names) for p in people] or \
         [entry.fields.get("organization", entry.key)]
     who = names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
-    return f"{who} {entry.fields.get('year', 'n.d.')}".replace("{", "").replace("}", "")
+    return plain_text(f"{who} {entry.fields.get('year', 'n.d.')}")
+
+
+def plain_text(latex: str) -> str:
+    """BibTeX's LaTeX as the text it stands for: ``Horv{\\'a}th`` is ``Horváth``."""
+    import codecs
+
+    import latexcodec  # noqa: F401  (registers the "ulatex" codec; pybtex depends on it)
+
+    return codecs.decode(latex, "ulatex").replace("{", "").replace("}", "")
 
 
 class AuthorYearLabels(BaseLabelStyle):
@@ -44,9 +53,18 @@ class AuthorYearLabels(BaseLabelStyle):
 
 
 class AuthorYearStyle(UnsrtStyle):
-    """pybtex's ``unsrt`` formatting with :class:`AuthorYearLabels`."""
+    """pybtex's ``unsrt`` formatting with :class:`AuthorYearLabels`, the entries sorted by
+    author, year and title, and titles as the bibliography writes them (``unsrt`` lower-cases
+    all but their first letter: "fedavg", "non-iid")."""
 
     default_label_style = AuthorYearLabels
+    default_sorting_style = "author_year_title"
+
+    def format_title(self, e, which_field, as_sentence=True):
+        from pybtex.style.template import field, sentence
+
+        title = field(which_field)
+        return sentence[title] if as_sentence else title
 
 
 def one_copy_of_each_script(app, pagename, templatename, context, doctree):
