@@ -34,7 +34,7 @@ from .options import check_value
 __all__ = ["SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
-           "paper_results_dir", "paper_scale_markdown"]
+           "paper_results_dir", "paper_scale_markdown", "device_name", "provenance"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
 #: ``authors``, as the methods' authors ran them (every method's default), or
@@ -278,6 +278,38 @@ class Chapter:
 #: where paper-scale results live: ``$HETFL_PAPER_RESULTS``, or ``results/paper`` of the
 #: repository (written by ``tools/paper_run.py``)
 PAPER_RESULTS_ENV = "HETFL_PAPER_RESULTS"
+
+
+def device_name() -> str:
+    """The accelerator runs here use (``device="auto"`` picks it), or the CPU, in words."""
+    import platform
+
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def provenance(command: str, wall_s: float, paths: Sequence[str] = ("hetfl_core",)) -> dict:
+    """Where, when and how a recorded result was computed: the repository's commit (marked
+    ``(with uncommitted changes)`` when any of ``paths`` differs from it), the package's
+    source hash (:func:`~hetfl_core.experiments.source_hash`), the device
+    (:func:`device_name`), the date (UTC), the command and the wall time in seconds."""
+    import datetime
+    import subprocess
+
+    from .experiments import source_hash
+
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", *paths], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    return {"commit": commit + (" (with uncommitted changes)" if dirty else ""),
+            "source_hash": source_hash(), "device": device_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command, "wall_s": round(wall_s, 1)}
 
 
 def paper_results_dir() -> Path:
