@@ -128,21 +128,25 @@ def _load_extra_specs() -> None:
 
 def chapters() -> list[str]:
     """The chapters with claims on the ladder."""
-    _load_extra_specs()
     from . import ladder_specs  # noqa: F401  (registers the chapters' claims)
+
+    _load_extra_specs()
 
     return list(SPECS)
 
 
 def specs_of(chapter: str | None = None, rung: str | None = None) -> list[ClaimSpec]:
     """The claims of ``chapter`` (every chapter's for ``None``) that have ``rung`` (any for
-    ``None``); an unknown chapter or rung is a one-line :class:`ConfigError`."""
+    ``None``); an unknown chapter, or a rung none of its claims has, is a one-line
+    :class:`ConfigError`."""
     known = chapters()
     if chapter is not None and chapter not in known:
         raise ConfigError(f"no ladder for chapter {chapter!r}; chapters: {', '.join(known)}")
-    every_rung = sorted({r for c in known for s in SPECS[c] for r in s.rungs}, key=_rung_order)
+    selected = [chapter] if chapter else known
+    every_rung = sorted({r for c in selected for s in SPECS[c] for r in s.rungs}, key=_rung_order)
     if rung is not None and rung not in every_rung:
-        raise ConfigError(f"unknown rung {rung!r}; rungs: {', '.join(every_rung)}")
+        raise ConfigError(f"unknown rung {rung!r}" + (f" for {chapter}" if chapter else "")
+                          + f"; rungs: {', '.join(every_rung)}")
     return [s for c in ([chapter] if chapter else known) for s in SPECS[c]
             if rung is None or rung in s.rungs]
 
@@ -699,6 +703,28 @@ def _compute(config: dict, device: str) -> tuple[dict, float]:
     return result, time.perf_counter() - start
 
 
+class _InThisProcess:
+    """An executor of one worker that is this process: a run is computed when submitted
+    (no start-up of a worker process, and nothing left running when the tool is stopped)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def submit(function, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as exc:        # the run's failure, reported as a pool's would be
+            future.set_exception(exc)
+        return future
+
+
 def resolve(device: str) -> str:
     """``auto``: ``cuda`` where a GPU is, else ``cpu``; ``cpu`` and ``cuda`` as they are."""
     if device not in ("auto", "cpu", "cuda"):
@@ -713,7 +739,8 @@ def resolve(device: str) -> str:
 def run_pending(chapter: str | None = None, rung: str | None = None, until_s: float | None = None,
                 workers: int = 1, directory=None, device: str = "auto", command: str = "",
                 progress: bool = True, log=print) -> dict:
-    """Compute the pending runs (:func:`pending`) in plan order in ``workers`` processes,
+    """Compute the pending runs (:func:`pending`) in plan order in ``workers`` processes
+    (one: in this process),
     each written to the store the moment it finishes (:func:`store_run`); a run is started
     only if, by its estimated time (:class:`SpeedBook`), it can finish within ``until_s``
     seconds of the call. Then rewrite the ladder ledgers. Returns counts: ``done``,
@@ -739,7 +766,9 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     counts = {"done": 0, "skipped": 0, "failed": 0}
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    pool = _InThisProcess() if workers == 1 else \
+        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    with pool:
         running: dict = {}
         while queue or running:
             while queue and len(running) < workers:
