@@ -93,7 +93,8 @@ def test_the_stored_history_is_compact_and_the_ledger_judges_every_rung(referenc
         assert not row["stale"]
 
 
-def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
+def _with_an_old_run(tmp_path, reference):
+    """A copy of the reference store whose first run was computed under another source hash."""
     store = tmp_path / "store"
     shutil.copytree(reference, store)
     victim = next(iter(sorted((store / "runs").glob("*.json"))))
@@ -101,6 +102,11 @@ def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
     record["provenance"]["source_hash"] = "0ld50urce000"
     record["provenance"]["equivalence_digest"] = None
     victim.write_text(json.dumps(record))
+    return store, victim, record
+
+
+def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
+    store, victim, record = _with_an_old_run(tmp_path, reference)
     ladder.write_ledgers("toy", store)
     rung = next(r for r, row in ladder.load_ledger("toy", store)["claims"][0]["results"]["Local"].items()
                 if victim.stem in row["keys"])
@@ -116,12 +122,7 @@ def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
 
 def test_a_stale_ledger_file_is_marked_by_the_current_source(tmp_path, reference):
     """The ledger file was written when every run was current; a run's source hash changed since."""
-    store = tmp_path / "store"
-    shutil.copytree(reference, store)
-    victim = next(iter(sorted((store / "runs").glob("*.json"))))
-    record = json.loads(victim.read_text())
-    record["provenance"]["source_hash"] = "0ld50urce000"
-    victim.write_text(json.dumps(record))
+    store, _, _ = _with_an_old_run(tmp_path, reference)
     assert "(stale)" in ladder.ladder_sentence("toy", "Toy 1", directory=store)
 
 
