@@ -18,6 +18,7 @@ import ast
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -396,9 +397,31 @@ def _cell() -> str:
     return f"code cell {get_ipython().execution_count - _PLAN_OFFSET}"
 
 
+class PlannedRow(dict):
+    """A history row of a planned run: every number ``nan``, and so is any key it lacks,
+    so that a chapter's cell reading the last row (``history[-1]["time_s"]``, a client's
+    entry) runs on, as its queries of the scores do (``final`` is ``nan``)."""
+
+    def __missing__(self, key):
+        return math.nan
+
+
+def planned_result(config) -> dict:
+    """The stand-in result plan mode returns for a run it does not train: its config, a
+    history of one :class:`PlannedRow` per round (``round`` set, every number and score
+    ``nan``, one row per participant in ``clients``), marked ``planned``."""
+    from .experiments import ROW_NUMBERS, ROW_SCORES
+
+    participants = max(1, round(config.clients * config.participation))
+    history = [PlannedRow({"round": t, **dict.fromkeys(ROW_NUMBERS + ROW_SCORES, math.nan),
+                           "acc_clients": [], "clients": [PlannedRow() for _ in range(participants)]})
+               for t in range(1, config.rounds + 1)]
+    return {"config": config.to_dict(), "history": history, "planned": True}
+
+
 def _record(configs, where: str) -> list[dict]:
     """Plan mode's sweep: append each config to the plan file; return the cached result of
-    each, or an empty one (no history) marked ``planned`` where it would have to train."""
+    each, or a stand-in (:func:`planned_result`) marked ``planned`` where it would have to train."""
     from .experiments import load_cached
 
     results = []
@@ -407,8 +430,7 @@ def _record(configs, where: str) -> list[dict]:
             cached = load_cached(c)
             out.write(json.dumps({"config": c.to_dict(), "key": c.key(), "cached": cached is not None,
                                   "where": f"{where}, {_cell()}"}) + "\n")
-            results.append(cached if cached is not None else
-                           {"config": c.to_dict(), "history": [], "planned": True})
+            results.append(cached if cached is not None else planned_result(c))
     return results
 
 
@@ -445,7 +467,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
                  timeout: int = 120) -> tuple[list[dict], list[str]]:
     """The runs chapter ``chapter`` (a ``book/<name>.md`` path) asks for at ``scale``, found
     without training by executing it in plan mode (:func:`enter_plan_mode`), where a sweep
-    returns each run's cached result or an empty one. Cells that fail on empty results are
+    returns each run's cached result or a stand-in of ``nan`` (:func:`planned_result`). Cells that fail on it are
     passed over (a grid built from an earlier grid's results may be missed), and so is a cell
     computing for over ``timeout`` seconds outside a sweep (a check that trains a model).
     Returns the recorded runs (a dict per config: ``config``, ``key``, ``cached``, ``where``)

@@ -462,8 +462,8 @@ def _plan(args) -> int:
         print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
               "estimates leave their runs out", file=sys.stderr)
     if errors:
-        print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
-              "results of planned runs, or a cell interrupted while computing outside a sweep); "
+        print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the stand-in "
+              "(nan) results of planned runs, or a cell interrupted while computing outside a sweep); "
               f"a grid built from their results may be missing. First: {errors[0]}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as out:

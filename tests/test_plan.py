@@ -128,3 +128,23 @@ def test_a_run_s_estimate_adds_up_its_samples_rounds_and_scorings():
     expected = 0.896 + 14 * 0.5 + 3 * 1 + 10 + 4 * 100
     assert abs(speed.seconds(config) - expected) < 1e-9
     assert abs(speed.seconds(config.replace(eval_global_every=14)) - (expected - 300)) < 1e-9
+
+
+def test_a_cell_reading_a_planned_runs_last_row_runs_on(tmp_path, monkeypatch):
+    """A planned run's history has a row per round (numbers nan), so ``history[-1]`` and a
+    client's entry of it do not stop the cell (they raised IndexError on an empty history)."""
+    from hetfl_core.book import plan_chapter, planned_result
+    from hetfl_core import RunConfig
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    reading = CHAPTER.replace('assert best == best, "needs trained runs"      # nan on planned (empty) results',
+                              'end = [r["history"][-1]["time_s"] for r in runs.values()]\n'
+                              'first = runs["fedavg", seed]["history"][-1]["clients"][0]["probs"]\n'
+                              'assert len(end) == 4 and end[0] != end[0] and first != first')
+    chapter = tmp_path / "reading.md"
+    chapter.write_text(reading)
+    records, errors = plan_chapter(chapter, "smoke")
+    assert errors == [] and records[-1]["config"]["clients"] == 8
+    result = planned_result(RunConfig(dataset="digits", clients=10, participation=0.3, rounds=4))
+    assert [row["round"] for row in result["history"]] == [1, 2, 3, 4]
+    assert len(result["history"][0]["clients"]) == 3 and result["planned"]
