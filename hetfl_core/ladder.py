@@ -63,7 +63,8 @@ class ClaimSpec:
     """One headline claim on the ladder.
 
     ``methods`` maps each label the claim needs (the method, its rivals, any run its value
-    reads, e.g. the run that sets a target) to ``(registered name, options)``;
+    reads, e.g. the run that sets a target) to ``(registered name, options)`` or
+    ``(registered name, options, changes to the setting)`` (a level of a sweep);
     ``setting(scale)`` is the chapter's configuration at ``"book"`` and ``"paper"`` scale
     (``"smoke"`` for a test's toy); ``value(runs, rival)`` is the claim's per-seed paired
     value from ``runs`` (label -> the results of :attr:`seeds`, in order) against one rival,
@@ -169,7 +170,7 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
     if rung not in spec.rungs:
         raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
                           f"rungs: {', '.join(spec.rungs)}")
-    name, options = spec.methods[label]
+    name, options, *level = spec.methods[label]
     if rung == "paper":
         config = spec.setting("paper")
         if spec.paper_eval_every is not None:
@@ -185,7 +186,8 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         elif paper.local_epochs > base.local_epochs:
             changes["local_epochs"] = min(base.local_epochs * k, paper.local_epochs)
         config = base.replace(**changes)
-    return config.replace(method=name, options=dict(options), seed=seed, device="cpu")
+    return config.replace(method=name, options=dict(options), seed=seed, device="cpu",
+                          **(level[0] if level else {}))
 
 
 @dataclass(frozen=True)

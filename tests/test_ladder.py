@@ -149,8 +149,12 @@ def test_the_plan_runs_the_cheapest_rung_first_and_a_claims_seeds_together():
     plan = ladder.planned_runs("fedlps")
     epochs = {p.rung: p.config.local_epochs for p in plan}
     assert epochs == {"book": 1, "x2": 2, "x4": 4, "x8": 5, "paper": 5}   # toward the paper's 5
-    shared = [p for p in plan if p.rung == "book"]
+    shared = [p for p in plan if p.rung == "book" and "fedlps: Table I" in p.claims]
     assert len(shared) == 9 and all(len(p.claims) == 2 for p in shared)   # Table I and Figs. 4-5
+    levels = [p.config.classes_per_client for p in plan if "fedlps: Fig. 6" in p.claims]
+    assert sorted(set(levels)) == [2, 5, 10] and len(levels) == 5 * 27    # 3 methods x 3 levels x 3 seeds
+    paper = [p for p in plan if p.rung == "paper" and "fedlps: Fig. 6" in p.claims and len(p.claims) > 1]
+    assert len(paper) == 6       # at the paper scale, c=2 of FedLPS and FedPer is Table I's run
 
 
 def test_a_run_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
