@@ -404,7 +404,7 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
                                    "wall_s": round(sum(h["wall_s"] for h in how), 1)}}
         claims.append({"ref": spec.ref, "statement": spec.statement, "cell": spec.cell,
                        "paper": spec.paper, "paper_value": spec.paper_value,
-                       "criterion": spec.criterion.text, "log": spec.criterion.log, "unit": spec.unit, "method": spec.method,
+                       "criterion": spec.criterion.text, "bound": spec.criterion.bound, "log": spec.criterion.log, "unit": spec.unit, "method": spec.method,
                        "rivals": list(spec.rivals), "seeds": list(spec.seeds),
                        "rungs": list(spec.rungs), "results": rows})
     return {"chapter": chapter, "claims": claims}
@@ -430,14 +430,14 @@ def load_ledger(chapter: str, directory=None) -> dict | None:
 
 
 def _find_claim(chapter: str, claim_ref: str, directory=None) -> tuple[dict | None, dict | None]:
+    """The stored ladder ledger of ``chapter`` and its entry for ``claim_ref`` (``None`` for
+    what is not stored); a claim that is not on the ladder is a :class:`ConfigError`."""
+    refs = [s.ref for s in specs_of(chapter)]
+    if claim_ref not in refs:
+        raise ConfigError(f"the ladder of {chapter} has no claim {claim_ref!r}; claims: {', '.join(refs)}")
     ledger = load_ledger(chapter, directory)
-    if ledger is None:
-        return None, None
-    for claim in ledger["claims"]:
-        if claim["ref"] == claim_ref:
-            return ledger, claim
-    raise ConfigError(f"the ladder of {chapter} has no claim {claim_ref!r}; claims: "
-                      f"{', '.join(c['ref'] for c in ledger['claims'])}")
+    claim = next((c for c in (ledger or {}).get("claims", []) if c["ref"] == claim_ref), None)
+    return ledger, claim
 
 
 def _as_floats(values) -> np.ndarray:
@@ -529,16 +529,19 @@ def _fmt(value: float) -> str:
 
 
 def _trend(first: float, last: float, claim: dict) -> str:
-    """Whether the gap to the paper's side closes, widens or holds from the first rung to the last."""
+    """How the value moves from the first stored rung to the last, and whether its gap to
+    the paper's number (or, where the paper gives none, to the criterion's bound) closes,
+    widens or holds; a change under 1 point (a tenth, for a ratio) holds."""
     if not (math.isfinite(first) and math.isfinite(last)):
         return "an infinite or undefined value at an end, so no trend"
-    change = last - first
-    spread = 1.0 if not _is_ratio(claim) else 0.1 * max(abs(first), 1e-9)
-    if abs(change) < spread:
-        return f"it holds ({_fmt(first)} → {_fmt(last)})"
-    towards = change > 0       # every criterion on the ladder is an at-least bound
-    return (f"it {'closes' if towards else 'widens'}: {_fmt(first)} → {_fmt(last)}, "
-            f"{'towards' if towards else 'away from'} the paper's side")
+    aim = claim["paper_value"] if claim["paper_value"] is not None else claim.get("bound")
+    what = "the paper's" if claim["paper_value"] is not None else "the criterion's bound"
+    if aim is None:
+        return f"{_fmt(first)} → {_fmt(last)}"
+    tolerance = 0.1 * max(abs(aim), 1e-9) if _is_ratio(claim) else 1.0
+    before, after = abs(aim - first), abs(aim - last)
+    verb = "holds" if abs(after - before) < tolerance else "closes" if after < before else "widens"
+    return f"the gap to {what} {_fmt(aim)} {verb} ({_fmt(first)} → {_fmt(last)})"
 
 
 def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
@@ -639,7 +642,7 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
             boards[rung] = sorted(scores, key=lambda n: -scores[n])
     rows, previous = [], None
     for rung, board in boards.items():
-        tau = "" if previous is None else f"{kendall_tau(boards[previous], board):+.2f}"
+        tau = "" if previous is None else _fmt(kendall_tau(boards[previous], board))
         rows.append([rung, " > ".join(board), tau])
         previous = rung
     return markdown_table(rows, ["rung", "leaderboard (best first)", "Kendall τ to the rung before"])

@@ -218,3 +218,29 @@ def test_kendall_tau():
     assert ladder.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1
     assert ladder.kendall_tau(["a", "b", "c"], ["c", "b", "a"]) == -1
     assert ladder.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == pytest.approx(1 / 3)
+
+
+def test_a_claim_not_on_the_ladder_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="has no claim 'Toy 9'; claims: Toy 1"):
+        ladder.ladder_sentence("toy", "Toy 9", directory=tmp_path)
+
+
+def test_the_ladder_is_drawn_and_told_from_the_store(reference, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
+    fig = ladder.show_ladder("toy", "Toy 1", reference)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["book", "x2"]
+    values = {rung: row["values"] for rung, row in
+              ladder.load_ledger("toy", reference)["claims"][0]["results"]["Local"].items()}
+    sentence = shown[-1]
+    assert sentence.startswith("Toy 1 on the ladder: FedAvg − Local (mean over 3 seeds): ")
+    first, last = (sum(values[r]) / 3 for r in ("book", "x2"))
+    assert f"{ladder._fmt(first)} at book" in sentence and f"{ladder._fmt(last)} at x2" in sentence
+    verb = "holds" if abs(abs(5 - last) - abs(5 - first)) < 1 else \
+        "closes" if abs(5 - last) < abs(5 - first) else "widens"
+    assert f"the gap to the paper's +5.00 {verb}" in sentence
+    board = ladder.arena_settling("toy", "Toy 1", reference)
+    assert "| book | Local |" in board and "| x2 | Local | — |" in board   # one contestant: no pair to order
