@@ -398,24 +398,29 @@ def _cell() -> str:
 
 
 class PlannedRow(dict):
-    """A history row of a planned run: every number ``nan``, and so is any key it lacks,
-    so that a chapter's cell reading the last row (``history[-1]["time_s"]``, a client's
-    entry) runs on, as its queries of the scores do (``final`` is ``nan``)."""
+    """A history row of a planned run; a key it lacks (a method's own per-client entry) is
+    ``nan``, so that a chapter's cell reading it runs on."""
 
     def __missing__(self, key):
         return math.nan
 
 
 def planned_result(config) -> dict:
-    """The stand-in result plan mode returns for a run it does not train: its config, a
-    history of one :class:`PlannedRow` per round (``round`` set, every number and score
-    ``nan``, one row per participant in ``clients``), marked ``planned``."""
-    from .experiments import ROW_NUMBERS, ROW_SCORES
-
+    """The stand-in result plan mode returns for a run it does not train: its config and a
+    history of one :class:`PlannedRow` per round whose numbers are made up but ordinary
+    (accuracy rising from 0.3 to 0.7, a second and a megabit a round, a loss of 1/round),
+    the same for every method, so that a cell deriving a target, a ranking or a later grid
+    from the results runs on and its runs are planned; marked ``planned``. Never shown:
+    a planned chapter's ledger is thrown away."""
     participants = max(1, round(config.clients * config.participation))
-    history = [PlannedRow({"round": t, **dict.fromkeys(ROW_NUMBERS + ROW_SCORES, math.nan),
-                           "acc_clients": [], "clients": [PlannedRow() for _ in range(participants)]})
-               for t in range(1, config.rounds + 1)]
+    history = []
+    for t in range(1, config.rounds + 1):
+        acc = 0.3 + 0.4 * t / config.rounds
+        history.append(PlannedRow(
+            {"round": t, "time_s": float(t), "round_time_s": 1.0, "idle_s": 0.0, "loss": 1.0 / t,
+             "uplink_bits": 1e6 * t, "downlink_bits": 1e6 * t, "flops": 1e9 * t, "energy_j": float(t),
+             "acc_global": acc, "loss_global": 1.0 / t, "acc_personal": acc, "loss_personal": 1.0 / t,
+             "acc_clients": [acc] * participants, "clients": [PlannedRow() for _ in range(participants)]}))
     return {"config": config.to_dict(), "history": history, "planned": True}
 
 
@@ -467,7 +472,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
                  timeout: int = 120) -> tuple[list[dict], list[str]]:
     """The runs chapter ``chapter`` (a ``book/<name>.md`` path) asks for at ``scale``, found
     without training by executing it in plan mode (:func:`enter_plan_mode`), where a sweep
-    returns each run's cached result or a stand-in of ``nan`` (:func:`planned_result`). Cells that fail on it are
+    returns each run's cached result or a stand-in (:func:`planned_result`). Cells that fail on it are
     passed over (a grid built from an earlier grid's results may be missed), and so is a cell
     computing for over ``timeout`` seconds outside a sweep (a check that trains a model).
     Returns the recorded runs (a dict per config: ``config``, ``key``, ``cached``, ``where``)
