@@ -560,8 +560,9 @@ def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
                 continue
             row = by_rung[rung]
             b = row["budget"]
-            budget = (f"{b['rounds']} rounds × {b['local_steps']} steps" if b["local_steps"]
-                      else f"{b['rounds']} rounds × {b['local_epochs']:g} epochs") + f", {b['clients']} clients"
+            local = (f"{b['local_steps']} step" if b["local_steps"] else f"{b['local_epochs']:g} epoch")
+            plural = "" if local.startswith("1 ") else "s"
+            budget = f"{b['rounds']} rounds × {local}{plural}, {b['clients']} clients"
             rows.append([rival, rung, budget, ", ".join(_fmt(v) for v in _as_floats(
                 [math.inf if x == "inf" else -math.inf if x == "-inf" else x for x in row["values"]])),
                 row["verdict"], "stale" if row["stale"] else ""])
