@@ -22,12 +22,15 @@ of the chapter's baselines, each judged on its own.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
 import os
+import shlex
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +38,8 @@ import numpy as np
 
 from .config import RunConfig
 from .errors import ConfigError
-from .report import Criterion, at_least, final, first_reach, judge, per_seed, ratio
+from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
+from .report import judge
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
@@ -43,9 +47,6 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "kendall_tau", "STORE_ENV", "SPECS_ENV"]
 
-#: the rungs, cheapest first: the book scale's configuration, 2x, 4x and 8x its rounds,
-#: and the paper's federation
-RUNGS = ("book", "x2", "x4", "x8", "paper")
 #: the rounds each rung below the paper's runs, as a multiple of the book scale's
 FACTORS = {"book": 1, "x2": 2, "x4": 4, "x8": 8}
 #: where the store lies: ``$HETFL_LADDER_STORE``, or ``results/ladder`` of the repository
@@ -54,64 +55,6 @@ STORE_ENV = "HETFL_LADDER_STORE"
 SPECS_ENV = "HETFL_LADDER_SPECS"
 #: the history fields a stored run keeps (what the claims' queries read)
 HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
-#: the points on the percent scale (how accuracy differences print)
-PTS = " points"
-
-
-@dataclass(eq=False)
-class ClaimSpec:
-    """One headline claim on the ladder.
-
-    ``methods`` maps each label the claim needs (the method, its rivals, any run its value
-    reads, e.g. the run that sets a target) to ``(registered name, options)`` or
-    ``(registered name, options, changes to the setting)`` (a level of a sweep);
-    ``setting(scale)`` is the chapter's configuration at ``"book"`` and ``"paper"`` scale
-    (``"smoke"`` for a test's toy); ``value(runs, rival)`` is the claim's per-seed paired
-    value from ``runs`` (label -> the results of :attr:`seeds`, in order) against one rival,
-    as the chapter's cell ``cell`` computes it; ``criterion`` the chapter's criterion.
-    ``paper_value`` is the paper's number on the value's scale (a line on the plot), or
-    ``None``. ``paper_eval_every`` evaluates the paper rung every so many rounds (``None``:
-    as the chapter's paper scale does); ``paper_global_last_two`` scores the global model on
-    the whole test set after the last two rounds only at the paper rung (the final global
-    accuracy, a mean of the last two, stays defined; no claim on the ladder reads it
-    earlier), where every round's scoring is a sixth of a paper-scale run's time."""
-
-    chapter: str
-    ref: str
-    statement: str
-    cell: str
-    paper: str
-    paper_value: float | None
-    method: str
-    rivals: tuple[str, ...]
-    methods: Mapping[str, tuple[str, dict]]
-    setting: Callable[[str], RunConfig]
-    value: Callable[[dict, str], np.ndarray]
-    criterion: Criterion
-    unit: str = PTS
-    digits: int = 1
-    seeds: tuple[int, ...] = (0, 1, 2)
-    rungs: tuple[str, ...] = RUNGS
-    base_scale: str = "book"
-    paper_eval_every: int | None = None
-    paper_global_last_two: bool = True
-
-    @property
-    def name(self) -> str:
-        """The claim's reference within its chapter, e.g. ``"Table I"``."""
-        return self.ref
-
-
-#: chapter -> its claims on the ladder, in the chapter's order
-SPECS: dict[str, list[ClaimSpec]] = {}
-
-
-def register(spec: ClaimSpec) -> ClaimSpec:
-    """Add ``spec`` to :data:`SPECS` (a claim already there under its chapter and ``ref`` is
-    replaced)."""
-    claims = SPECS.setdefault(spec.chapter, [])
-    claims[:] = [c for c in claims if c.ref != spec.ref] + [spec]
-    return spec
 
 
 _LOADED_EXTRA: set[str] = set()
@@ -132,8 +75,6 @@ def _load_extra_specs() -> None:
 
 def chapters() -> list[str]:
     """The chapters with claims on the ladder."""
-    from . import ladder_specs  # noqa: F401  (registers the chapters' claims)
-
     _load_extra_specs()
 
     return list(SPECS)
@@ -833,3 +774,117 @@ def status_rows(directory=None) -> list[list[str]]:
                 state["done"].append(rung)
         rows.append([spec.chapter, spec.ref, *(", ".join(state[s]) or "—" for s in state)])
     return rows
+
+
+# -- the command line (tools/ladder.py, python -m hetfl_core ladder) -------------------------
+#: what the ladder's command line does
+COMMAND_LINE = """The ladder of training budgets behind each headline claim (:mod:`hetfl_core.ladder`).
+
+    python tools/ladder.py plan   [--chapter C] [--rung R] [--no-timing]
+    python tools/ladder.py run    [--chapter C] [--rung R] [--until-s SECONDS] [--workers N]
+                                  [--store DIR] [--device auto|cpu|cuda]
+    python tools/ladder.py status [--store DIR]
+    python tools/ladder.py ledger [--chapter C] [--store DIR]
+
+``plan`` lists the pending runs in the order ``run`` computes them (cheapest rung first, a
+claim's methods and seeds together) with their training samples and estimated CPU hours;
+``run`` computes them, each stored the moment it finishes (``results/ladder/runs``), never
+starting one it cannot expect to finish before ``--until-s``; a later call, here or on
+another machine, continues from the stored runs. ``status`` says per claim which rungs are
+done, pending or stale; ``ledger`` recomputes the ladder ledgers from the stored runs.
+"""
+
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):      # one line, exit 2
+        self.exit(2, f"ladder: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The ladder's command line (:data:`COMMAND_LINE`)."""
+    parser = _Parser(prog="tools/ladder.py", description=COMMAND_LINE.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    plan = sub.add_parser("plan", help="the pending runs in order, with their cost")
+    run = sub.add_parser("run", help="compute the pending runs, then the ledgers")
+    status = sub.add_parser("status", help="per claim: rungs done, pending, stale")
+    ledger = sub.add_parser("ledger", help="recompute the ladder ledgers from the stored runs")
+    for p in (plan, run, status, ledger):
+        p.add_argument("--store", default=None, help="the store (default results/ladder)")
+    for p in (plan, run, ledger):
+        p.add_argument("--chapter", default=None)
+    for p in (plan, run):
+        p.add_argument("--rung", default=None)
+    plan.add_argument("--no-timing", action="store_true",
+                      help="do not measure speeds that are not known yet (their cost shows —)")
+    plan.add_argument("--device", default="cpu", help="the device to estimate for (default cpu)")
+    run.add_argument("--until-s", type=float, default=None,
+                     help="start no run that cannot be expected to finish within this many seconds")
+    run.add_argument("--workers", type=int, default=1, help="worker processes (one torch thread each)")
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _plan(args) -> int:
+    """``plan``: the pending runs in order with their samples and estimated hours, and the totals per rung."""
+    from .book import training_samples
+
+    ladder = sys.modules[__name__]
+
+    device = ladder.resolve(args.device)
+    todo = ladder.pending(args.chapter, args.rung, args.store, ladder.equivalence_digest(args.store))
+    speeds = ladder.SpeedBook(args.store, measure=not args.no_timing)
+    totals: dict[str, list[float]] = {}
+    print(f"{'#':>4s} {'rung':6s} {'method':10s} {'seed':>4s} {'rounds':>6s} {'M samples':>10s} "
+          f"{'est. h':>7s}  claims")
+    for i, p in enumerate(todo, 1):
+        samples = training_samples(p.config)
+        hours = speeds.seconds(p.config, device) / 3600
+        total = totals.setdefault(p.rung, [0, 0.0, 0.0, 0])
+        total[0] += 1
+        total[1] += samples
+        if math.isnan(hours):
+            total[3] += 1
+        else:
+            total[2] += hours
+        print(f"{i:4d} {p.rung:6s} {p.config.method[:10]:10s} {p.config.seed:4d} {p.config.rounds:6d} "
+              f"{samples / 1e6:10.2f} {'—' if math.isnan(hours) else f'{hours:7.2f}':>7s}  "
+              f"{'; '.join(p.claims)}")
+    print(f"\n{'rung':6s} {'runs':>5s} {'M samples':>10s} {'est. ' + device + ' h (1 thread)':>22s}")
+    for rung, (runs, samples, hours, unknown) in totals.items():
+        print(f"{rung:6s} {runs:5d} {samples / 1e6:10.2f} {hours:22.2f}"
+              + (f"  ({unknown} run(s) not timed)" if unknown else ""))
+    print(f"{'all':6s} {sum(t[0] for t in totals.values()):5d} "
+          f"{sum(t[1] for t in totals.values()) / 1e6:10.2f} {sum(t[2] for t in totals.values()):22.2f}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``tools/ladder.py`` and ``python -m hetfl_core ladder``: the commands of
+    :data:`COMMAND_LINE`; returns the exit code (2, one line, for bad input)."""
+    from .report import markdown_table
+
+    ladder = sys.modules[__name__]
+
+    args = _parser().parse_args(argv)
+    try:
+        if args.command in ("plan", "run", "ledger"):
+            ladder.specs_of(args.chapter, getattr(args, "rung", None))   # refuse bad input first
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "run":
+            command = "python tools/ladder.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+            counts = ladder.run_pending(args.chapter, args.rung, args.until_s, args.workers, args.store,
+                                        args.device, command, progress=not args.no_progress)
+            return 1 if counts["failed"] else 0
+        if args.command == "status":
+            print(markdown_table(ladder.status_rows(args.store),
+                                 ["chapter", "claim", "done", "pending", "stale"]))
+            return 0
+        paths = ladder.write_ledgers(args.chapter, args.store, ladder.equivalence_digest(args.store))
+        print("wrote " + ", ".join(str(p) for p in paths))
+        return 0
+    except ConfigError as exc:
+        print(f"ladder: error: {exc}", file=sys.stderr)
+        return 2
