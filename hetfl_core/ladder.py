@@ -325,7 +325,7 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             records = [runs[k] for k in got["keys"]]
             how = [r["provenance"] for r in records]
             stale = [r["key"] for r in records if not is_current(r, digest)]
-            config = rung_config(spec, rung, spec.method, spec.seeds[0])
+            config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
             for rival, values in got["values"].items():
                 j = judge(values, spec.criterion)
                 rows.setdefault(rival, {})[rung] = {
