@@ -21,6 +21,7 @@ import ast
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -38,7 +39,7 @@ __all__ = ["COLUMN", "say", "first_clause", "summary_markdown",
            "SEED_LIMIT", "BASELINES", "SIMPLIFIED_BASELINES", "with_baselines",
            "injected_parameters", "check_parameters", "config_choices", "ParameterError",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
-           "paper_results_dir", "paper_scale_markdown"]
+           "paper_results_dir", "paper_scale_markdown", "device_name", "provenance"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
 #: ``authors``, as the methods' authors ran them (every method's default), or
@@ -345,6 +346,38 @@ class Chapter:
 PAPER_RESULTS_ENV = "HETFL_PAPER_RESULTS"
 
 
+def device_name() -> str:
+    """The accelerator runs here use (``device="auto"`` picks it), or the CPU, in words."""
+    import platform
+
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def provenance(command: str, wall_s: float, paths: Sequence[str] = ("hetfl_core",)) -> dict:
+    """Where, when and how a recorded result was computed: the repository's commit (marked
+    ``(with uncommitted changes)`` when any of ``paths`` differs from it), the package's
+    source hash (:func:`~hetfl_core.experiments.source_hash`), the device
+    (:func:`device_name`), the date (UTC), the command and the wall time in seconds."""
+    import datetime
+    import subprocess
+
+    from .experiments import source_hash
+
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", *paths], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    return {"commit": commit + (" (with uncommitted changes)" if dirty else ""),
+            "source_hash": source_hash(), "device": device_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": command, "wall_s": round(wall_s, 1)}
+
+
 def paper_results_dir() -> Path:
     """The directory of recorded paper-scale runs (:data:`PAPER_RESULTS_ENV`)."""
     return Path(os.environ.get(PAPER_RESULTS_ENV) or Path(__file__).resolve().parents[1] / "results" / "paper")
@@ -429,9 +462,36 @@ def _cell() -> str:
     return f"code cell {get_ipython().execution_count - _PLAN_OFFSET}"
 
 
+class PlannedRow(dict):
+    """A history row of a planned run; a key it lacks (a method's own per-client entry) is
+    ``nan``, so that a chapter's cell reading it runs on."""
+
+    def __missing__(self, key):
+        return math.nan
+
+
+def planned_result(config) -> dict:
+    """The stand-in result plan mode returns for a run it does not train: its config and a
+    history of one :class:`PlannedRow` per round whose numbers are made up but ordinary
+    (accuracy rising from 0.3 to 0.7, a second and a megabit a round, a loss of 1/round),
+    the same for every method, so that a cell deriving a target, a ranking or a later grid
+    from the results runs on and its runs are planned; marked ``planned``. Never shown:
+    a planned chapter's ledger is thrown away."""
+    participants = max(1, round(config.clients * config.participation))
+    history = []
+    for t in range(1, config.rounds + 1):
+        acc = 0.3 + 0.4 * t / config.rounds
+        history.append(PlannedRow(
+            {"round": t, "time_s": float(t), "round_time_s": 1.0, "idle_s": 0.0, "loss": 1.0 / t,
+             "uplink_bits": 1e6 * t, "downlink_bits": 1e6 * t, "flops": 1e9 * t, "energy_j": float(t),
+             "acc_global": acc, "loss_global": 1.0 / t, "acc_personal": acc, "loss_personal": 1.0 / t,
+             "acc_clients": [acc] * participants, "clients": [PlannedRow() for _ in range(participants)]}))
+    return {"config": config.to_dict(), "history": history, "planned": True}
+
+
 def _record(configs, where: str) -> list[dict]:
     """Plan mode's sweep: append each config to the plan file; return the cached result of
-    each, or an empty one (no history) marked ``planned`` where it would have to train."""
+    each, or a stand-in (:func:`planned_result`) marked ``planned`` where it would have to train."""
     from .experiments import load_cached
 
     results = []
@@ -440,8 +500,7 @@ def _record(configs, where: str) -> list[dict]:
             cached = load_cached(c)
             out.write(json.dumps({"config": c.to_dict(), "key": c.key(), "cached": cached is not None,
                                   "where": f"{where}, {_cell()}"}) + "\n")
-            results.append(cached if cached is not None else
-                           {"config": c.to_dict(), "history": [], "planned": True})
+            results.append(cached if cached is not None else planned_result(c))
     return results
 
 
@@ -478,7 +537,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
                  timeout: int = 120) -> tuple[list[dict], list[str]]:
     """The runs chapter ``chapter`` (a ``book/<name>.md`` path) asks for at ``scale``, found
     without training by executing it in plan mode (:func:`enter_plan_mode`), where a sweep
-    returns each run's cached result or an empty one. Cells that fail on empty results are
+    returns each run's cached result or a stand-in (:func:`planned_result`). Cells that fail on it are
     passed over (a grid built from an earlier grid's results may be missed), and so is a cell
     computing for over ``timeout`` seconds outside a sweep (a check that trains a model).
     Returns the recorded runs (a dict per config: ``config``, ``key``, ``cached``, ``where``)

@@ -102,6 +102,10 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="the figure to write: its extension names the format (.png is added to a "
                            "name without one); a symbolic link is refused, a file replaced whole")
     plot.add_argument("--y", default="acc_personal", help="what to plot (default: acc_personal)")
+    ladder = sub.add_parser("ladder", add_help=False,
+                            help="the headline claims on a ladder of training budgets: plan, run, "
+                                 "status, ledger (as tools/ladder.py)")
+    ladder.add_argument("arguments", nargs=argparse.REMAINDER)
     plan = sub.add_parser("plan", help="list a chapter's runs at a scale and estimate their cost, "
                                        "without training")
     plan.add_argument("chapter", help="a chapter's name (heroes, fedlps, ...) or its book/*.md file")
@@ -210,7 +214,7 @@ def main(argv=None) -> int:
     130 on Ctrl-C."""
     args = _build_parser().parse_args(_join_negative(sys.argv[1:] if argv is None else list(argv)))
     commands = {"list": lambda a: _list(a.method), "run": _run, "arena": _arena, "plot": _plot,
-                "plan": _plan}
+                "plan": _plan, "ladder": _ladder}
     try:
         return commands[args.command](args)
     except HetflError as exc:      # bad input is found also after the data loads, before training
@@ -222,6 +226,13 @@ def main(argv=None) -> int:
         print("python -m hetfl_core: interrupted" + (" (finished runs are cached)" if caches else ""),
               file=sys.stderr)
         return 130
+
+
+def _ladder(args) -> int:
+    """``ladder``: the ladder's own command line (:func:`hetfl_core.ladder.main`)."""
+    from .ladder import main as ladder_main
+
+    return ladder_main(args.arguments)
 
 
 def _run(args) -> int:
@@ -462,8 +473,8 @@ def _plan(args) -> int:
         print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
               "estimates leave their runs out", file=sys.stderr)
     if errors:
-        print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the empty "
-              "results of planned runs, or a cell interrupted while computing outside a sweep); "
+        print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the stand-in "
+              "(nan) results of planned runs, or a cell interrupted while computing outside a sweep); "
               f"a grid built from their results may be missing. First: {errors[0]}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as out:

@@ -33,7 +33,7 @@ runs = book.sweep({(m, s): base.replace(method=m, seed=s)
 
 ```{code-cell} ipython3
 best = max(final(r) for r in runs.values())
-assert best == best, "needs trained runs"      # nan on planned (empty) results
+assert not any(r.get("planned") for r in runs.values()), "needs trained runs"
 ```
 
 ```{code-cell} ipython3
@@ -97,7 +97,7 @@ def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp
     from hetfl_core.book import plan_chapter
 
     monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
-    slow = CHAPTER.replace('assert best == best, "needs trained runs"      # nan on planned (empty) results',
+    slow = CHAPTER.replace('assert not any(r.get("planned") for r in runs.values()), "needs trained runs"',
                            "import time\ntime.sleep(300)                # a check that trains by itself")
     chapter = tmp_path / "slow.md"
     chapter.write_text(slow)
@@ -128,3 +128,25 @@ def test_a_run_s_estimate_adds_up_its_samples_rounds_and_scorings():
     expected = 0.896 + 14 * 0.5 + 3 * 1 + 10 + 4 * 100
     assert abs(speed.seconds(config) - expected) < 1e-9
     assert abs(speed.seconds(config.replace(eval_global_every=14)) - (expected - 300)) < 1e-9
+
+
+def test_a_cell_reading_a_planned_runs_last_row_runs_on(tmp_path, monkeypatch):
+    """A planned run's history has a row per round of ordinary numbers, so ``history[-1]``,
+    a client's entry of it and a target derived from the results do not stop the cell
+    (they raised IndexError on an empty history, and ValueError on nan)."""
+    from hetfl_core.book import plan_chapter, planned_result
+    from hetfl_core import RunConfig
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    reading = CHAPTER.replace('assert not any(r.get("planned") for r in runs.values()), "needs trained runs"',
+                              'end = [r["history"][-1]["time_s"] for r in runs.values()]\n'
+                              'first = runs["fedavg", seed]["history"][-1]["clients"][0]["probs"]\n'
+                              'target = 5 * int(100 * best / 5)   # a target from the results\n'
+                              'assert end == [1.0] * 4 and first != first and target == 70')
+    chapter = tmp_path / "reading.md"
+    chapter.write_text(reading)
+    records, errors = plan_chapter(chapter, "smoke")
+    assert errors == [] and records[-1]["config"]["clients"] == 8
+    result = planned_result(RunConfig(dataset="digits", clients=10, participation=0.3, rounds=4))
+    assert [row["round"] for row in result["history"]] == [1, 2, 3, 4]
+    assert len(result["history"][0]["clients"]) == 3 and result["planned"]

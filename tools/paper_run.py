@@ -12,7 +12,6 @@ matches. Nothing is written if the chapter fails.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -26,28 +25,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def device_name() -> str:
-    """The accelerator the runs used (``device="auto"`` picks it), or the CPU."""
-    import platform
-
-    import torch
-
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-
-
 def provenance(chapter: str, command: str, wall_s: float) -> dict:
-    from hetfl_core.experiments import source_hash
+    """Where, when and how the chapter ran (:func:`hetfl_core.book.provenance`), the commit
+    marked when the package or the chapter has uncommitted changes."""
+    from hetfl_core.book import provenance as run_provenance
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "hetfl_core", f"book/{chapter}.md"],
-                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"commit": commit + (" (with uncommitted changes)" if dirty else ""),
-            "source_hash": source_hash(), "device": device_name(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": command, "wall_s": round(wall_s, 1)}
+    return run_provenance(command, wall_s, ["hetfl_core", f"book/{chapter}.md"])
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,890 @@
+"""The ladder: each headline claim judged again on a ladder of training budgets.
+
+A chapter judges its claims at the book's scale, a laptop's budget; a claim that fails
+there may only have trained too little. The ladder reruns the runs behind each headline
+claim on the same seeds at growing budgets (:data:`RUNGS`): the book's configuration, then
+2, 4 and 8 times its rounds (local epochs rising toward the paper's where the paper's are
+more), and a top rung at the paper's federation (its clients, participation, every
+training sample, its rounds and epochs). Each claim's per-seed value is computed as the
+chapter computes it and judged by the same rule (:func:`hetfl_core.report.judge`).
+
+The runs are computed once, by ``tools/ladder.py``, and stored in the repository with
+their provenance (:func:`store_dir`): ``runs/<key>.json`` per finished run, written
+atomically the moment it finishes, and ``<chapter>.json``, the chapter's ladder ledger.
+The chapters only read the store (:func:`show_ladder`, :func:`ladder_sentence`): a result
+whose package source has changed since it ran is marked stale (unless the golden
+histories of every method are unchanged, :func:`equivalence_digest`), with the command
+that refreshes it.
+
+A claim's rivals are fixed here, in :data:`SPECS`, before any ladder run: where the chapter
+pairs the method with the best of many, the book-scale best and the paper's strongest
+of the chapter's baselines, each judged on its own.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import RunConfig
+from .errors import ConfigError
+from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
+from .report import judge
+
+__all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
+           "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
+           "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
+           "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
+           "kendall_tau", "STORE_ENV", "SPECS_ENV"]
+
+#: the rounds each rung below the paper's runs, as a multiple of the book scale's
+FACTORS = {"book": 1, "x2": 2, "x4": 4, "x8": 8}
+#: where the store lies: ``$HETFL_LADDER_STORE``, or ``results/ladder`` of the repository
+STORE_ENV = "HETFL_LADDER_STORE"
+#: a Python file whose :func:`register` calls add claims to :data:`SPECS` (tests use it)
+SPECS_ENV = "HETFL_LADDER_SPECS"
+#: the history fields a stored run keeps (what the claims' queries read)
+HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
+
+
+_LOADED_EXTRA: set[str] = set()
+
+
+def _load_extra_specs() -> None:
+    """Import the file named by ``$HETFL_LADDER_SPECS`` once (its ``register`` calls)."""
+    path = os.environ.get(SPECS_ENV)
+    if not path or path in _LOADED_EXTRA:
+        return
+    if not Path(path).is_file():
+        raise ConfigError(f"${SPECS_ENV} names {path}, which is not a file")
+    _LOADED_EXTRA.add(path)
+    module_spec = importlib.util.spec_from_file_location("hetfl_ladder_extra_specs", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+
+
+def chapters() -> list[str]:
+    """The chapters with claims on the ladder."""
+    _load_extra_specs()
+
+    return list(SPECS)
+
+
+def specs_of(chapter: str | None = None, rung: str | None = None) -> list[ClaimSpec]:
+    """The claims of ``chapter`` (every chapter's for ``None``) that have ``rung`` (any for
+    ``None``); an unknown chapter, or a rung none of its claims has, is a one-line
+    :class:`ConfigError`."""
+    known = chapters()
+    if chapter is not None and chapter not in known:
+        raise ConfigError(f"no ladder for chapter {chapter!r}; chapters: {', '.join(known)}")
+    selected = [chapter] if chapter else known
+    every_rung = sorted({r for c in selected for s in SPECS[c] for r in s.rungs}, key=_rung_order)
+    if rung is not None and rung not in every_rung:
+        raise ConfigError(f"unknown rung {rung!r}" + (f" for {chapter}" if chapter else "")
+                          + f"; rungs: {', '.join(every_rung)}")
+    return [s for c in ([chapter] if chapter else known) for s in SPECS[c]
+            if rung is None or rung in s.rungs]
+
+
+def _rung_order(rung: str) -> int:
+    return RUNGS.index(rung) if rung in RUNGS else len(RUNGS)
+
+
+# -- the rungs --------------------------------------------------------------------------------
+def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
+    """The configuration of ``label``'s run on ``seed`` at ``rung``: the book scale's with
+    :data:`FACTORS` times its rounds and its local epochs (or steps) multiplied as much but
+    no further than the paper's, or the paper scale's (evaluated every
+    :attr:`ClaimSpec.paper_eval_every` rounds where given, the global model after the last
+    two rounds only where :attr:`ClaimSpec.paper_global_last_two`). Always on ``device="cpu"``: the
+    device a run is computed on is recorded in its provenance, not in its key."""
+    if rung not in spec.rungs:
+        raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
+                          f"rungs: {', '.join(spec.rungs)}")
+    name, options, *level = spec.methods[label]
+    if rung == "paper":
+        config = spec.setting("paper")
+        if spec.paper_eval_every is not None:
+            config = config.replace(eval_every=spec.paper_eval_every)
+        if spec.paper_global_last_two and config.rounds > 2:
+            config = config.replace(eval_global_every=config.rounds - 1)
+    else:
+        base, paper, k = spec.setting(spec.base_scale), spec.setting("paper"), FACTORS[rung]
+        changes = {"rounds": base.rounds * k}
+        if base.local_steps is not None:
+            top = paper.local_steps or base.local_steps
+            changes["local_steps"] = max(base.local_steps, min(base.local_steps * k, top))
+        elif paper.local_epochs > base.local_epochs:
+            changes["local_epochs"] = min(base.local_epochs * k, paper.local_epochs)
+        config = base.replace(**changes)
+    return config.replace(method=name, options=dict(options), seed=seed, device="cpu",
+                          **(level[0] if level else {}))
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run the ladder needs: its key, configuration, and the claims and rung it serves."""
+
+    key: str
+    config: RunConfig
+    rung: str
+    claims: tuple[str, ...]
+
+
+def run_key(config: RunConfig) -> str:
+    """A stored run's name: the method and a hash of its whole configuration (on the CPU,
+    :func:`rung_config`), e.g. ``fedlps-3f2a...``; not of the package's source, which its
+    provenance records (:func:`is_current`)."""
+    import re
+
+    method = re.sub(r"[^A-Za-z0-9._+-]", "_", config.method).lstrip(".")[:60] or "method"
+    return f"{method}-{config.replace(device='cpu').key()}"
+
+
+def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[PlannedRun]:
+    """Every run the ladder's claims need, in the order they run: cheapest rung first, and
+    within a rung claim by claim, all of a claim's methods and seeds together; a run two
+    claims share appears once, where the first needs it."""
+    specs = specs_of(chapter, rung)
+    order: dict[str, PlannedRun] = {}
+    for r in sorted({r for s in specs for r in s.rungs}, key=_rung_order):
+        if rung is not None and r != rung:
+            continue
+        for spec in specs:
+            if r not in spec.rungs:
+                continue
+            for label in spec.methods:
+                for seed in spec.seeds:
+                    config = rung_config(spec, r, label, seed)
+                    key = run_key(config)
+                    claim = f"{spec.chapter}: {spec.ref}"
+                    if key in order:
+                        if claim not in order[key].claims:
+                            order[key] = PlannedRun(key, config, r, order[key].claims + (claim,))
+                    else:
+                        order[key] = PlannedRun(key, config, r, (claim,))
+    return list(order.values())
+
+
+# -- the store ----------------------------------------------------------------------------------
+def store_dir(directory: str | os.PathLike | None = None) -> Path:
+    """The ladder's store: ``directory``, ``$HETFL_LADDER_STORE``, or ``results/ladder`` of
+    the repository."""
+    if directory is not None:
+        return Path(directory)
+    return Path(os.environ.get(STORE_ENV) or Path(__file__).resolve().parents[1] / "results" / "ladder")
+
+
+def _rounded(value):
+    """A history number kept compact: an integer as is, a float to 6 significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if math.isfinite(value) else None
+    return value
+
+
+def compact_history(history: list[dict], fields=HISTORY_FIELDS) -> list[list]:
+    """A run's history as rows of ``fields`` (a list per round), floats to 6 significant
+    digits: a few kilobytes where the whole history (per-client rows) is megabytes."""
+    return [[_rounded(row.get(f)) for f in fields] for row in history]
+
+
+def expand_history(stored: dict) -> list[dict]:
+    """The history rows (dicts) of a stored run, as :mod:`hetfl_core.report`'s queries read them."""
+    fields = stored["fields"]
+    return [dict(zip(fields, row)) for row in stored["history"]]
+
+
+def store_run(result: dict, key: str, command: str, wall_s: float, digest: str | None,
+              directory=None) -> Path:
+    """Write one finished run to ``runs/<key>.json`` of the store, atomically (whole or not
+    at all): its configuration, its compact history (:func:`compact_history`) and its
+    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest)."""
+    from .book import provenance
+    from .experiments import write_atomic
+
+    how = provenance(command, wall_s)
+    how["equivalence_digest"] = digest
+    record = {"key": key, "config": result["config"], "fields": list(HISTORY_FIELDS),
+              "history": compact_history(result["history"]), "provenance": how}
+    path = store_dir(directory) / "runs" / f"{key}.json"
+    write_atomic(path, json.dumps(record, separators=(",", ":")).encode())
+    return path
+
+
+def stored_runs(directory=None) -> dict[str, dict]:
+    """Every stored run of the store, by key (a file that is not a whole record is left out)."""
+    runs = {}
+    folder = store_dir(directory) / "runs"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("key") == path.stem and "history" in record:
+            runs[path.stem] = record
+    return runs
+
+
+# -- staleness ----------------------------------------------------------------------------------
+_DIGEST: dict[str, str | None] = {}
+
+
+def _equivalence_module():
+    """``tools/equivalence.py`` of the repository, where it exists (it computes every
+    registered method's golden history), or ``None``."""
+    path = Path(__file__).resolve().parents[1] / "tools" / "equivalence.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("hetfl_equivalence", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module if hasattr(module, "histories") and hasattr(module, "digest") else None
+
+
+def equivalence_digest(directory=None, compute: bool = True) -> str | None:
+    """The digest of every registered method's golden history for the current source
+    (``tools/equivalence.py``'s ``digest(histories())``), or ``None`` where that tool is
+    missing. Computed once per process and kept in the store's ``digests.json`` by source
+    hash, so a later process reads it; ``compute=False`` only reads (a chapter never trains)."""
+    from .experiments import source_hash, write_atomic
+
+    now = source_hash()
+    if now in _DIGEST:
+        return _DIGEST[now]
+    path = store_dir(directory) / "digests.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if now in known or not compute:
+        _DIGEST[now] = known.get(now)
+        return _DIGEST[now]
+    module = _equivalence_module()
+    digest = module.digest(module.histories()) if module is not None else None
+    _DIGEST[now] = digest
+    if digest is not None:
+        known[now] = digest
+        write_atomic(path, json.dumps(known, indent=1, sort_keys=True).encode())
+    return digest
+
+
+def is_current(record: dict, digest: str | None) -> bool:
+    """Whether a stored run still stands for the current code: its source hash is the current
+    :func:`~hetfl_core.experiments.source_hash`, or its equivalence digest equals the current
+    one (``digest``; every method's golden history unchanged)."""
+    from .experiments import source_hash
+
+    how = record.get("provenance", {})
+    return how.get("source_hash") == source_hash() or (
+        digest is not None and how.get("equivalence_digest") == digest)
+
+
+def refresh_command(chapter: str, rung: str | None = None) -> str:
+    """The command that computes (or refreshes) a chapter's ladder, run from the repository's root."""
+    return f"python tools/ladder.py run --chapter {chapter}" + (f" --rung {rung}" if rung else "")
+
+
+# -- the ledger -----------------------------------------------------------------------------------
+def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
+    """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
+    record), or ``None`` when a run it needs is not stored."""
+    results: dict[str, list[dict]] = {}
+    keys = []
+    for label in spec.methods:
+        results[label] = []
+        for seed in spec.seeds:
+            key = run_key(rung_config(spec, rung, label, seed))
+            if key not in runs:
+                return None
+            keys.append(key)
+            results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
+    return {"keys": keys, "values": {rival: np.asarray(spec.value(results, rival), float)
+                                     for rival in spec.rivals}}
+
+
+def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dict:
+    """A chapter's ladder ledger from the stored runs: per claim, per rival and rung, the
+    per-seed values, the verdict (:func:`~hetfl_core.report.judge`, the chapter's rule), the
+    interval, whether a run behind it is stale, and the provenance of its runs (commits,
+    source hashes, devices, dates, wall time)."""
+    runs = stored_runs(directory)
+    claims = []
+    for spec in specs_of(chapter):
+        rows = {}
+        for rung in spec.rungs:
+            got = ladder_values(spec, rung, runs)
+            if got is None:
+                continue
+            records = [runs[k] for k in got["keys"]]
+            how = [r["provenance"] for r in records]
+            stale = [r["key"] for r in records if not is_current(r, digest)]
+            config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
+            for rival, values in got["values"].items():
+                j = judge(values, spec.criterion)
+                rows.setdefault(rival, {})[rung] = {
+                    "values": [None if math.isnan(v) else (v if math.isfinite(v) else
+                               ("inf" if v > 0 else "-inf")) for v in map(float, values)],
+                    "verdict": j.verdict, "method": j.method,
+                    "interval": list(j.interval) if j.interval else None,
+                    "stale": bool(stale), "keys": got["keys"],
+                    "budget": {"rounds": config.rounds, "local_epochs": config.local_epochs,
+                               "local_steps": config.local_steps, "clients": config.clients,
+                               "participation": config.participation,
+                               "train_samples": config.train_samples},
+                    "provenance": {"commits": sorted({h["commit"] for h in how}),
+                                   "source_hashes": sorted({h["source_hash"] for h in how}),
+                                   "devices": sorted({h["device"] for h in how}),
+                                   "dates": [min(h["date"] for h in how), max(h["date"] for h in how)],
+                                   "wall_s": round(sum(h["wall_s"] for h in how), 1)}}
+        claims.append({"ref": spec.ref, "statement": spec.statement, "cell": spec.cell,
+                       "paper": spec.paper, "paper_value": spec.paper_value,
+                       "criterion": spec.criterion.text, "bound": spec.criterion.bound, "log": spec.criterion.log, "unit": spec.unit, "method": spec.method,
+                       "rivals": list(spec.rivals), "seeds": list(spec.seeds),
+                       "rungs": list(spec.rungs), "results": rows})
+    return {"chapter": chapter, "claims": claims}
+
+
+def write_ledgers(chapter: str | None = None, directory=None, digest: str | None = None) -> list[Path]:
+    """Recompute and write ``<chapter>.json`` of the store for ``chapter`` (every chapter for
+    ``None``) from the stored runs."""
+    from .experiments import write_atomic
+
+    paths = []
+    for name in ([chapter] if chapter else chapters()):
+        path = store_dir(directory) / f"{name}.json"
+        write_atomic(path, json.dumps(build_ledger(name, directory, digest), indent=1).encode())
+        paths.append(path)
+    return paths
+
+
+def load_ledger(chapter: str, directory=None) -> dict | None:
+    """A chapter's stored ladder ledger, or ``None`` when none is stored."""
+    path = store_dir(directory) / f"{chapter}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _find_claim(chapter: str, claim_ref: str, directory=None) -> tuple[dict | None, dict | None]:
+    """The stored ladder ledger of ``chapter`` and its entry for ``claim_ref`` (``None`` for
+    what is not stored); a claim that is not on the ladder is a :class:`ConfigError`."""
+    refs = [s.ref for s in specs_of(chapter)]
+    if claim_ref not in refs:
+        raise ConfigError(f"the ladder of {chapter} has no claim {claim_ref!r}; claims: {', '.join(refs)}")
+    ledger = load_ledger(chapter, directory)
+    claim = next((c for c in (ledger or {}).get("claims", []) if c["ref"] == claim_ref), None)
+    return ledger, claim
+
+
+def _as_floats(values) -> np.ndarray:
+    return np.array([math.nan if v is None else float(v) for v in values], float)
+
+
+def _stale_now(claim_rows: dict, directory=None) -> dict:
+    """``claim_rows`` with each rung's ``stale`` recomputed against the current source (the
+    ledger file may have been written under older code); reads only the store."""
+    runs = stored_runs(directory)
+    digest = equivalence_digest(directory, compute=False)
+    for by_rung in claim_rows.values():
+        for row in by_rung.values():
+            keys = row.get("keys", [])
+            row["stale"] = any(k not in runs or not is_current(runs[k], digest) for k in keys)
+    return claim_rows
+
+
+def _stored_claim(chapter: str, claim_ref: str, directory=None) -> dict | None:
+    """The claim's entry of the stored ladder ledger, its rungs' staleness recomputed
+    against the current source (:func:`_stale_now`); ``None`` when nothing is stored."""
+    _, claim = _find_claim(chapter, claim_ref, directory)
+    if claim is None or not claim["results"]:
+        return None
+    _stale_now(claim["results"], directory)
+    return claim
+
+
+def _nothing_stored(chapter: str, claim_ref: str) -> str:
+    return (f"No ladder of {chapter}'s claim {claim_ref} is stored yet: "
+            f"`{refresh_command(chapter)}` computes it (hours; `python tools/ladder.py plan "
+            f"--chapter {chapter}` lists the runs and their cost).")
+
+
+def ladder_sentence(chapter: str, claim_ref: str, rival: str | None = None, directory=None) -> str:
+    """One sentence, with numbers, on whether the claim's gap closes, widens or holds as the
+    budget grows, from the stored ladder only (stale rungs marked); or a sentence saying
+    nothing is stored yet, with the command that computes it."""
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
+        return _nothing_stored(chapter, claim_ref)
+    parts = []
+    for name, by_rung in claim["results"].items():
+        if rival is not None and name != rival:
+            continue
+        rungs = [r for r in claim["rungs"] if r in by_rung]
+        means = [_mean(by_rung[r]["values"], claim["log"]) for r in rungs]
+        steps = ", ".join(f"{_fmt(m)} at {r}" + (" (stale)" if by_rung[r]["stale"] else "")
+                          + f" [{by_rung[r]['verdict']}]" for r, m in zip(rungs, means))
+        if len(rungs) < 2:
+            trend = "only one rung is stored, so no trend yet"
+        else:
+            trend = _trend(means[0], means[-1], claim)
+        parts.append(f"{claim['method']} − {name}" if not _is_ratio(claim) else
+                     f"{claim['method']} against {name}")
+        parts[-1] += f" (mean over {len(claim['seeds'])} seeds): {steps}; {trend}"
+    missing = [r for r in claim["rungs"] if not any(r in b for b in claim["results"].values())]
+    tail = f" Not yet computed: {', '.join(missing)} (`{refresh_command(chapter)}`)." if missing else ""
+    return f"{claim['ref']} on the ladder: " + "; ".join(parts) + "." + tail
+
+
+def _is_ratio(claim: dict) -> bool:
+    return claim["unit"].strip() in ("×", "x")
+
+
+def _numbers(values) -> np.ndarray:
+    """Stored per-seed values as floats (``None``: nan; ``"inf"``: an unreached target)."""
+    return _as_floats([math.inf if x == "inf" else -math.inf if x == "-inf" else x for x in values])
+
+
+def _mean(values, log: bool = False) -> float:
+    """The mean of the seeds' values that are not nan: geometric for a ratio (``log``), as
+    :func:`~hetfl_core.report.judge` averages it, where every value is finite and positive."""
+    v = _numbers(values)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return math.nan
+    if log and np.isfinite(v).all() and (v > 0).all():
+        return float(np.exp(np.mean(np.log(v))))
+    return float(np.mean(v))
+
+
+def _fmt(value: float) -> str:
+    if math.isnan(value):
+        return "—"
+    if math.isinf(value):
+        return "∞" if value > 0 else "−∞"
+    return f"{value:+.2f}" if abs(value) < 10 else f"{value:+.1f}"
+
+
+def _trend(first: float, last: float, claim: dict) -> str:
+    """How the value moves from the first stored rung to the last, and whether its gap to
+    the paper's number (or, where the paper gives none, to the criterion's bound) closes,
+    widens or holds; a change under 1 point (a tenth, for a ratio) holds."""
+    if not (math.isfinite(first) and math.isfinite(last)):
+        return "an infinite or undefined value at an end, so no trend"
+    aim = claim["paper_value"] if claim["paper_value"] is not None else claim.get("bound")
+    what = "the paper's" if claim["paper_value"] is not None else "the criterion's bound"
+    if aim is None:
+        return f"{_fmt(first)} → {_fmt(last)}"
+    tolerance = 0.1 * max(abs(aim), 1e-9) if _is_ratio(claim) else 1.0
+    before, after = abs(aim - first), abs(aim - last)
+    verb = "holds" if abs(after - before) < tolerance else "closes" if after < before else "widens"
+    return f"the gap to {what} {_fmt(aim)} {verb} ({_fmt(first)} → {_fmt(last)})"
+
+
+def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
+    """A table of the claim's ladder: per rival and rung the budget, the mean and per-seed
+    values, the verdict and a stale mark; or the sentence saying nothing is stored."""
+    from .report import markdown_table
+
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
+        return _nothing_stored(chapter, claim_ref)
+    rows = []
+    for rival, by_rung in claim["results"].items():
+        for rung in claim["rungs"]:
+            if rung not in by_rung:
+                rows.append([rival, rung, "—", "not computed", "—", ""])
+                continue
+            row = by_rung[rung]
+            b = row["budget"]
+            local = (f"{b['local_steps']} step" if b["local_steps"] else f"{b['local_epochs']:g} epoch")
+            plural = "" if local.startswith("1 ") else "s"
+            budget = f"{b['rounds']} rounds × {local}{plural}, {b['clients']} clients"
+            rows.append([rival, rung, budget, ", ".join(_fmt(v) for v in _as_floats(
+                [math.inf if x == "inf" else -math.inf if x == "-inf" else x for x in row["values"]])),
+                row["verdict"], "stale" if row["stale"] else ""])
+    return markdown_table(rows, ["rival", "rung", "budget", "per seed", "verdict", ""])
+
+
+def show_ladder(chapter: str, claim_ref: str, directory=None):
+    """Draw the claim's paired value against the budget from the store only: per seed (dots)
+    and their mean (a line) for each rival, the paper's number as a dashed line, the
+    criterion's bound dotted, the verdict above each rung, stale rungs hollow; with
+    :func:`ladder_sentence` under it. Says so (with the command) when nothing is stored."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
+        display(Markdown(f"*{_nothing_stored(chapter, claim_ref)}*"))
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
+    rungs = claim["rungs"]
+    for i, (rival, by_rung) in enumerate(claim["results"].items()):
+        xs, means = [], []
+        for x, rung in enumerate(rungs):
+            if rung not in by_rung:
+                continue
+            row = by_rung[rung]
+            v = _numbers(row["values"])
+            finite = v[np.isfinite(v)]
+            offset = x + 0.08 * (i - (len(claim["results"]) - 1) / 2)
+            ax.scatter([offset] * finite.size, finite, s=18, color=f"C{i}",
+                       facecolors="none" if row["stale"] else f"C{i}", alpha=0.7)
+            xs.append(offset)
+            means.append(_mean(row["values"], claim["log"]))
+            ax.annotate(row["verdict"] + (" (stale)" if row["stale"] else ""), (offset, means[-1]),
+                        xytext=(0, 8 + 10 * i), textcoords="offset points", ha="center",
+                        fontsize=8, color=f"C{i}")
+        ax.plot(xs, means, "-o", color=f"C{i}", label=f"{claim['method']} vs {rival} (mean)")
+    if claim["paper_value"] is not None:
+        ax.axhline(claim["paper_value"], color="0.3", ls="--", lw=1, label="the paper")
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.set_xlabel("training budget (rung)")
+    ax.set_ylabel(f"paired value ({claim['unit'].strip() or 'value'})")
+    ax.set_title(f"{claim['ref']}: {claim['statement']}"[:90], fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.show()
+    display(Markdown(ladder_sentence(chapter, claim_ref, directory=directory)))
+    return fig
+
+
+# -- the arena: does the ranking settle? ------------------------------------------------------
+def kendall_tau(first: list[str], second: list[str]) -> float:
+    """Kendall's tau between two rankings of the same names (1: same order, -1: reversed)."""
+    common = [n for n in first if n in second]
+    pos = {n: second.index(n) for n in common}
+    concordant = discordant = 0
+    for i in range(len(common)):
+        for j in range(i + 1, len(common)):
+            if pos[common[i]] < pos[common[j]]:
+                concordant += 1
+            else:
+                discordant += 1
+    pairs = concordant + discordant
+    return (concordant - discordant) / pairs if pairs else math.nan
+
+
+def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", directory=None) -> str:
+    """The arena's leaderboard at each stored rung (methods by mean value, best first) and
+    Kendall's tau between consecutive rungs: whether the ranking settles as budgets grow."""
+    from .report import markdown_table
+
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
+        return _nothing_stored(chapter, claim_ref)
+    boards = {}
+    for rung in claim["rungs"]:
+        scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items() if rung in b}
+        if scores:
+            boards[rung] = sorted(scores, key=lambda n: -scores[n])
+    rows, previous = [], None
+    for rung, board in boards.items():
+        tau = "" if previous is None else _fmt(kendall_tau(boards[previous], board))
+        rows.append([rung, " > ".join(board), tau])
+        previous = rung
+    return markdown_table(rows, ["rung", "leaderboard (best first)", "Kendall τ to the rung before"])
+
+
+# -- computing the pending runs ---------------------------------------------------------------
+def pending(chapter: str | None = None, rung: str | None = None, directory=None,
+            digest: str | None = None) -> list[PlannedRun]:
+    """The planned runs (:func:`planned_runs`) not stored, or stored under code whose
+    results may differ (:func:`is_current`), in the order they will run."""
+    runs = stored_runs(directory)
+    return [p for p in planned_runs(chapter, rung)
+            if p.key not in runs or not is_current(runs[p.key], digest)]
+
+
+def _shape(config: RunConfig, device: str) -> str:
+    """What a run's speed per training sample depends on: method, options, model, data, device."""
+    return json.dumps([config.method, sorted(config.options), config.model, config.dataset,
+                       config.batch_size, config.clients, config.train_samples, device])
+
+
+class SpeedBook:
+    """Seconds per nominal training sample (:func:`~hetfl_core.book.training_samples`) of
+    each run shape on a device: from the stored runs' wall times where one of that shape
+    ran there, else measured (:func:`~hetfl_core.book.measure_speed`, a few short rounds)
+    and kept in the store's ``speeds.json``. ``measure=False`` estimates nothing new."""
+
+    def __init__(self, directory=None, measure: bool = True):
+        self.path = store_dir(directory) / "speeds.json"
+        self.measure = measure
+        self.known: dict[str, float] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        for record in stored_runs(directory).values():
+            config = RunConfig.from_dict(record["config"])
+            device = "cuda" if "CUDA" in record["provenance"]["device"] else "cpu"
+            self.learn(config, device, record["provenance"]["wall_s"], save=False)
+
+    def learn(self, config: RunConfig, device: str, wall_s: float, save: bool = True) -> None:
+        """Record that a whole run of ``config`` took ``wall_s`` seconds on ``device``."""
+        from .book import training_samples
+        from .experiments import write_atomic
+
+        self.known[_shape(config, device)] = wall_s / max(training_samples(config), 1.0)
+        if save:
+            write_atomic(self.path, json.dumps(self.known, indent=1, sort_keys=True).encode())
+
+    def seconds(self, config: RunConfig, device: str) -> float:
+        """The estimated seconds of a run of ``config`` on ``device`` (nan: unknown and not measured)."""
+        from .book import measure_speed, training_samples
+        from .experiments import write_atomic
+
+        shape = _shape(config, device)
+        if shape not in self.known:
+            if not self.measure:
+                return math.nan
+            speed = measure_speed(config.replace(device=device))
+            self.known[shape] = speed.seconds(config) / max(training_samples(config), 1.0)
+            write_atomic(self.path, json.dumps(self.known, indent=1, sort_keys=True).encode())
+        from .book import training_samples as samples
+
+        return self.known[shape] * samples(config)
+
+
+def _compute(config: dict, device: str) -> tuple[dict, float]:
+    """One run in a worker process (one torch thread), on ``device``: its result and wall time."""
+    from .engine import run
+
+    start = time.perf_counter()
+    result = run(RunConfig.from_dict(config).replace(device=device))
+    return result, time.perf_counter() - start
+
+
+class _InThisProcess:
+    """An executor of one worker that is this process: a run is computed when submitted
+    (no start-up of a worker process, and nothing left running when the tool is stopped)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def submit(function, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as exc:        # the run's failure, reported as a pool's would be
+            future.set_exception(exc)
+        return future
+
+
+def resolve(device: str) -> str:
+    """``auto``: ``cuda`` where a GPU is, else ``cpu``; ``cpu`` and ``cuda`` as they are."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def run_pending(chapter: str | None = None, rung: str | None = None, until_s: float | None = None,
+                workers: int = 1, directory=None, device: str = "auto", command: str = "",
+                progress: bool = True, log=print) -> dict:
+    """Compute the pending runs (:func:`pending`) in plan order in ``workers`` processes
+    (one: in this process),
+    each written to the store the moment it finishes (:func:`store_run`); a run is started
+    only if, by its estimated time (:class:`SpeedBook`), it can finish within ``until_s``
+    seconds of the call. Then rewrite the ladder ledgers. Returns counts: ``done``,
+    ``skipped`` (would pass the deadline) and ``failed``."""
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from multiprocessing import get_context
+
+    from tqdm import tqdm
+
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if until_s is not None and until_s <= 0:
+        raise ConfigError(f"--until-s must be a positive number of seconds, got {until_s}")
+    device = resolve(device)
+    specs_of(chapter, rung)                           # a bad chapter or rung fails before any compute
+    start = time.monotonic()
+    deadline = None if until_s is None else start + until_s
+    digest = equivalence_digest(directory)
+    todo = pending(chapter, rung, directory, digest)
+    log(f"{len(todo)} run(s) pending" + (f" for {chapter}" if chapter else "")
+        + (f" at rung {rung}" if rung else "") + f"; device {device}, {workers} worker(s)")
+    speeds = SpeedBook(directory, measure=deadline is not None)
+    counts = {"done": 0, "skipped": 0, "failed": 0}
+    bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
+    queue = list(todo)
+    pool = _InThisProcess() if workers == 1 else \
+        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    with pool:
+        running: dict = {}
+        while queue or running:
+            while queue and len(running) < workers:
+                planned = queue.pop(0)
+                if deadline is not None:
+                    estimate = speeds.seconds(planned.config, device)
+                    if not math.isnan(estimate) and time.monotonic() + estimate > deadline:
+                        counts["skipped"] += 1
+                        bar.update()
+                        continue
+                running[pool.submit(_compute, planned.config.to_dict(), device)] = planned
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                planned = running.pop(future)
+                try:
+                    result, wall = future.result()
+                except Exception as exc:      # one failed run does not stop the others
+                    counts["failed"] += 1
+                    log(f"failed: {planned.key} ({', '.join(planned.claims)}): "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                else:
+                    store_run(result, planned.key, command, wall, digest, directory)
+                    speeds.learn(planned.config, device, wall)
+                    counts["done"] += 1
+                bar.update()
+    bar.close()
+    write_ledgers(chapter, directory, digest)
+    log(f"stored {counts['done']} run(s); {counts['skipped']} left for later (would pass the "
+        f"deadline); {counts['failed']} failed")
+    return counts
+
+
+def status_rows(directory=None) -> list[list[str]]:
+    """Per chapter and claim, which rungs are done, pending and stale (from the store only)."""
+    runs = stored_runs(directory)
+    digest = equivalence_digest(directory, compute=False)
+    rows = []
+    for spec in specs_of():
+        state = {"done": [], "pending": [], "stale": []}
+        for rung in spec.rungs:
+            keys = [run_key(rung_config(spec, rung, label, seed))
+                    for label in spec.methods for seed in spec.seeds]
+            if any(k not in runs for k in keys):
+                state["pending"].append(rung)
+            elif any(not is_current(runs[k], digest) for k in keys):
+                state["stale"].append(rung)
+            else:
+                state["done"].append(rung)
+        rows.append([spec.chapter, spec.ref, *(", ".join(state[s]) or "—" for s in state)])
+    return rows
+
+
+# -- the command line (tools/ladder.py, python -m hetfl_core ladder) -------------------------
+#: what the ladder's command line does
+COMMAND_LINE = """The ladder of training budgets behind each headline claim (:mod:`hetfl_core.ladder`).
+
+    python tools/ladder.py plan   [--chapter C] [--rung R] [--no-timing]
+    python tools/ladder.py run    [--chapter C] [--rung R] [--until-s SECONDS] [--workers N]
+                                  [--store DIR] [--device auto|cpu|cuda]
+    python tools/ladder.py status [--store DIR]
+    python tools/ladder.py ledger [--chapter C] [--store DIR]
+
+``plan`` lists the pending runs in the order ``run`` computes them (cheapest rung first, a
+claim's methods and seeds together) with their training samples and estimated CPU hours;
+``run`` computes them, each stored the moment it finishes (``results/ladder/runs``), never
+starting one it cannot expect to finish before ``--until-s``; a later call, here or on
+another machine, continues from the stored runs. ``status`` says per claim which rungs are
+done, pending or stale; ``ledger`` recomputes the ladder ledgers from the stored runs.
+"""
+
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):      # one line, exit 2
+        self.exit(2, f"ladder: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The ladder's command line (:data:`COMMAND_LINE`)."""
+    parser = _Parser(prog="tools/ladder.py", description=COMMAND_LINE.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    plan = sub.add_parser("plan", help="the pending runs in order, with their cost")
+    run = sub.add_parser("run", help="compute the pending runs, then the ledgers")
+    status = sub.add_parser("status", help="per claim: rungs done, pending, stale")
+    ledger = sub.add_parser("ledger", help="recompute the ladder ledgers from the stored runs")
+    for p in (plan, run, status, ledger):
+        p.add_argument("--store", default=None, help="the store (default results/ladder)")
+    for p in (plan, run, ledger):
+        p.add_argument("--chapter", default=None)
+    for p in (plan, run):
+        p.add_argument("--rung", default=None)
+    plan.add_argument("--no-timing", action="store_true",
+                      help="do not measure speeds that are not known yet (their cost shows —)")
+    plan.add_argument("--device", default="cpu", help="the device to estimate for (default cpu)")
+    run.add_argument("--until-s", type=float, default=None,
+                     help="start no run that cannot be expected to finish within this many seconds")
+    run.add_argument("--workers", type=int, default=1, help="worker processes (one torch thread each)")
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _plan(args) -> int:
+    """``plan``: the pending runs in order with their samples and estimated hours, and the totals per rung."""
+    from .book import training_samples
+
+    ladder = sys.modules[__name__]
+
+    device = ladder.resolve(args.device)
+    todo = ladder.pending(args.chapter, args.rung, args.store, ladder.equivalence_digest(args.store))
+    speeds = ladder.SpeedBook(args.store, measure=not args.no_timing)
+    totals: dict[str, list[float]] = {}
+    print(f"{'#':>4s} {'rung':6s} {'method':10s} {'seed':>4s} {'rounds':>6s} {'M samples':>10s} "
+          f"{'est. h':>7s}  claims")
+    for i, p in enumerate(todo, 1):
+        samples = training_samples(p.config)
+        hours = speeds.seconds(p.config, device) / 3600
+        total = totals.setdefault(p.rung, [0, 0.0, 0.0, 0])
+        total[0] += 1
+        total[1] += samples
+        if math.isnan(hours):
+            total[3] += 1
+        else:
+            total[2] += hours
+        print(f"{i:4d} {p.rung:6s} {p.config.method[:10]:10s} {p.config.seed:4d} {p.config.rounds:6d} "
+              f"{samples / 1e6:10.2f} {'—' if math.isnan(hours) else f'{hours:7.2f}':>7s}  "
+              f"{'; '.join(p.claims)}")
+    print(f"\n{'rung':6s} {'runs':>5s} {'M samples':>10s} {'est. ' + device + ' h (1 thread)':>22s}")
+    for rung, (runs, samples, hours, unknown) in totals.items():
+        print(f"{rung:6s} {runs:5d} {samples / 1e6:10.2f} {hours:22.2f}"
+              + (f"  ({unknown} run(s) not timed)" if unknown else ""))
+    print(f"{'all':6s} {sum(t[0] for t in totals.values()):5d} "
+          f"{sum(t[1] for t in totals.values()) / 1e6:10.2f} {sum(t[2] for t in totals.values()):22.2f}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``tools/ladder.py`` and ``python -m hetfl_core ladder``: the commands of
+    :data:`COMMAND_LINE`; returns the exit code (2, one line, for bad input)."""
+    from .report import markdown_table
+
+    ladder = sys.modules[__name__]
+
+    args = _parser().parse_args(argv)
+    try:
+        if args.command in ("plan", "run", "ledger"):
+            ladder.specs_of(args.chapter, getattr(args, "rung", None))   # refuse bad input first
+        if args.command == "plan":
+            return _plan(args)
+        if args.command == "run":
+            command = "python tools/ladder.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+            counts = ladder.run_pending(args.chapter, args.rung, args.until_s, args.workers, args.store,
+                                        args.device, command, progress=not args.no_progress)
+            return 1 if counts["failed"] else 0
+        if args.command == "status":
+            print(markdown_table(ladder.status_rows(args.store),
+                                 ["chapter", "claim", "done", "pending", "stale"]))
+            return 0
+        paths = ladder.write_ledgers(args.chapter, args.store, ladder.equivalence_digest(args.store))
+        print("wrote " + ", ".join(str(p) for p in paths))
+        return 0
+    except ConfigError as exc:
+        print(f"ladder: error: {exc}", file=sys.stderr)
+        return 2
