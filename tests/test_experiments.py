@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,10 +30,27 @@ def test_run_cached_stores_once_and_reuses(tiny_config, cache, monkeypatch):
     assert not list(cache.glob(".tmp-*"))
 
 
-def test_cache_key_covers_config_and_source(tiny_config):
+def test_cache_key_covers_config_and_source(tiny_config, tmp_path, monkeypatch):
+    """The key changes with the config and with the source hash, which changes when a file
+    that computes runs changes and not when a file of ``NOT_IN_RUNS`` (a chapter helper) does."""
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(seed=1))
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(options={"mu": 0.1}))
-    assert source_hash() in [source_hash()] and len(source_hash()) == 12
+    key = cache_path(tiny_config)
+    copy = tmp_path / "hetfl_core"
+    shutil.copytree(Path(experiments.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(experiments, "__file__", str(copy / "experiments.py"))
+    hash_of_copy = experiments.source_hash.__wrapped__        # uncached, reads the copy
+    before = hash_of_copy()
+    assert re.fullmatch("[0-9a-f]{12}", before) and before == source_hash()
+    with open(copy / "plots.py", "a") as f:
+        f.write("\n# a chapter-side edit\n")
+    assert hash_of_copy() == before
+    with open(copy / "engine.py", "a") as f:
+        f.write("\n# an edit to the engine\n")
+    changed = hash_of_copy()
+    assert changed != before
+    monkeypatch.setattr(experiments, "source_hash", lambda: changed)
+    assert cache_path(tiny_config) != key
 
 
 def test_sweep_in_processes_equals_single_process(tiny_config, cache):
