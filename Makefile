@@ -1,5 +1,5 @@
 # hetfl: `make book` builds the executable book, `make pdf` prints it to one PDF, `make test`
-# runs every test.
+# runs every test, `make test-fast` the quick tier (under two minutes on two cores).
 # Each target does its own set-up (a .venv with the package installed in it, editable, and the
 # offline data) and skips it when done.
 PY      ?= python3
@@ -9,7 +9,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book student test setup data browser clean smoke-book pdf
+.PHONY: book student test test-fast setup data browser clean smoke-book pdf
 
 setup: $(STAMP) data
 
@@ -49,6 +49,12 @@ test: setup browser
 	$(VPY) tools/build_book.py --scale smoke --build-dir _build/smoke --student
 	$(MAKE) pdf BOOK_BUILD=_build/smoke
 	HETFL_BOOK_BUILD=_build/smoke $(VPY) -m pytest -q -p no:cacheprovider tests/rendered
+
+# The quick tier: the library's unit tests, the method contract, the golden histories (on
+# this CPU's own kernels) and the conformance suite; not the tests marked slow (servers,
+# Ray, notebooks, the book build, fresh interpreters, long runs), not the rendered pages.
+test-fast: setup
+	$(VPY) -m pytest -q -n 2 --dist loadscope -m "not slow" tests --ignore=tests/rendered
 
 clean:
 	rm -rf _build

@@ -150,6 +150,7 @@ def test_invalid_configs_fail_before_training():
             RunConfig(**{"dataset": "digits", **bad}).validate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fedavg_learns_digits(seed):
     config = RunConfig(dataset="digits", model="cnn", partition="iid", clients=10, rounds=10, lr=0.1,
@@ -159,6 +160,7 @@ def test_fedavg_learns_digits(seed):
     assert history[-1]["acc_personal"] > history[0]["acc_personal"] + 0.4
 
 
+@pytest.mark.slow
 def test_iid_beats_pathological_split_on_global_accuracy():
     scores = {}
     for partition in ("iid", "shards"):

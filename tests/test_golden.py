@@ -132,6 +132,7 @@ def test_the_goldens_are_those_of_every_configuration_and_their_digest():
     assert stored["digest"] == equivalence.digest(stored["histories"])
 
 
+@pytest.mark.slow
 def test_the_tolerance_catches_a_small_change_of_the_learning_rate():
     stored = golden()["histories"]
     for name in LR_PROBES:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1] / "hetfl_core"
 
 
@@ -135,6 +137,7 @@ print("FAILED:" + ",".join(failed))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone():
     """Each module imported first, in a fresh process (forked before any hetfl_core import)."""
     names = sorted(m for m in MODULES if not m.endswith("__main__"))

@@ -5,6 +5,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
