@@ -17,8 +17,9 @@ exact float equality of every field.
     ``git worktree`` of REV (this file's configurations, REV's package), so "these histories
     equal those of commit X" is one command.
 ``python tools/equivalence.py print``
-    writes what ``record`` stores to stdout (what ``--against-commit`` and the golden test
-    run in a fresh process).
+    writes what ``record`` stores to stdout, computed by the ``hetfl_core`` that imports
+    first (``record`` and ``check`` run it in a fresh process with this checkout first on
+    ``PYTHONPATH``, ``--against-commit`` with REV's, so an installed copy never stands in).
 
 Bit-for-bit holds on one machine (one torch, one CPU kernel path, one torch thread); across
 CPUs the last bits of float32 sums differ, which ``tests/test_golden.py`` allows for.
@@ -167,7 +168,11 @@ def in_a_process(root: Path, methods=None, env_changes: dict | None = None) -> d
                           cwd=root, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"equivalence: computing the histories in {root} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    body = json.loads(done.stdout)
+    package = Path(body.pop("package"))
+    if package.parent != Path(root).resolve():      # an installed copy took the import
+        raise SystemExit(f"equivalence: the histories came from {package}, not from {root}")
+    return body
 
 
 def of_commit(rev: str, methods=None) -> dict:
@@ -215,11 +220,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "print":
+        import hetfl_core
+
         found = histories(args.only)
-        print(json.dumps({**recorded_with(), "digest": digest(found), "histories": found}))
+        package = str(Path(hetfl_core.__file__).resolve().parent)
+        print(json.dumps({**recorded_with(), "digest": digest(found), "histories": found, "package": package}))
         return 0
     if args.command == "record":
-        found = histories(args.only)
+        found = in_a_process(ROOT, args.only)["histories"]
         failed = [f"{name}: {found[name][1]}" for name in found if found[name][:1] == ["error"]]
         if failed:
             print("equivalence: not recorded, these configurations fail:\n" + "\n".join(failed))
@@ -233,10 +241,9 @@ def main(argv=None) -> int:
         expected, other = of_commit(args.against_commit, args.only), f"commit {args.against_commit}"
     else:
         expected, other = load(args.against), str(args.against)
-        if args.only:
-            keep = set(configurations(args.only))
-            expected = {k: v for k, v in expected.items() if k in keep}
-    found = histories(args.only)
+        if args.only:       # "method" and its variants "method[option=value]"
+            expected = {k: v for k, v in expected.items() if k.split("[")[0] in args.only}
+    found = in_a_process(ROOT, args.only)["histories"]
     lines, equal, compared = compare(found, expected)
     print("\n".join(lines))
     print(f"{equal} of {compared} methods bit-identical to {other} (each option variant counted "
