@@ -1,5 +1,5 @@
 # hetfl: `make book` builds the executable book, `make pdf` prints it to one PDF, `make test`
-# runs every test.
+# runs every test, `make test-fast` the quick tier (under two minutes on two cores).
 # Each target does its own set-up (a .venv with the package installed in it, editable, and the
 # offline data) and skips it when done.
 PY      ?= python3
@@ -9,7 +9,7 @@ DATA    ?= $(HOME)/.cache/hetfl
 STAMP   := $(VENV)/.installed
 export HETFL_DATA := $(DATA)
 
-.PHONY: book student test setup data browser clean smoke-book pdf gpu-kit gpu-kit-dry-run
+.PHONY: book student test test-fast setup data browser clean smoke-book pdf gpu-kit gpu-kit-dry-run
 
 setup: $(STAMP) data
 
@@ -67,6 +67,12 @@ gpu-kit-dry-run: gpu-kit
 	rm -rf $(DRY_OUT) && mkdir -p $(DRY_OUT)/out && cp -r results/ladder $(DRY_OUT)/ladder 2>/dev/null || true
 	env -u HETFL_DATA -u PYTHONPATH $(DRY)/bin/python tools/gpu_kit.py there --kit .kit \
 	    --out $(DRY_OUT)/out --budget-s 540 --rung paper --device cpu --scale smoke --store $(DRY_OUT)/ladder
+
+# The quick tier: the library's unit tests, the method contract, the golden histories (on
+# this CPU's own kernels) and the conformance suite; not the tests marked slow (servers,
+# Ray, notebooks, the book build, fresh interpreters, long runs), not the rendered pages.
+test-fast: setup
+	$(VPY) -m pytest -q -n 2 --dist loadscope -m "not slow" tests --ignore=tests/rendered
 
 clean:
 	rm -rf _build

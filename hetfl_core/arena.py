@@ -72,20 +72,21 @@ PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
 #: the one cost model every run is charged by (:mod:`hetfl_core.system`): the wireless cell
 SYSTEM = "wireless"
-#: methods whose training never reads the device tiers: they use ``self.devices`` for no
-#: decision (SRP-pFed only with its semi-asynchronous ``window``, off by default), so their
-#: accuracy is the same at every heterogeneity level and only their costs change. The
-#: others size sub-models (HeteroFL, FedRolex, FjORD, Heroes, FedLPS), capacities (OFA-FL,
-#: via :func:`method_options`) or the allocation (the lightweight PFL method) by tier
-TIER_BLIND = ("fedavg", "fedprox", "fedper", "fedrep", "lg-fedavg", "ditto", "local", "srp-pfed")
+#: the registered methods whose training never reads the device tiers (``reads_device_tiers
+#: = False`` on their classes): they use ``self.devices`` for no decision (SRP-pFed only with
+#: its semi-asynchronous ``window``, off by default), so their accuracy is the same at every
+#: heterogeneity level and only their costs change. The others size sub-models (HeteroFL,
+#: FedRolex, FjORD, Heroes, FedLPS), capacities (OFA-FL, via :func:`method_options`) or the
+#: allocation (the lightweight PFL method) by tier
+TIER_BLIND = tuple(name for name, cls in _REGISTERED.items() if not cls.reads_device_tiers)
 #: label skew name -> Dirichlet alpha (``natural`` is a text corpus's own split)
 SKEWS = {"α=0.1": 0.1, "α=0.5": 0.5, "near-IID": 100.0, "natural": None}
 
 
 def tier_blind(method: str) -> bool:
-    """Whether ``method``'s accuracy cannot depend on the device tier (:data:`TIER_BLIND`;
-    a plug-in counts as tier-aware)."""
-    return method in TIER_BLIND
+    """Whether ``method``'s accuracy cannot depend on the device tier: its class declares
+    ``reads_device_tiers = False`` (:data:`TIER_BLIND`; an unknown name counts as tier-aware)."""
+    return method in _REGISTERED and not _REGISTERED[method].reads_device_tiers
 
 
 def label(method: str) -> str:

@@ -68,22 +68,25 @@ def _torch_layers() -> list[type]:
     return found
 
 
-@functools.lru_cache(maxsize=1)
 def shipped_types() -> tuple:
     """The classes and functions a Flower message may name besides tensors and plain data
     (``torch.load(weights_only=True)`` admits those by itself): the plan and the report,
-    the state hetfl's methods keep (configs, cost models, bandits, schedules, error
-    feedback, private stores), hetfl's models and torch's layers, and numpy's arrays,
-    scalars and random generators."""
-    from . import composition, masks, models, transformer
-    from .bandits import PUCBV, UCB1, UCBV, Interval
-    from .compression import ErrorFeedback
+    the run's config, cost model and devices, the classes every registered method declares
+    its state holds (its ``state_types``: bandits, schedules, error feedback, private
+    stores, ...), hetfl's models and torch's layers, and numpy's arrays, scalars and random
+    generators."""
+    from .methods import METHODS
+
+    return _shipped_types(tuple(METHODS.values()))
+
+
+@functools.lru_cache(maxsize=4)
+def _shipped_types(methods: tuple) -> tuple:
+    """:func:`shipped_types` for the registered method classes ``methods``."""
+    from . import masks, models, transformer
+    from .bandits import UCB1, UCBV
     from .config import RunConfig
-    from .dca import Allocation, RoundSystem
-    from .lottery import ConvergenceTrigger, FixedSchedule
-    from .methods import heterofl
-    from .personalization import PrivateStore
-    from .reinforced_walk import ReinforcedRateWalk
+    from .methods.base import layers_of
     from .system.cost_model import Charge, ComputeCost, WirelessCost
     from .system.devices import DeviceProfile
     from .system.flops import LayerCost
@@ -91,13 +94,9 @@ def shipped_types() -> tuple:
     from .training import LocalResult
 
     hetfl = [ClientPlan, ClientReport, RunConfig, DeviceProfile, LayerCost, Charge, ComputeCost,
-             WirelessCost, CellState, WirelessCell, RoundSystem, Allocation, UCB1,
-             UCBV, Interval, PUCBV, ErrorFeedback, FixedSchedule, ConvergenceTrigger, PrivateStore,
-             ReinforcedRateWalk, LocalResult, composition.Selection]
-    hetfl_models = [value for module in (models, composition, masks, transformer, heterofl)
-                    for value in vars(module).values()
-                    if isinstance(value, type) and issubclass(value, torch.nn.Module)
-                    and value.__module__ == module.__name__]
+             WirelessCost, CellState, WirelessCell, UCB1, UCBV, LocalResult]
+    declared = [kind for cls in methods for kind in cls.state_types]
+    hetfl_models = [layer for module in (models, masks, transformer) for layer in layers_of(module)]
     random_pickle = np.random._pickle
     dtypes = [kind for kind in vars(np.dtypes).values()
               if isinstance(kind, type) and issubclass(kind, np.dtype)]
@@ -107,7 +106,7 @@ def shipped_types() -> tuple:
                    np._core.multiarray.scalar, np.random.Generator, np.random.RandomState,
                    np.random.SeedSequence, *random_pickle.BitGenerators.values(), *constructors,
                    getattr(np.random.bit_generator, "__pyx_unpickle_SeedSequence")]
-    return tuple(dict.fromkeys([*hetfl, *hetfl_models, *_torch_layers(), *numpy_types]))
+    return tuple(dict.fromkeys([*hetfl, *declared, *hetfl_models, *_torch_layers(), *numpy_types]))
 
 
 _LOADING = threading.Lock()   # safe_globals widens one process-wide list while a load runs

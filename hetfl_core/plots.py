@@ -1,6 +1,6 @@
 """The book's figures in one style: :func:`method_style` gives a method the same colour and
-marker in every figure (:data:`METHOD_STYLES`: the papers' methods in saturated colours, the
-baselines by family in related hues, each its own marker); :func:`plot_curves` draws
+marker in every figure (:data:`METHOD_STYLES`: declared on each method's class, the papers'
+methods in saturated colours, the baselines by family in related hues, each its own marker); :func:`plot_curves` draws
 accuracy (or loss) against round, simulated time, FLOPs or traffic, the spread over seeds
 shaded; :func:`grouped_bars` a methods x settings table; :func:`client_class_heatmap` a
 clients x classes count matrix.
@@ -9,36 +9,49 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .report import evaluated, row_value
 
-__all__ = ["use_style", "METHOD_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
+__all__ = ["use_style", "METHOD_STYLES", "MethodStyles", "VARIANT_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
            "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS",
            "panels", "plot_cases", "plot_critical_difference"]
 
-#: method key (lower case, letters and digits only) -> (colour, marker)
-METHOD_STYLES: dict[str, tuple[str, str]] = {
-    # the five papers' methods (and their variants)
-    "fedlps": ("#d62728", "o"), "fedlpscode": ("#ff9896", "h"), "heroes": ("#9467bd", "s"), "enc": ("#c5b0d5", "s"),
-    "ofafl": ("#2ca02c", "D"), "ofaoneshot": ("#98df8a", "D"), "srppfed": ("#e377c2", "^"),
-    "sparseprunepfl": ("#8c564b", "v"), "fedavgp": ("#c49c94", "v"),
-    # full-model baselines: blues
-    "fedavg": ("#1f77b4", "o"), "fedprox": ("#6baed6", "s"), "local": ("#08306b", "x"),
-    "ditto": ("#4292c6", "P"),
-    # width scaling: oranges
-    "heterofl": ("#ff7f0e", "^"), "fedrolex": ("#fdae6b", "v"), "fjord": ("#e6550d", "<"),
-    "flanc": ("#a63603", ">"),
-    # personalised splits: teals
-    "fedper": ("#17becf", "o"), "fedrep": ("#1b9e77", "s"), "lgfedavg": ("#005a32", "^"),
-    "fedbabu": ("#66c2a4", "D"),
-    # pruning and sparsification: greys and olives
-    "oneshot": ("#7f7f7f", "o"), "prunefl": ("#bcbd22", "s"), "lotteryfl": ("#8c6d31", "^"),
-    "ltp": ("#525252", "D"), "randommask": ("#bdbdbd", "v"), "orderedmask": ("#969696", "<"),
-    "topk": ("#dbdb8d", ">"), "topkef": ("#b5cf6b", "P"),
-}
+#: the styles of the chapters' variants that are not registered methods (Heroes' ENC with
+#: fixed frequency, the lightweight PFL paper's FedAvg-P); a method's own style is declared
+#: on its class (``color``, ``marker``)
+VARIANT_STYLES: dict[str, tuple[str, str]] = {"enc": ("#c5b0d5", "s"), "fedavgp": ("#c49c94", "v")}
+
+
+class MethodStyles(Mapping):
+    """method key (lower case, letters and digits only) -> (colour, marker): every registered
+    method that declares a ``color`` on its class (the papers' methods in saturated colours,
+    the baselines by family in related hues, each its own marker), and
+    :data:`VARIANT_STYLES`. Read from the registry at each access, so a plug-in registered
+    later is in."""
+
+    def table(self) -> dict[str, tuple[str, str]]:
+        """The mapping as it stands now."""
+        from .methods import METHODS
+
+        own = {_normal(name): (cls.color, cls.marker) for name, cls in METHODS.items() if cls.color}
+        return {**VARIANT_STYLES, **own}
+
+    def __getitem__(self, key: str) -> tuple[str, str]:
+        return self.table()[key]
+
+    def __iter__(self):
+        return iter(self.table())
+
+    def __len__(self) -> int:
+        return len(self.table())
+
+
+#: method key -> (colour, marker), from the methods' classes (:class:`MethodStyles`)
+METHOD_STYLES = MethodStyles()
 #: display names the chapters use -> method key
 ALIASES = {"opt": "sparseprunepfl", "encfixed": "enc", "pruning": "oneshot", "lthpruning": "ltp",
            "lth": "ltp", "mp": "heterofl", "originalnc": "flanc", "enhancednc": "enc",
@@ -50,20 +63,31 @@ SPARE_COLOURS = ("#000000", "#e6ab02", "#6a3d9a", "#ce1256", "#01665e", "#b35806
                  "#80cdc1")
 
 
+def _normal(name: str) -> str:
+    """``"LG-FedAvg"``, ``"lg-fedavg"`` -> ``"lgfedavg"``: lower case, letters and digits only."""
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
+
 def method_key(name: str) -> str:
     """``"LG-FedAvg"``, ``"lg-fedavg"`` -> ``"lgfedavg"``; a chapter's alias -> its method."""
-    key = "".join(ch for ch in str(name).lower() if ch.isalnum())
+    key = _normal(name)
     return ALIASES.get(key, key)
 
 
 def method_style(name: str) -> dict:
-    """``{"color": ..., "marker": ...}`` of a method (by registered or display name). A label
+    """``{"color": ..., "marker": ...}`` of a method (by registered name, its class's
+    ``label`` or a chapter's alias). A label
     that is not a method (e.g. "OFA-FL, r=0.5") takes the style of the method it starts with;
     an unknown one gets a fixed colour from its name."""
+    from .methods import METHODS
+
+    styles = METHOD_STYLES.table()
+    by_label = {_normal(cls.label): _normal(n) for n, cls in METHODS.items() if _normal(cls.label) not in styles}
     key, head = method_key(name), method_key(re.split("[,(:]", str(name))[0])
-    if key not in METHOD_STYLES and head in METHOD_STYLES:
+    key, head = by_label.get(key, key), by_label.get(head, head)
+    if key not in styles and head in styles:
         key = head
-    color, marker = METHOD_STYLES.get(key, (SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"))
+    color, marker = styles.get(key, (SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"))
     return {"color": color, "marker": marker}
 
 #: x-axis key -> (label, scale applied to the history value)

@@ -15,24 +15,18 @@ from torch.overrides import TorchFunctionMode
 from hetfl_core import RunConfig, batched
 from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.errors import ConfigError
-from hetfl_core.methods.base import get_method
+from hetfl_core.methods.base import METHODS, get_method
 
 BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2,
             train_samples=300, local_steps=4, batch_size=16, lr=0.1, momentum=0.9,
             weight_decay=1e-3, seed=1)
 OFA = {"warmup": 1, "every": 1, "ratios": [1.0, 0.6, 0.3]}
-CASES = {
-    "fedavg": {},
-    "fedavg-epochs": {"method": "fedavg", "local_steps": None, "local_epochs": 1.5},
+#: what a batchable method runs with here besides BASE (none: BASE alone)
+SETTINGS = {
     "fedprox": {"options": {"mu": 0.5}},
-    "fedper": {},
     "fedrep": {"options": {"head_epochs": 0.5}},
-    "lg-fedavg": {},               # round 1 a FedAvg warm-start round, round 2 LG-FedAvg's
-    "fedbabu": {},
-    "local": {},
     "topk": {"options": {"k": 0.2}},
     "topk-ef": {"options": {"k": 0.2}},
-    "oneshot": {},                 # round 2 trains under the pruned mask
     "srp-pfed": {"val_fraction": 0.2},
     "ofafl": {"options": OFA},
     "ltp": {"options": OFA},
@@ -40,6 +34,17 @@ CASES = {
     "ordered-mask": {"options": {"ratio": 0.5}},
     "random-mask": {"options": {"ratio": 0.6}},
     "fedlps": {"heterogeneity": "medium"},
+}
+# lg-fedavg: round 1 a FedAvg warm-start round, round 2 LG-FedAvg's; oneshot: round 2 trains
+# under the pruned mask
+#: the built-in methods, by what their classes declare: batchable or sequential
+BUILT_IN = {name: cls for name, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
+BATCHABLE = tuple(sorted(name for name, cls in BUILT_IN.items() if cls.batchable))
+SEQUENTIAL = tuple(sorted(name for name, cls in BUILT_IN.items() if not cls.batchable))
+#: every batchable method, and runs that take other paths of the batched trainer
+CASES = {
+    **{name: SETTINGS.get(name, {}) for name in BATCHABLE},
+    "fedavg-epochs": {"method": "fedavg", "local_steps": None, "local_epochs": 1.5},
     "fedlps-magnitude": {"method": "fedlps", "heterogeneity": "medium",
                          "options": {"pattern": "magnitude"}},
     "fedlps-random": {"method": "fedlps", "heterogeneity": "high",
@@ -169,25 +174,19 @@ def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
     assert batched.uses_batched_clients(config_of("fedavg", batched_clients=True)) is True
 
 
-#: the registered methods that train their clients sequentially (each docstring says why)
-SEQUENTIAL = ("ditto", "fedlps-code", "fedrolex", "fjord", "flanc", "heroes", "heterofl",
-              "lotteryfl", "prunefl", "sparse-prune-pfl")
-
-
 def test_opt_in_is_per_class():
     """A subclass that changes the local step is not batched through its parent's job: the
     width methods (HeteroFL's subclasses) and Flanc stay off although their parents' flags
-    differ, and every method left sequential states its reason."""
-    from hetfl_core.methods.base import METHODS
+    differ; every batchable method has a case here and every other built-in trains
+    sequentially."""
+    from hetfl_core.methods.fedavg import FedAvg
 
+    assert {"heterofl", "fedrolex", "fjord", "heroes", "flanc"} <= set(SEQUENTIAL)
+    assert FedAvg.batchable and not get_method("heterofl").batchable
     for name in CASES:
         assert get_method(CASES[name].get("method", name)).batchable, name
-    for name in SEQUENTIAL:
-        cls = get_method(name)
-        assert not cls.batchable, name
-        assert "Trains its clients sequentially" in cls.__doc__, name
-    built_in = {n for n, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
-    assert built_in == {CASES[c].get("method", c) for c in CASES} | set(SEQUENTIAL)
+    Child = type("Child", (FedAvg,), {}, name="toy-child")
+    assert not Child.batchable                      # not inherited
 
 
 def test_methods_without_the_hook_train_sequentially(monkeypatch):

@@ -10,6 +10,8 @@ from hetfl_core.errors import ConfigError, DatasetUnavailable
 from hetfl_core.personalization import split_layers
 from hetfl_core.training import evaluate, local_sgd
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 
 def test_corpus_is_aligned_by_verse():
     verses = bible.load_corpus()
@@ -174,17 +176,27 @@ def test_lora_federated_learns_the_pair_task(text_runs):
         assert 0 < last["f1_global"] <= 1 and 0 < last["f1_personal"] <= 1
 
 
-def test_figs_6_8_opt_beats_fedavg_under_label_skew(text_runs):
-    for s in range(3):
-        opt, fedavg = text_runs[("OPT", s)]["history"][-1], text_runs[("FedAvg", s)]["history"][-1]
-        assert opt["acc_personal"] >= fedavg["acc_personal"] + 0.03     # private LoRA + head learn the label skew
-        assert opt["f1_personal"] >= fedavg["f1_personal"] + 0.02
-        assert opt["time_s"] <= 0.8 * fedavg["time_s"]                  # and the rounds are shorter
-        fedper = text_runs[("FedPer", s)]["history"][-1]
-        assert opt["time_s"] <= fedper["time_s"]                       # faster than decoupling alone
-        best = max(text_runs[(m, s)]["history"][-1]["acc_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
-        best_f1 = max(text_runs[(m, s)]["history"][-1]["f1_personal"] for m in ("FedPer", "LG-FedAvg", "FedAvg"))
-        assert opt["acc_personal"] >= best - 0.03 and opt["f1_personal"] >= best_f1 - 0.03   # within 3 points of the best baseline
+@pytest.mark.parametrize("method", ["OPT", "FedPer", "FedAvg"])
+def test_only_the_shared_part_of_the_lora_model_travels(method):
+    """The server sends each client the shared base of its split and nothing private:
+    32 bits for each of the base's weights (FedAvg's split ``all``: every trainable
+    weight; OPT's and FedPer's ``first:4``: layer 0's adapters only). Whether OPT then
+    beats the baselines (the paper's Figs. 6-8) is a claim of the chapter's ledger, judged
+    on its seeds, not a property of the code."""
+    from hetfl_core.engine import build_simulation, run
+    from hetfl_core.models import build_model
+
+    options = {"OPT": {"allocation": "dca", "split": "first:4"}, "FedPer": {"split": "first:4"},
+               "FedAvg": {"split": "all"}}[method]
+    config = text_config(options, 0).replace(rounds=1, eval_every=1, train_samples=600)
+    data = build_simulation(config).data
+    model = build_model("lora-transformer", data.input_shape, data.num_classes)
+    base = set(split_layers(model, options["split"]))
+    d_base = sum(w.numel() for n, w in model.named_parameters() if n.rsplit(".", 1)[0] in base)
+    d_all = sum(w.numel() for w in model.parameters())
+    row = run(config)["history"][0]
+    assert row["downlink_bits"] == len(row["clients"]) * 32 * d_base
+    assert (d_base == d_all) == (method == "FedAvg") and 0 < d_base <= d_all
 
 
 def test_the_text_task_runs_from_the_command_line(tmp_path):

@@ -208,6 +208,7 @@ def test_register_refuses_a_taken_name_in_one_line():
     assert METHODS["fedavg"] is Impostor                       # the registry is restored (conftest)
 
 
+@pytest.mark.slow
 def test_a_plugin_that_takes_a_builtin_name_is_refused_by_the_cli(tmp_path, capsys):
     from hetfl_core.cli import main
 
@@ -403,6 +404,7 @@ def test_an_empty_hetfl_cache_is_refused_in_one_line(tiny_config, monkeypatch, c
     assert "HETFL_CACHE" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_processes_waiting_on_one_lock_compute_the_run_once(tiny_config, cache, tmp_path):
     """The holder removes its lock file when done: the waiters still serialise (each checks
     that the file it locked is still the lock) and read the stored run."""

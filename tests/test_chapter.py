@@ -4,6 +4,8 @@ import pytest
 from hetfl_core.book import check_parameters, injected_parameters
 from hetfl_core.errors import ConfigError
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 
 def namespace(**values):
     ns = {"__annotations__": {"scale": str, "dataset": str, "seed": int, "lr": float, "note": "int | None"},

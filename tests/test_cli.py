@@ -17,6 +17,7 @@ def cli(*args, tmp_path=None):
                           cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow
 def test_list_names_methods_and_datasets():
     out = cli("list")
     assert out.returncode == 0
@@ -24,6 +25,7 @@ def test_list_names_methods_and_datasets():
         assert word in out.stdout
 
 
+@pytest.mark.slow
 def test_list_method_shows_its_options_and_description():
     out = cli("list", "sparse-prune-pfl")
     assert out.returncode == 0, out.stderr
@@ -33,6 +35,7 @@ def test_list_method_shows_its_options_and_description():
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "fedavg" in bad.stderr
 
 
+@pytest.mark.slow
 def test_run_writes_history(tmp_path):
     path = tmp_path / "run.json"
     out = cli("run", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "--alpha", "0.5",
@@ -56,6 +59,7 @@ def test_run_writes_history(tmp_path):
     (["run", "fedavg", "--option", "foo=1"], "no option foo"),
     (["run", "fedavg", "--clients", "many"], "invalid int"),
 ])
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
     out = cli(*args, tmp_path=tmp_path)
     assert out.returncode == 2
@@ -117,6 +121,7 @@ def _interrupt_a_long_run(tmp_path, flags: list[str], started, before_interrupt=
     return proc.returncode, (seen + rest).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
     code, err = _interrupt_a_long_run(tmp_path, ["--quiet"],       # a run holds its lock file
                                       lambda _: list((tmp_path / "runs").glob("*.lock")))
@@ -124,6 +129,7 @@ def test_ctrl_c_during_a_run_prints_one_line(tmp_path):
                                                         "(finished runs are cached)"], err
 
 
+@pytest.mark.slow
 def test_ctrl_c_under_no_cache_promises_no_cached_runs(tmp_path):
     code, err = _interrupt_a_long_run(tmp_path, ["--no-cache"],    # no lock: the progress bar shows
                                       lambda text: "fedavg:" in text)
@@ -158,6 +164,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+@pytest.mark.slow
 def test_ctrl_c_during_a_flower_run_exits_at_once_and_leaves_no_ray_behind(tmp_path):
     import re
     import time
@@ -183,6 +190,7 @@ def test_ctrl_c_during_a_flower_run_exits_at_once_and_leaves_no_ray_behind(tmp_p
 
 @pytest.mark.parametrize("flags,named", [(["--executor", "ray"], "--executor ray"),
                                          (["--address", "127.0.0.1:6379"], "--address")])
+@pytest.mark.slow
 def test_flower_refuses_rays_executor_flags_before_any_compute(flags, named, tmp_path):
     out = cli("run", "fedavg", "--dataset", "digits", "--engine", "flower", *flags,
               tmp_path=tmp_path)

@@ -95,8 +95,9 @@ def test_train_samples_subsets_the_pool():
     assert sum(len(p) for p in fed.partition_indices) == 500
 
 
-@pytest.mark.parametrize("name,shape,n_total,n_test", [("digits", (1, 8, 8), 1797, 359), ("mnist-5k", (1, 28, 28), 5000, 1000),
-                                                        ("fashion-mnist", (1, 28, 28), 70000, 10000)])
+@pytest.mark.parametrize("name,shape,n_total,n_test", [
+    ("digits", (1, 8, 8), 1797, 359), ("mnist-5k", (1, 28, 28), 5000, 1000),
+    pytest.param("fashion-mnist", (1, 28, 28), 70000, 10000, marks=pytest.mark.slow)])
 def test_offline_datasets_load(name, shape, n_total, n_test):
     ds = hd.load_dataset(name)
     assert ds.input_shape == shape and ds.num_classes == 10

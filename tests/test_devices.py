@@ -25,6 +25,7 @@ def test_unknown_or_missing_device_fails_validation(device, needle):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.slow
 def test_cuda_without_a_gpu_exits_2_with_one_line():
     out = subprocess.run([sys.executable, "-m", "hetfl_core", "run", "fedavg", "--dataset", "digits",
                           "--device", "cuda"], capture_output=True, text=True)

@@ -1,5 +1,7 @@
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,12 +30,30 @@ def test_run_cached_stores_once_and_reuses(tiny_config, cache, monkeypatch):
     assert not list(cache.glob(".tmp-*"))
 
 
-def test_cache_key_covers_config_and_source(tiny_config):
+def test_cache_key_covers_config_and_source(tiny_config, tmp_path, monkeypatch):
+    """The key changes with the config and with the source hash, which changes when a file
+    that computes runs changes and not when a file of ``NOT_IN_RUNS`` (a chapter helper) does."""
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(seed=1))
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(options={"mu": 0.1}))
-    assert source_hash() in [source_hash()] and len(source_hash()) == 12
+    key = cache_path(tiny_config)
+    copy = tmp_path / "hetfl_core"
+    shutil.copytree(Path(experiments.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(experiments, "__file__", str(copy / "experiments.py"))
+    hash_of_copy = experiments.source_hash.__wrapped__        # uncached, reads the copy
+    before = hash_of_copy()
+    assert re.fullmatch("[0-9a-f]{12}", before) and before == source_hash()
+    with open(copy / "plots.py", "a") as f:
+        f.write("\n# a chapter-side edit\n")
+    assert hash_of_copy() == before
+    with open(copy / "engine.py", "a") as f:
+        f.write("\n# an edit to the engine\n")
+    changed = hash_of_copy()
+    assert changed != before
+    monkeypatch.setattr(experiments, "source_hash", lambda: changed)
+    assert cache_path(tiny_config) != key
 
 
+@pytest.mark.slow
 def test_sweep_in_processes_equals_single_process(tiny_config, cache):
     configs = [tiny_config, tiny_config.replace(seed=1)]
     parallel = sweep(configs, processes=2, progress=False)
@@ -51,6 +71,7 @@ def test_failed_run_in_sweep_keeps_finished_work(tiny_config, cache):
     assert cache_path(good).exists() and not cache_path(bad).exists()
 
 
+@pytest.mark.slow
 def test_sweeps_share_their_worker_processes(tiny_config, cache):
     sweep([tiny_config, tiny_config.replace(seed=1)], processes=2, progress=False)
     pool = experiments._POOL
@@ -59,6 +80,7 @@ def test_sweeps_share_their_worker_processes(tiny_config, cache):
     assert experiments._POOL is pool and set(pool._processes) == workers
 
 
+@pytest.mark.slow
 def test_an_interrupt_ends_idle_workers_quietly_and_the_next_sweep_starts_new_ones(tiny_config, cache, capfd):
     sweep([tiny_config, tiny_config.replace(seed=1)], processes=2, progress=False)
     pool = experiments._POOL
@@ -76,6 +98,7 @@ def test_an_interrupt_ends_idle_workers_quietly_and_the_next_sweep_starts_new_on
     assert experiments._POOL is not pool and [r["config"]["seed"] for r in results] == [2, 3]
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_gets_one_line_naming_it(tmp_path):
     script = tmp_path / "unguarded.py"
     script.write_text("from hetfl_core import RunConfig, sweep\n"
@@ -111,6 +134,7 @@ def _run_cached_in_a_process(config, log: Path, cache: Path) -> subprocess.Popen
     return subprocess.Popen([sys.executable, "-c", code], env=env)
 
 
+@pytest.mark.slow
 def test_a_run_computed_elsewhere_under_the_lock_is_not_computed_again(tiny_config, cache, tmp_path):
     import fcntl
 
@@ -129,6 +153,7 @@ def test_a_run_computed_elsewhere_under_the_lock_is_not_computed_again(tiny_conf
     assert [row["cached"] for row in _run_log(log)] == [True]   # read, not computed twice
 
 
+@pytest.mark.slow
 def test_a_lock_holder_that_dies_blocks_nobody(tiny_config, cache, tmp_path):
     lock = cache_path(tiny_config).with_suffix(".lock")
     lock.parent.mkdir(parents=True)

@@ -186,6 +186,7 @@ def test_unsupported_model_fails():
         small(model="resnet").validate()
 
 
+@pytest.mark.slow
 def test_cli_smoke_run(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     out = tmp_path / "run.json"

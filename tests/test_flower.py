@@ -2,11 +2,14 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.flower import run_flower
 from hetfl_core.methods import METHODS
+
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
 
 def weights(method, clients):

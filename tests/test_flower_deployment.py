@@ -29,6 +29,8 @@ tomli_w = pytest.importorskip("tomli_w", reason="the Flower deployment test need
 
 from hetfl_core import RunConfig, run  # noqa: E402
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 REPO = Path(__file__).resolve().parents[1]
 CONNECTION = "hetfl-local"
 START_TIMEOUT_S = 60

@@ -13,6 +13,8 @@ from hetfl_core.engine import build_simulation
 from hetfl_core.errors import HetflError
 from hetfl_core.flower import _dumps, _grid_updates, _method_state, client_app
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 NODE = 7
 REFUSED_NAME = {"system": "posix.system", "open": "io.open"}   # how each call is pickled
 

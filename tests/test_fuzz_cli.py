@@ -122,6 +122,7 @@ def test_bad_invocation_exits_2_in_one_line(argv, name, capsys, tmp_path, monkey
 
 
 @pytest.mark.parametrize("args", [["--seed", "-1"], ["--option", "mu=abc"]])
+@pytest.mark.slow
 def test_real_process_exits_2_in_one_line(args, tmp_path):
     env = {**os.environ, "HETFL_CACHE": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", "fedprox", *FAST, *args],

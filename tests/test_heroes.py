@@ -231,6 +231,7 @@ def test_heroes_run_counts_traffic_and_adapts():
     assert h[-1]["uplink_bits"] < 0.9 * heterofl["uplink_bits"]
 
 
+@pytest.mark.slow
 def test_cli_smoke_run(tmp_path):
     import json
     import os

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1] / "hetfl_core"
 
 
@@ -37,7 +39,8 @@ def _imports(tree):
 
 def edges(name: str) -> set[str]:
     """The package modules ``name`` imports (``from .pkg import sub`` counts ``pkg.sub``;
-    ``__import__("hetfl_core.x")`` and ``importlib.import_module`` with a literal count too)."""
+    ``__import__("hetfl_core.x")`` and ``importlib.import_module`` with a literal count too, and
+    a package that discovers its modules with ``pkgutil.iter_modules(__path__)`` imports each)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
@@ -59,6 +62,8 @@ def edges(name: str) -> set[str]:
                 target = target.rpartition(".")[0] if "." in target else ""
             if target and target != name:
                 out.add(target)
+    if path.name == "__init__.py" and "pkgutil.iter_modules(__path__)" in path.read_text():
+        out |= {m for m in MODULES if m.rpartition(".")[0] == name}     # discovers its modules
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
                 "__import__", "import_module") and node.args and isinstance(node.args[0], ast.Constant):
@@ -132,6 +137,7 @@ print("FAILED:" + ",".join(failed))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone():
     """Each module imported first, in a fresh process (forked before any hetfl_core import)."""
     names = sorted(m for m in MODULES if not m.endswith("__main__"))

@@ -281,6 +281,7 @@ def test_convergence_schedule_prunes_in_a_run():
     assert all(b - a > 2 for a, b in zip(events, events[1:]))   # min_gap rounds between prunings
 
 
+@pytest.mark.slow
 def test_cli_runs_ofafl(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     out = subprocess.run([sys.executable, "-m", "hetfl_core", "run", "ofafl", "--dataset", "digits", "--model", "mlp",

@@ -5,8 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hetfl_core.book import paper_scale_markdown
 from hetfl_core.experiments import source_hash
+
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -126,6 +126,7 @@ def test_topk_sends_exactly_k_values(method):
 
 
 @pytest.mark.parametrize("method", PERSONAL)
+@pytest.mark.slow
 def test_every_method_runs_from_the_command_line(method, tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", method, "--dataset", "digits", "--clients", "4",
@@ -135,6 +136,7 @@ def test_every_method_runs_from_the_command_line(method, tmp_path):
     assert len(json.loads(out.read_text())["history"]) == 1
 
 
+@pytest.mark.slow
 def test_fedper_beats_fedavg_on_pathological_split():
     gaps = []
     for seed in (0, 1, 2):

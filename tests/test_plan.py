@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = (ROOT / "book" / "foundations.md").read_text().split("\n---\n", 1)[0] + "\n---\n"
 

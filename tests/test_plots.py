@@ -1,5 +1,6 @@
 """The book's palette: one colour and marker per method, stable across figures."""
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -176,6 +177,7 @@ def test_plot_reports_the_path_it_wrote(out, written, tmp_path, monkeypatch, cap
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []    # no temp file
 
 
+@pytest.mark.slow
 def test_plot_of_a_pipe_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "run.json"
     os.mkfifo(fifo)

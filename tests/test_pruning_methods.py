@@ -68,6 +68,7 @@ def test_smaller_ratio_trains_cheaper():
 
 
 @pytest.mark.parametrize("method", ["ordered-mask", "random-mask", "oneshot", "lotteryfl"])
+@pytest.mark.slow
 def test_runs_from_the_command_line(method, tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", method, "--dataset", "digits", "--clients", "4",

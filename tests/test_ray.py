@@ -13,6 +13,8 @@ from hetfl_core.experiments import cache_path, sweep
 from hetfl_core.methods import register
 from hetfl_core.methods.fedavg import FedAvg
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

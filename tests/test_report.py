@@ -100,6 +100,7 @@ def test_rule_says_holds_at_most_ten_percent_of_the_time_on_the_margin(n):
     assert rates["holds"] >= 0.085                                   # not a rule that never holds
 
 
+@pytest.mark.slow
 def test_rule_gains_power_with_seeds_where_unanimity_loses_it():
     power = {n: _simulated_verdicts(1.0, n, 4000, seed=10 + n)["holds"] for n in (3, 5, 10)}
     assert power[3] < power[5] < power[10]

@@ -154,6 +154,7 @@ def test_bad_options_fail_at_once(options, needle):
         config(**options).validate()
 
 
+@pytest.mark.slow
 def test_cli_smoke(tmp_path):
     out = cli("run", "sparse-prune-pfl", "--dataset", "digits", "--model", "cnn", "--clients", "4", "--rounds", "2",
               "--local-steps", "1", "--quiet", tmp_path=tmp_path)

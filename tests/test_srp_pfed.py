@@ -210,6 +210,7 @@ def test_bad_options_fail_with_one_line(changes, needle):
         srp_config(**changes).validate()
 
 
+@pytest.mark.slow
 def test_cli_smoke(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), HETFL_CACHE=str(tmp_path / "runs"))
     out = subprocess.run([sys.executable, "-m", "hetfl_core", "run", "srp-pfed", "--dataset", "digits",

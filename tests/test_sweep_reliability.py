@@ -15,6 +15,8 @@ from hetfl_core.experiments import cache_path, describe_run, sweep
 from hetfl_core.methods import METHODS
 from hetfl_core.methods.fedavg import FedAvg
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -205,6 +205,7 @@ def test_unsupported_model_fails_before_training():
 
 
 @pytest.mark.parametrize("method", ["heterofl", "fedrolex", "fjord"])
+@pytest.mark.slow
 def test_width_methods_run_from_the_command_line(method, tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, "-m", "hetfl_core", "run", method, "--dataset", "digits", "--clients", "4",

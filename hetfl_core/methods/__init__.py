@@ -1,11 +1,17 @@
-"""Every federated method, one file each; importing the package fills :data:`METHODS` (the
-registry of :mod:`hetfl_core.methods.base`), so a new method file joins the imports below."""
+"""Every federated method, one file each. Importing the package imports every module in
+it, in name order (found by :func:`pkgutil.iter_modules`, as FL-bench finds its methods), and
+the ``@register`` in each file fills :data:`METHODS` (the registry of
+:mod:`hetfl_core.methods.base`): a new method is one new file here."""
 from __future__ import annotations
 
-from . import (aggregate, ditto, fedavg, fedbabu, fedlps, fedlps_code, fedper, fedrep, fedrolex, fjord, flanc, heroes, heterofl, lgfedavg,
-               local, lotteryfl, ltp, ofafl, oneshot, prunefl, sparse_prune_pfl, srp_pfed, topk, unit_mask)
+import importlib
+import pkgutil
+
 from .base import METHODS, ClientPlan, ClientReport, Method, get_method, register
 
-__all__ = ["METHODS", "ClientPlan", "ClientReport", "Method", "get_method", "register", "aggregate", "ditto", "fedavg", "fedbabu",
-           "fedlps", "fedlps_code", "fedper", "fedrep", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lgfedavg", "local",
-           "lotteryfl", "ltp", "ofafl", "oneshot", "prunefl", "sparse_prune_pfl", "srp_pfed", "topk", "unit_mask"]
+#: the modules of this package, each imported once here (``base`` included)
+MODULES = tuple(info.name for info in pkgutil.iter_modules(__path__))
+for _module in MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+
+__all__ = ["METHODS", "MODULES", "ClientPlan", "ClientReport", "Method", "get_method", "register", *MODULES]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..data import ClientData, FederatedData
     from ..engine import Simulation
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "seeded_generator", "METHODS", "register", "get_method"]
+__all__ = ["ClientPlan", "ClientReport", "Method", "layers_of", "seeded_generator", "METHODS", "register", "get_method"]
 
 #: name -> method class, filled by :func:`register` as the method files are imported
 METHODS: dict[str, type] = {}
@@ -93,10 +93,20 @@ class ClientReport:
     time_s: float | None = None
 
 
+def layers_of(module) -> tuple[type, ...]:
+    """The :class:`torch.nn.Module` classes ``module`` defines (for a method's ``state_types``)."""
+    return tuple(value for value in vars(module).values() if isinstance(value, type)
+                 and issubclass(value, nn.Module) and value.__module__ == module.__name__)
+
+
 def seeded_generator(*keys: int) -> torch.Generator:
     """A torch generator seeded from a tuple of integers (run seed, round, client, ...)."""
     seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
     return torch.Generator().manual_seed(seed)
+
+
+#: the class facts a subclass does not inherit, and their defaults (``label``: the ``name``)
+NOT_INHERITED = {"label": None, "batchable": False, "color": None, "marker": "o", "reads_device_tiers": True}
 
 
 class Method(ABC):
@@ -106,8 +116,9 @@ class Method(ABC):
     the plain round (full model, E local epochs, the global model scored for everyone).
     :class:`~hetfl_core.methods.fedavg.FedAvg` implements the two, and most methods
     subclass it and override what their paper changes. A method names itself in its class
-    keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True)`` (or
-    as class attributes), and gives a docstring whose first line is its ``summary`` (what
+    keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True,
+    color="#1f77b4", marker="o", reads_device_tiers=False)`` (or as class attributes; these
+    facts are the method's own, not inherited), and gives a docstring whose first line is its ``summary`` (what
     ``list`` shows) and ``option_specs`` (each option an :class:`~hetfl_core.options.Option`;
     a plug-in may give ``defaults`` alone, its options then typed like their defaults).
 
@@ -130,6 +141,19 @@ class Method(ABC):
     #: train as one batch (:mod:`hetfl_core.batched`); never inherited: a subclass that
     #: changes the local step must opt in again
     batchable = False
+    #: the figures' colour (hex) and marker (matplotlib's) for the method
+    #: (:func:`hetfl_core.plots.method_style`); never inherited: a subclass is another method
+    #: and draws in its own (none: a spare colour picked by its name)
+    color: str | None = None
+    marker = "o"
+    #: whether the method's training reads the clients' device tiers (to size sub-models,
+    #: capacities or an allocation); ``False`` says its accuracy is the same at every
+    #: heterogeneity level and only its costs change (the arena runs it once). Never
+    #: inherited: a subclass that does not declare it counts as reading them
+    reads_device_tiers = True
+    #: the classes besides tensors and plain data that the method's state holds, which a
+    #: Flower message may therefore carry (:func:`hetfl_core.flower.shipped_types`); inherited
+    state_types: tuple = ()
 
     @classmethod
     def arena_options(cls, config) -> dict:
@@ -139,20 +163,22 @@ class Method(ABC):
         return {}
 
     def __init_subclass__(cls, name: str | None = None, label: str | None = None,
-                          batchable: bool | None = None, **kwargs):
-        """Take the class keywords, reset ``label`` and ``batchable`` unless the class gives
-        them, derive ``defaults`` from ``option_specs`` (or specs from ``defaults``) and
-        ``summary`` from the docstring."""
+                          batchable: bool | None = None, color: str | None = None,
+                          marker: str | None = None, reads_device_tiers: bool | None = None, **kwargs):
+        """Take the class keywords, reset the facts a subclass does not inherit
+        (:data:`NOT_INHERITED`) unless the class gives them, derive ``defaults`` from
+        ``option_specs`` (or specs from ``defaults``) and ``summary`` from the docstring."""
         super().__init_subclass__(**kwargs)
-        for key, value in (("name", name), ("label", label), ("batchable", batchable)):
+        given = {"name": name, "label": label, "batchable": batchable, "color": color, "marker": marker,
+                 "reads_device_tiers": reads_device_tiers}
+        for key, value in given.items():
             if value is not None:
                 if key in cls.__dict__:
                     raise TypeError(f"{cls.__qualname__} gives {key} twice, as a class keyword and in its body")
                 setattr(cls, key, value)
-        if "label" not in cls.__dict__:          # a subclass is another method
-            cls.label = cls.name
-        if "batchable" not in cls.__dict__:
-            cls.batchable = False
+        for key, default in NOT_INHERITED.items():   # a subclass is another method
+            if key not in cls.__dict__:
+                setattr(cls, key, cls.name if key == "label" else default)
         if "summary" not in cls.__dict__:
             cls.summary = (cls.__dict__.get("__doc__") or "").strip().split("\n", 1)[0]
         if "option_specs" in cls.__dict__:

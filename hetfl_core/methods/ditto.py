@@ -39,12 +39,13 @@ from .fedavg import FedAvg
 
 
 @register
-class Ditto(FedAvg, name="ditto", label="Ditto"):
+class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", reads_device_tiers=False):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     Trains its clients sequentially: a visit trains two models (the global copy, then v_k
     on the same minibatches), where a batched job trains one model on one generator stream.
     """
+    state_types = (PrivateStore,)                    # the clients' private parameters
 
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",

@@ -32,7 +32,8 @@ DROP_LAST = Option(True, "leave each epoch's last partial batch out, as PFLlib's
 
 
 @register
-class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True):
+class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True,
+             color="#1f77b4", marker="o", reads_device_tiers=False):
     """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
 
     option_specs = {"drop_last": DROP_LAST}
@@ -89,7 +90,8 @@ class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True):
 
 
 @register
-class FedProx(FedAvg, name="fedprox", label="FedProx", batchable=True):
+class FedProx(FedAvg, name="fedprox", label="FedProx", batchable=True,
+              color="#6baed6", marker="s", reads_device_tiers=False):
     """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",

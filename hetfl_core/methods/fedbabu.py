@@ -42,7 +42,7 @@ from .fedper import FedPer
 
 
 @register
-class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True):
+class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True, color="#66c2a4", marker="D"):
     """FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"""
 
     option_specs = {**FedPer.option_specs,

@@ -101,7 +101,7 @@ def code_tiers(devices) -> list:
 
 
 @register
-class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)"):
+class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", color="#ff9896", marker="h"):
     """FedLPS as the authors' released code computes it (Xue et al.; FedLPS-main)
 
     Trains its clients sequentially: its own optimiser loop trains the scores Q with the

@@ -20,8 +20,10 @@ from .fedavg import DROP_LAST, FedAvg
 
 
 @register
-class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True):
+class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True,
+             color="#17becf", marker="o", reads_device_tiers=False):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
+    state_types = (PrivateStore,)                    # the clients' private parameters
 
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000),
                     "drop_last": DROP_LAST}

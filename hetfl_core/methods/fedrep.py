@@ -18,7 +18,8 @@ from .fedper import FedPer
 
 
 @register
-class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True):
+class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True,
+             color="#1b9e77", marker="s", reads_device_tiers=False):
     """FedRep: private head trained first, then the shared body (Collins et al. 2021)"""
 
     option_specs = {**FedPer.option_specs,

@@ -25,7 +25,7 @@ from .heterofl import HeteroFL
 
 
 @register
-class FedRolex(HeteroFL, name="fedrolex", label="FedRolex"):
+class FedRolex(HeteroFL, name="fedrolex", label="FedRolex", color="#fdae6b", marker="v"):
     """FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)
 
     Trains its clients sequentially, for HeteroFL's reasons.

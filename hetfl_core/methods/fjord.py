@@ -46,7 +46,7 @@ OWN_DEFAULTS = {"label_mask": False, "scaler": False, "clip_norm": None, "weight
 
 
 @register
-class FjORD(HeteroFL, name="fjord", label="FjORD"):
+class FjORD(HeteroFL, name="fjord", label="FjORD", color="#e6550d", marker="<"):
     """FjORD: ordered dropout, per-batch sampled nested widths (Horvath et al. 2021)
 
     Trains its clients sequentially: every minibatch draws its own width and drops units

@@ -16,7 +16,7 @@ from .heroes import Heroes
 
 
 @register
-class Flanc(Heroes, name="flanc", label="Flanc"):
+class Flanc(Heroes, name="flanc", label="Flanc", color="#a63603", marker=">"):
     """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
     Trains its clients sequentially, for Heroes' reasons.

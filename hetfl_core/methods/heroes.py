@@ -35,17 +35,19 @@ from ..models import build_model
 from ..streams import STREAMS
 from ..system import dense_bits, training_flops, transfer_time
 from ..training import clone_model, steps_for_epochs
-from .base import ClientPlan, ClientReport, register, seeded_generator
+from .. import composition
+from .base import ClientPlan, ClientReport, layers_of, register, seeded_generator
 from .fedavg import FedAvg
 
 
 @register
-class Heroes(FedAvg, name="heroes", label="Heroes"):
+class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
     Trains its clients sequentially: a composed model's block selection is an attribute,
     not a parameter, and differs between clients; Alg. 2's estimates take extra gradients.
     """
+    state_types = (Selection, *layers_of(composition))   # the composed models and their blocks
 
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",

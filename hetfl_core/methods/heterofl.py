@@ -72,12 +72,13 @@ class LabelMasked(nn.Module):
 
 
 @register
-class HeteroFL(FedAvg, name="heterofl", label="HeteroFL"):
+class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marker="^"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
     Trains its clients sequentially: per-width model shapes, the Scaler's forward hooks,
     per-client label-masked losses and gradient clipping are not in the batched SGD.
     """
+    state_types = (LabelMasked,)                     # the label-masked sub-models
 
     option_specs = {
         "lr_milestones": Option([], "rounds after which the lr is multiplied by lr_gamma (the "

@@ -11,8 +11,10 @@ from .fedavg import FedAvg
 
 
 @register
-class LocalOnly(FedAvg, name="local", label="Local", batchable=True):
+class LocalOnly(FedAvg, name="local", label="Local", batchable=True,
+                color="#08306b", marker="x", reads_device_tiers=False):
     """Local-only training: no communication, the personalisation floor"""
+    state_types = (PrivateStore,)                    # the clients' private parameters
 
     option_specs = {}     # FedAvg's drop_last is PFLlib's; local training keeps every sample
 

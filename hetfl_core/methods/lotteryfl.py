@@ -22,7 +22,7 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL"):
+class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", marker="^"):
     """LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)
 
     Trains its clients sequentially: no batched job is written yet (the accuracy check,

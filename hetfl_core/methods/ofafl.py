@@ -63,8 +63,9 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 
 
 @register
-class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
+class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c", marker="D"):
     """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"""
+    state_types = (FixedSchedule, ConvergenceTrigger)     # the pruning schedules
 
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
@@ -227,7 +228,8 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True):
 
 
 @register
-class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True):
+class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True,
+                 color="#98df8a", marker="D"):
     """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"""
 
     option_specs = {**OFAFL.option_specs,

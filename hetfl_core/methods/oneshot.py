@@ -18,7 +18,8 @@ from .fedavg import FedAvg
 
 
 @register
-class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable=True):
+class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable=True,
+                     color="#7f7f7f", marker="o"):
     """One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"""
 
     option_specs = {"density": Option(0.5, "fraction of prunable weights kept", 0, 1, low_open=True),

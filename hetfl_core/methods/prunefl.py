@@ -52,7 +52,7 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 
 
 @register
-class PruneFL(FedAvg, name="prunefl", label="PruneFL"):
+class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="s"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
     Trains its clients sequentially: no batched job is written yet (the reconfiguration

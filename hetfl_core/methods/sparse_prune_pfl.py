@@ -55,12 +55,13 @@ THETA_CLIP = (1e-3, 1e3)
 
 
 @register
-class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL"):
+class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", color="#8c564b", marker="v"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
     Trains its clients sequentially: no batched job is written yet (each client prunes to
     its own r_n before training and, in warm-up rounds, measures gradients after it).
     """
+    state_types = (dca.RoundSystem, dca.Allocation)   # the DCA's round and its allocation
 
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),

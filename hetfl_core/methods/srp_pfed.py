@@ -46,8 +46,10 @@ from .fedavg import FedAvg
 
 
 @register
-class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True):
+class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
+              color="#e377c2", marker="^", reads_device_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
+    state_types = (ReinforcedRateWalk,)
 
     option_specs = {
         "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),

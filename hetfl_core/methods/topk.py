@@ -20,7 +20,7 @@ from .fedavg import FedAvg
 
 
 @register
-class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
+class TopK(FedAvg, name="topk", label="Top-k", batchable=True, color="#dbdb8d", marker=">"):
     """FedAvg with top-k sparsified updates (values + indices on the uplink)"""
 
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
@@ -62,7 +62,9 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True):
 
 
 @register
-class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF", batchable=True):
+class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF", batchable=True,
+                        color="#b5cf6b", marker="P"):
     """FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"""
+    state_types = (ErrorFeedback,)
 
     error_feedback = True

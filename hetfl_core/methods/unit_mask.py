@@ -20,7 +20,8 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=True):
+class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=True,
+                  color="#969696", marker="<"):
     """Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"""
 
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
@@ -66,7 +67,8 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=T
 
 
 @register
-class RandomMask(OrderedMask, name="random-mask", label="Random mask", batchable=True):
+class RandomMask(OrderedMask, name="random-mask", label="Random mask", batchable=True,
+                 color="#bdbdbd", marker="v"):
     """Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"""
 
     def pattern(self, client_id, ratio):

@@ -44,6 +44,8 @@ from hetfl_core.methods.base import ClientPlan, seeded_generator
 
 from .pfl_reference import TOL, build, tiny_config
 
+pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
+
 #: agreement required of the folds (float32 sums in another order differ by ~1e-7)
 FOLD_TOL = 1e-6
 #: unequal example counts of the random updates, and the tiny federation's client sizes

@@ -78,7 +78,8 @@ def lists_and_checks_its_options(method, method_config, tmp_path, monkeypatch):
 
 
 def has_a_style_of_its_own(method, method_config, tmp_path, monkeypatch):
-    """The book's figures draw it in its own colour and marker (``plots.METHOD_STYLES``)."""
+    """The book's figures draw it in its own colour and marker, declared on its class
+    (``color``, ``marker``; ``plots.METHOD_STYLES`` reads them)."""
     from hetfl_core import plots
 
     key = plots.method_key(method)
