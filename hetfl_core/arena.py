@@ -27,7 +27,8 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
 turns the runs into one row per scenario and method: personalised and global accuracy,
 the worst 10% of clients, simulated time, bits, energy and FLOPs at the end and to the
 scenario's target accuracy (90% of the best method's final mean accuracy), and the
-accuracy at a fixed simulated-time budget (the median finishing time of the methods).
+accuracy at a fixed simulated-time budget (the median finishing time of the methods,
+later where some run has not yet been evaluated by then: :func:`targets`).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from .errors import ConfigError, HetflError
 from .experiments import _one_line, load_cached, sweep
 from .methods import METHODS as _REGISTERED
 from .methods import get_method
-from .report import final, first_reach, value_at
+from .report import common_budget, final, first_reach, value_by
 
 __all__ = ["SYSTEM", "TIER_BLIND", "tier_blind", "METHODS", "PAPER_METHODS", "PAPER_BASELINES", "SKEWS",
            "Scenario", "Settings", "settings", "scenarios", "method_options", "tuning_configs", "pick_lr",
@@ -439,14 +440,16 @@ def run_metrics(result: dict, target: float, budget: float) -> dict:
     accuracy, the worst 10% of clients (``worst10``), simulated ``time_s``, ``bits`` (up
     plus down), ``energy_j`` (``nan`` where the history has none) and ``flops`` at the end;
     the same four costs when personalised accuracy first reaches ``target`` (``inf`` if it
-    never does); and the personalised accuracy within the simulated-time ``budget``."""
+    never does); and the personalised accuracy at the simulated-time ``budget``: its last
+    evaluation at or before the budget (:func:`~hetfl_core.report.value_by`, which raises
+    for a run not yet evaluated by then; :func:`targets` sets a budget every run reaches)."""
     rows = [r for r in result["history"] if r.get("acc_clients") is not None]
     last = result["history"][-1]
     out = {"acc": final(result), "acc_global": final(result, "acc_global"),
            "worst10": worst_share(rows[-1]["acc_clients"]) if rows else math.nan,
            "time_s": _last(result, "time_s"), "bits": last["uplink_bits"] + last["downlink_bits"],
            "energy_j": _last(result, "energy_j"), "flops": _last(result, "flops"),
-           "acc_at_budget": value_at(result, budget)}
+           "acc_at_budget": value_by(result, budget)}
     for key, x in (("time", "time_s"), ("bits", "traffic_bits"), ("energy", "energy_j"), ("flops", "flops")):
         no_energy = key == "energy" and last.get("energy_j") is None
         out[f"{key}_to_target"] = math.nan if no_energy else first_reach(result, target, x)
@@ -455,13 +458,17 @@ def run_metrics(result: dict, target: float, budget: float) -> dict:
 
 def targets(runs: ArenaRuns, scenario: Scenario, share: float = 0.9) -> tuple[float, float]:
     """The scenario's target accuracy (``share`` of the best method's final mean
-    personalised accuracy) and time budget (the median finishing time of its methods)."""
+    personalised accuracy) and time budget: the median finishing time of its methods, or,
+    where some run has not been evaluated by then, the latest first evaluation of its runs
+    (:func:`~hetfl_core.report.common_budget`), so that every run has an accuracy at the
+    budget (the last evaluation at or before it) and none drops out of that column."""
     per_method = [rs for m in runs.methods if (rs := runs.runs(scenario, m))]
     if not per_method:
         return math.nan, math.nan
     best = np.nanmax([np.nanmean([final(r) for r in rs]) for rs in per_method])
     times = [np.mean([r["history"][-1]["time_s"] for r in rs]) for rs in per_method]
-    return share * float(best), float(np.median(times))
+    every_run = [r for rs in per_method for r in rs]
+    return share * float(best), max(float(np.median(times)), common_budget(every_run, "time_s"))
 
 
 #: leaderboard columns: key -> (header, digits, scale, unit)

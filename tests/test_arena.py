@@ -65,10 +65,29 @@ def test_run_metrics_reads_target_budget_and_missing_energy():
     assert m["time_to_target"] == 20.0 and m["bits_to_target"] == 4.0 and m["flops_to_target"] == 20.0
     assert m["acc_at_budget"] == 0.6 and m["bits"] == 6.0 and m["time_s"] == 30.0
     assert math.isnan(m["energy_j"]) and math.isnan(m["energy_to_target"])
-    never = arena.run_metrics(r, target=0.9, budget=5.0)
-    assert never["time_to_target"] == math.inf and math.isnan(never["acc_at_budget"])
+    never = arena.run_metrics(r, target=0.9, budget=29.0)
+    assert never["time_to_target"] == math.inf and never["acc_at_budget"] == 0.6
+    with pytest.raises(ValueError, match="first is at time_s 10"):
+        arena.run_metrics(r, target=0.9, budget=5.0)     # not evaluated by the budget
     with_energy = arena.run_metrics(run([0.5], [1.0], energy=3.0), target=0.5, budget=1.0)
     assert with_energy["energy_j"] == 3.0 and with_energy["energy_to_target"] == 3.0
+
+
+def test_targets_budget_is_the_median_finish_unless_a_run_is_not_yet_evaluated():
+    from types import SimpleNamespace
+
+    def arena_of(per_method):
+        return SimpleNamespace(methods=list(per_method), runs=lambda scenario, m: per_method[m])
+
+    quick = {"a": [run([0.5, 0.7], [1.0, 2.0])], "b": [run([0.4, 0.8], [2.0, 4.0])],
+             "c": [run([0.5, 0.6], [3.0, 6.0])]}
+    target, budget = arena.targets(arena_of(quick), None)
+    assert target == pytest.approx(0.9 * 0.8) and budget == 4.0          # median of 2, 4, 6
+    late = {**quick, "c": [run([0.6], [5.0])], "d": [run([0.3], [4.5])]}  # first evaluations 4.5, 5
+    target, budget = arena.targets(arena_of(late), None)
+    assert budget == 5.0 > np.median([2.0, 4.0, 5.0, 4.5])
+    assert all(not math.isnan(arena.run_metrics(r, target, budget)["acc_at_budget"])
+               for rs in late.values() for r in rs)
 
 
 def test_pick_lr_takes_the_best_validation_accuracy_and_a_diverged_run_loses():
