@@ -235,5 +235,6 @@ def joint_loss(model, masks: list[dict], xb, yb):
     losses = [F.cross_entropy(model(xb), yb)]
     for m in masks:
         masked = {n: p * m[n] if n in m else p for n, p in params.items()}
-        losses.append(F.cross_entropy(functional_call(model, masked, (xb,)), yb))
+        logits = functional_call(model, masked, (xb,))
+        losses.append(F.cross_entropy(logits, yb))
     return sum(losses) / len(losses)

@@ -18,7 +18,8 @@ from .report import evaluated, row_value
 
 __all__ = ["use_style", "METHOD_STYLES", "MethodStyles", "VARIANT_STYLES", "ALIASES", "method_key", "method_style", "X_AXES", "Y_AXES", "series",
            "plot_curves", "grouped_bars", "legend_below", "mark_never", "client_class_heatmap", "SPARE_COLOURS",
-           "panels", "plot_cases", "plot_critical_difference"]
+           "panels", "plot_cases", "plot_critical_difference", "colour_distance", "distinct_colours",
+           "PAGE_WIDTH_PX", "legible"]
 
 #: the styles of the chapters' variants that are not registered methods (Heroes' ENC with
 #: fixed frequency, the lightweight PFL paper's FedAvg-P); a method's own style is declared
@@ -89,6 +90,42 @@ def method_style(name: str) -> dict:
         key = head
     color, marker = styles.get(key, (SPARE_COLOURS[sum(map(ord, key)) % len(SPARE_COLOURS)], "o"))
     return {"color": color, "marker": marker}
+
+def colour_distance(first: str, second: str) -> float:
+    """How far apart two colours look: the Euclidean distance of their CIELAB coordinates
+    (CIE76 Delta E, D65 white; about 2 is the least a reader notices, under 25 reads as
+    shades of one colour)."""
+    def lab(colour):
+        import matplotlib.colors
+
+        rgb = np.array(matplotlib.colors.to_rgb(colour))
+        rgb = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+        xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                        [0.0193, 0.1192, 0.9505]]) @ rgb / np.array([0.9505, 1.0, 1.089])
+        f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+        return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+    return float(np.linalg.norm(lab(first) - lab(second)))
+
+
+def distinct_colours(n: int, avoid=(), pool=SPARE_COLOURS) -> list[str]:
+    """``n`` colours of ``pool`` (default :data:`SPARE_COLOURS`) for a figure's variants,
+    chosen one at a time: each the one farthest (:func:`colour_distance`) from every colour
+    in ``avoid`` (the methods the figure also draws) and every colour already chosen, ties
+    going to the earlier in ``pool``. A rule, so a change of palette cannot leave a variant
+    on a colour next to a method's."""
+    pool = list(dict.fromkeys(pool))
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(pool):
+        raise ValueError(f"distinct_colours: n must be an integer from 0 to {len(pool)} "
+                         f"(the pool's size), got {n!r}")
+    taken, chosen = list(avoid), []
+    for _ in range(n):
+        best = max((c for c in pool if c not in chosen),
+                   key=lambda c: min((colour_distance(c, t) for t in taken), default=0.0))
+        chosen.append(best)
+        taken.append(best)
+    return chosen
+
 
 #: x-axis key -> (label, scale applied to the history value)
 X_AXES = {
@@ -228,6 +265,31 @@ def legend_below(fig, axes, ncol: int | None = None) -> None:
             ax.get_legend().remove()
     fig.legend(list(entries.values()), list(entries), loc="outside lower center",
                ncol=ncol or min(len(entries), max(1, int(fig.get_figwidth() // 1.6))))
+
+
+#: the width, in CSS pixels (96 an inch), at which the book's page shows a figure
+PAGE_WIDTH_PX = 688
+
+
+def legible(fig, min_pt: float = 8.0, page_px: int = PAGE_WIDTH_PX):
+    """Enlarge every text of ``fig`` (titles, labels, tick labels, legends) that would read
+    under ``min_pt`` points once the figure is shown at most ``page_px`` CSS pixels wide,
+    so a wide multi-panel figure stays readable when the page scales it down; texts
+    already large enough keep their size. Returns the figure."""
+    import matplotlib.text
+
+    if not min_pt > 0 or not page_px > 0:
+        raise ValueError(f"legible: min_pt and page_px must be positive, got {min_pt!r}, {page_px!r}")
+    shown = min(fig.dpi, page_px / fig.get_figwidth()) / 96    # shown points per drawn point
+    need = min_pt / shown
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if any(label.get_fontsize() < need for label in axis.get_ticklabels(which="both")):
+                axis.set_tick_params(which="both", labelsize=need)
+    for text in fig.findobj(matplotlib.text.Text):
+        if text.get_text() and text.get_fontsize() < need:
+            text.set_fontsize(need)
+    return fig
 
 
 def mark_never(ax, text: str = "never") -> None:

@@ -226,3 +226,37 @@ def test_a_critical_difference_diagram_labels_every_method_with_its_rank():
     texts = [t.get_text() for t in ax.texts]
     assert "FedAvg (1.00)" in texts and "fedlps (3.00)" in texts and any(t.startswith("CD = ") for t in texts)
     plt.close(fig)
+
+
+def test_distinct_colours_keep_variants_off_the_methods_colours():
+    """The rule picks the spare farthest from the methods drawn: beside OPT's brown the
+    first pick is not sienna, and no pick repeats."""
+    brown = plots.method_style("OPT")["color"]
+    picks = plots.distinct_colours(3, [brown])
+    assert len(set(picks)) == 3 and set(picks) <= set(plots.SPARE_COLOURS)
+    nearest = min(plots.SPARE_COLOURS, key=lambda c: plots.colour_distance(c, brown))
+    assert nearest not in picks
+    assert plots.colour_distance("#000000", "#ffffff") > 99
+    with pytest.raises(ValueError, match="n must be an integer"):
+        plots.distinct_colours(len(plots.SPARE_COLOURS) + 1)
+
+
+def test_legible_text_reads_at_least_8_points_at_the_page_width():
+    import matplotlib.pyplot as plt
+    import matplotlib.text
+
+    fig, axes = plots.panels(3)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1], label="a line")
+        ax.set_title("a panel")
+    plots.legend_below(fig, axes)
+    shown = min(fig.dpi, plots.PAGE_WIDTH_PX / fig.get_figwidth()) / 96
+    fig.canvas.draw()
+    small = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
+    assert min(t.get_fontsize() for t in small) * shown < 8      # 10 in wide: too small
+    plots.legible(fig)
+    fig.canvas.draw()
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
+    texts += [t for ax in axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert min(t.get_fontsize() for t in texts) * shown >= 8 - 1e-9
+    plt.close(fig)

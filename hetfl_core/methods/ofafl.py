@@ -146,10 +146,12 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c
         """One pruning event (Alg. 1, l. 10-14): carve R[n] out of R[n-1], rewind its survivors."""
         n = len(self.pruned)
         parent = self.masks[self.ratios[n - 1]]
-        weights = {k: p.detach() for k, p in self.model.named_parameters() if k in parent}
-        child = prune_within(weights, parent, keep_fraction(self.ratios, n), self.options["scope"])
+        params = dict(self.model.named_parameters())
+        weights = {k: p.detach() for k, p in params.items() if k in parent}
+        child = prune_within(weights, parent, keep_fraction(self.ratios, n),
+                             self.options["scope"])
         self.masks[self.ratios[n]] = child
-        rewind(dict(self.model.named_parameters()), self.initial, child, self.options["rewind_unmasked"])
+        rewind(params, self.initial, child, self.options["rewind_unmasked"])
         self.mask_news = {r for r in self.pruned if r <= self.ratios[n - 1]}
 
     def smallest_loss(self) -> float | None:
@@ -165,10 +167,12 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c
         """Prune if the trigger fires; plan only the clients whose ratio exists (the rest sit out)."""
         self.mask_news = set()
         if len(self.pruned) < len(self.ratios):
-            signal = self.smallest_loss() if isinstance(self.trigger, ConvergenceTrigger) else None
+            converging = isinstance(self.trigger, ConvergenceTrigger)
+            signal = self.smallest_loss() if converging else None
             if self.trigger(round_idx, len(self.pruned) - 1, signal):
                 self.prune_next()
-        return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.capacity[k])
+        return {k: ClientPlan(self.local_steps(self.data.clients[k]),
+                              ratio=self.capacity[k])
                 for k in client_ids if self.capacity[k] in self.masks}
 
     # -- client ---------------------------------------------------------------

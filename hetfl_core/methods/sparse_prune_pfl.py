@@ -182,36 +182,51 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
             return nnz * (FLOAT_BITS + 1) + index_bits(nnz, n_values, "binomial")
         return float(dca.upload_bits(k, n_values))
 
-    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+    def client_update(self, client, plan: ClientPlan,
+                      generator: torch.Generator) -> ClientReport:
         """Prune (3), masked local step(s) at the pruned model (2, 4), top-k of the base gradient (5)."""
         k, r = plan.extra["k"], plan.extra["r"]
         model = self.working_model(client.client_id)
         params = dict(model.named_parameters())
-        masks = magnitude_mask({n: params[n].detach() for n in self.prune_names}, r) \
-            if r < 1 and self.prune_names else None
+
+        def flat(names, copy=False):
+            return flatten({n: params[n].detach().clone() if copy
+                            else params[n].detach() for n in names})
+
+        masks = None
+        if r < 1 and self.prune_names:
+            masks = magnitude_mask(
+                {n: params[n].detach() for n in self.prune_names}, r)
         if masks:
             with torch.no_grad():
                 for n, m in masks.items():
                     params[n].mul_(m)
-        start = flatten({n: params[n].detach().clone() for n in self.shared_names})
-        start_private = flatten({n: params[n].detach().clone() for n in self.private_names}) \
-            if plan.extra.get("warmup") else None
-        result = self.local_train(model, client, plan.local_steps, generator, masks=masks)
+        start = flat(self.shared_names, copy=True)
+        start_private = (flat(self.private_names, copy=True)
+                         if plan.extra.get("warmup") else None)
+        result = self.local_train(model, client, plan.local_steps, generator,
+                                  masks=masks)
         self.private.save(client.client_id, model, self.private_names)
-        gradient = (start - flatten({n: params[n].detach() for n in self.shared_names})) / self.config.lr
-        measured = {} if start_private is None else \
-            self.warmup_measurements(gradient, start_private, params, plan.local_steps)
-        theta = {"theta_ratio": self.theta_ratio} if self.options["theta_warmup_rounds"] else {}
+        gradient = (start - flat(self.shared_names)) / self.config.lr
+        measured = {} if start_private is None else self.warmup_measurements(
+            gradient, start_private, params, plan.local_steps)
+        theta = ({"theta_ratio": self.theta_ratio}
+                 if self.options["theta_warmup_rounds"] else {})
         sent, nnz = top_k(gradient, k)
-        kept_base = self.d_base * (r if self.options["prune_scope"] == "all" else 1.0)
+        pruned_base = self.options["prune_scope"] == "all"
+        kept_base = self.d_base * (r if pruned_base else 1.0)
         bits = self.upload_bits(k, max(1, round(kept_base)))
-        # (12): the cycles are proportional to the parameters computed on, d_B + r d_P of d
+        # (12): the cycles are proportional to the parameters computed on,
+        # d_B + r d_P of d
         computed = kept_base + r * self.d_private
-        flops = self.flops_per_sample * result.samples * computed / (self.d_base + self.d_private)
-        return ClientReport(client.client_id, client.n_train, sent, result.loss, flops=flops, uplink_bits=bits,
-                            downlink_bits=float(self.d_base * FLOAT_BITS), local_steps=plan.local_steps,
-                            ratio=r, extra={"k": k, "r": r, "sent_values": nnz, "relaxed": plan.extra["relaxed"],
-                                            **measured, **theta})
+        flops = (self.flops_per_sample * result.samples * computed
+                 / (self.d_base + self.d_private))
+        extra = {"k": k, "r": r, "sent_values": nnz,
+                 "relaxed": plan.extra["relaxed"], **measured, **theta}
+        return ClientReport(client.client_id, client.n_train, sent,
+                            result.loss, flops=flops, uplink_bits=bits,
+                            downlink_bits=float(self.d_base * FLOAT_BITS),
+                            local_steps=plan.local_steps, ratio=r, extra=extra)
 
     def warmup_measurements(self, base_step, start_private, params, steps: int) -> dict:
         """A warm-up round's ||g||^2 (A3, Eq. 21: the mean gradient per local step over the

@@ -112,13 +112,18 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         """Eq. 4 over the uploads that arrived, then the memory update of Eq. 6."""
         arrived = [r for r in reports if not r.extra["late"]]
         if arrived:
-            new = masked_aggregate(self.global_weights(), [(r.n_samples, r.update[0], r.update[1]) for r in arrived],
+            uploads = [(r.n_samples, r.update[0], r.update[1])
+                       for r in arrived]
+            new = masked_aggregate(self.global_weights(), uploads,
                                    self.options["agg"])
             with torch.no_grad():
                 for name, p in self.model.named_parameters():
                     p.copy_(new[name])
-        self.walk.update(self.sampled, [r.extra["val_loss"] for r in arrived], [r.n_samples for r in arrived],
-                         [self.walk.rates.index(r.extra["rate"]) for r in arrived])
+        self.walk.update(self.sampled,
+                         [r.extra["val_loss"] for r in arrived],
+                         [r.n_samples for r in arrived],
+                         [self.walk.rates.index(r.extra["rate"])
+                          for r in arrived])
 
     # -- client ------------------------------------------------------------------
     def global_weights(self) -> dict[str, torch.Tensor]:
@@ -149,7 +154,8 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         x, y = self.cluster_data(client)
         model, best = clone_model(self.model), None
         for p in sorted(rates):
-            mask = update_rate_mask(w_i, p, self.options["scope"], self.options["personal"])
+            mask = update_rate_mask(w_i, p, self.options["scope"],
+                                    self.options["personal"])
             fused = fuse(w_g, w_i, mask)
             model.load_state_dict(fused, strict=False)
             loss = evaluate(model, x, y)[1] / max(len(y), 1)
@@ -158,31 +164,39 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         model.load_state_dict(best[0], strict=False)
         return model, best[1], best[2], best[3]
 
-    def client_job(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientJob:
+    def client_job(self, client, plan: ClientPlan,
+                   generator: torch.Generator) -> ClientJob:
         """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
         rates = plan.extra["rates"]
         model, mask, rate, loss = self.client_cluster(client, rates)
 
         def finish(results):
             result = results[0]
-            trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+            trained = {n: p.detach().clone()
+                       for n, p in model.named_parameters()}
             self.local[client.client_id] = trained
             shared = {n: trained[n] * mask[n] for n in trained}
             nnz = mask_size(mask)
             n_eval = len(self.cluster_data(client)[1]) * len(rates)
-            flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
-            up, down = sparse_bits(nnz, self.d), dense_bits(self.d + len(rates))
-            seconds = client_time(self.devices[client.client_id], flops, up, down)
+            flops = (training_flops(self.costs, result.samples)
+                     + forward_flops(self.costs) * n_eval)
+            up = sparse_bits(nnz, self.d)
+            down = dense_bits(self.d + len(rates))
+            seconds = client_time(self.devices[client.client_id], flops, up,
+                                  down)
             window = self.options["window"]
             late = window is not None and seconds > float(window)
-            return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
-                                flops=flops, uplink_bits=up, downlink_bits=down,
-                                local_steps=plan.local_steps, ratio=nnz / self.d,
-                                extra={"rate": rate, "cluster": sorted(rates).index(rate),
-                                       "val_loss": loss, "late": late,
-                                       "probs": self.probs.tolist()},
-                                time_s=None if window is None else min(seconds, float(window)))
-        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
+            extra = {"rate": rate, "cluster": sorted(rates).index(rate),
+                     "val_loss": loss, "late": late,
+                     "probs": self.probs.tolist()}
+            time_s = None if window is None else min(seconds, float(window))
+            return ClientReport(client.client_id, client.n_train,
+                                (mask, shared), result.loss, flops=flops,
+                                uplink_bits=up, downlink_bits=down,
+                                local_steps=plan.local_steps,
+                                ratio=nnz / self.d, extra=extra, time_s=time_s)
+        return ClientJob(client, model, generator,
+                         [self.phase(plan.local_steps)], finish)
 
     # -- evaluation ----------------------------------------------------------------
     def personal_model(self, client_id):
