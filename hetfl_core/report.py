@@ -1282,6 +1282,16 @@ def _by_chance(ledger: dict) -> float:
                      and c["verdict"] in VERDICTS and np.isfinite(chance_of(c)).all()))
 
 
+def _chance_sentence(ledger: dict, counts: dict[str, int]) -> str:
+    """What chance alone would give among the counted verdicts, or nothing when none is
+    counted (too few seeds at this scale)."""
+    counted = sum(counts[v] for v in VERDICTS)
+    if not counted:
+        return ""
+    return (" If every effect sat exactly on its margin, chance alone would give about "
+            f"{_by_chance(ledger):.1f} decisive verdicts (holds or fails) among these {counted}.")
+
+
 def verdict_box_markdown(ledger: dict) -> str:
     """The box at the top of a chapter: the counted verdicts of the paper's claims, and
     each counted headline claim with its verdict and a link to its evidence section."""
@@ -1289,9 +1299,7 @@ def verdict_box_markdown(ledger: dict) -> str:
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
              f"counted when it rests on at least {MIN_SEEDS} seeds: the one-sided 90% bounds of the "
-             "mean against the paper's margin. If every effect sat exactly on its margin, chance "
-             f"alone would give about {_by_chance(ledger):.1f} decisive verdicts (holds or fails) "
-             f"among these {sum(counts[v] for v in VERDICTS)}. The "
+             "mean against the paper's margin." + _chance_sentence(ledger, counts) + " The "
              + _ref("claim ledger", f"{ledger['chapter']}-ledger") + " at the end lists every claim.", ""]
     counted = [c for c in ledger["claims"] if c.get("kind", "paper") == "paper" and c["verdict"] in VERDICTS]
     headline = [c for c in counted if c.get("headline")] or counted[:3]

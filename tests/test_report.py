@@ -704,3 +704,17 @@ def test_plural_counts_a_noun_without_hedging():
     assert plural(2, "class per client", "classes per client") == "2 classes per client"
     with pytest.raises(TypeError, match="count must be a number"):
         plural("3", "seed")
+
+
+def test_the_verdict_box_says_nothing_of_chance_when_no_claim_is_counted():
+    """At smoke scale every row rests on one seed: the box then gives no chance count
+    ("about 0.0 decisive verdicts among these 0" read as nonsense)."""
+    from hetfl_core.report import verdict_box_markdown
+
+    one_seed = Ledger("toy", "Toy", scale="smoke")
+    one_seed.claim("Fig. 1", "A beats B", "+3", [2.0], at_least(0))
+    assert "chance alone" not in verdict_box_markdown(one_seed.to_dict())
+    counted = Ledger("toy", "Toy", scale="book")
+    counted.claim("Fig. 1", "A beats B", "+3", [2.0, 2.5, 3.0], at_least(0))
+    assert "chance alone would give about 0.2 decisive verdicts (holds or fails) among these 1" \
+        in verdict_box_markdown(counted.to_dict())
