@@ -39,7 +39,7 @@ import numpy as np
 from .config import RunConfig
 from .errors import ConfigError
 from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
-from .report import judge
+from .report import Bounded, judge
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
@@ -305,8 +305,19 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
                 return None
             keys.append(key)
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
-    return {"keys": keys, "values": {rival: np.asarray(spec.value(results, rival), float)
+    return {"keys": keys, "values": {rival: _per_seed_values(spec.value(results, rival))
                                      for rival in spec.rivals}}
+
+
+def _per_seed_values(values):
+    """A claim's per-seed values as the rule takes them: a :class:`~hetfl_core.report.Bounded`
+    (a target never reached, bounded by the run's horizon) kept as it is, else floats."""
+    return values if isinstance(values, Bounded) else np.asarray(values, float)
+
+
+def _json_number(v: float):
+    """A float for JSON: ``None`` for nan, ``"inf"``/``"-inf"`` for the infinities."""
+    return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
 
 
 def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dict:
@@ -328,9 +339,10 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
             for rival, values in got["values"].items():
                 j = judge(values, spec.criterion)
+                shown = values.shown if isinstance(values, Bounded) else values
                 rows.setdefault(rival, {})[rung] = {
-                    "values": [None if math.isnan(v) else (v if math.isfinite(v) else
-                               ("inf" if v > 0 else "-inf")) for v in map(float, values)],
+                    "values": [_json_number(v) for v in map(float, shown)],
+                    "bounded": int(j.bounded),
                     "verdict": j.verdict, "method": j.method,
                     "interval": list(j.interval) if j.interval else None,
                     "stale": bool(stale), "keys": got["keys"],

@@ -244,3 +244,16 @@ def test_the_ladder_is_drawn_and_told_from_the_store(reference, monkeypatch):
     assert f"the gap to the paper's +5.00 {verb}" in sentence
     board = ladder.arena_settling("toy", "Toy 1", reference)
     assert "| book | Local |" in board and "| x2 | Local | — |" in board   # one contestant: no pair to order
+
+
+def test_a_never_reached_target_reaches_the_ladder_as_a_bound():
+    """A claim's value that is a Bounded (a cost to a target never reached, bounded by the
+    run's horizon) is judged as the chapters judge it, not flattened to inf."""
+    from hetfl_core import ladder
+    from hetfl_core.report import bounded, judge, ratio, sooner
+
+    rival, never = bounded([5.0, 6.0, 7.0], 60.0), bounded([float("inf")] * 3, 60.0)
+    values = ladder._per_seed_values(ratio(rival, never))
+    j = judge(values, sooner())
+    assert j.verdict == "fails" and j.bounded == 3
+    assert ladder._json_number(float("inf")) == "inf" and ladder._json_number(float("nan")) is None
