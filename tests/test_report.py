@@ -687,6 +687,13 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
                        "```{code-cell} ipython3\nx = 1\n```\n")
     assert sorted(tool.chapter_arguments(chapter)) == [5, 7]
     assert tool.main([str(chapter)]) == 0
+    stated = tmp_path / "stated.md"
+    stated.write_text(header + "\n---\n\n# Ch\n\n```{code-cell} ipython3\n"
+                      "book.state('T', 's', 'p', gap, crit)\nbook.claim_cases('T', 's', 'p', cases=c, k=2)\n```\n")
+    assert tool.chapter_arguments(stated) == []
+    assert sorted(tool.chapter_arguments(stated, ("claim", "state", "claim_cases"))) == [5, 5]
+    assert tool.main(["--calls", "state,claim_cases", str(stated)]) == 0
+    assert tool.main([str(stated)]) == 1
 
 
 def test_plural_counts_a_noun_without_hedging():
