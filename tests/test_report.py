@@ -710,3 +710,29 @@ def test_plural_counts_a_noun_without_hedging():
     assert plural(2, "class per client", "classes per client") == "2 classes per client"
     with pytest.raises(TypeError, match="count must be a number"):
         plural("3", "seed")
+
+
+def test_show_source_breaks_wide_lines_after_commas_inside_brackets(capsys):
+    import ast
+
+    source = (
+        "def f(alpha, beta):\n"
+        "    total = combine(alpha_values, beta_values, 'a, string', gamma_values)      # why\n"
+        "    rows = [\n"
+        "        first_function(alpha), second_function(beta), third_function(alpha, beta)]\n"
+        "    return {'key': total, 'rows': rows, 'text': f'{alpha}, {beta}', 'n': len(rows)}\n"
+        "    # a long comment line, with commas, that no break can shorten, is left as it is\n")
+    fitted = report.fit_source(source, width=60)
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(source))     # same code
+    lines = fitted.splitlines()
+    assert lines[1] == "    total = combine(alpha_values, beta_values, 'a, string',"
+    assert lines[2] == "                    gamma_values)  # why"   # under its bracket
+    assert lines[4] == "        first_function(alpha), second_function(beta),"  # hanging
+    assert lines[5] == "        third_function(alpha, beta)]"
+    assert lines[-1] == source.splitlines()[-1]                         # no comma to break
+    assert all(len(line) <= 60 for line in lines[:-1])
+    assert report.fit_source("x = 1\n") == "x = 1\n"
+    report.show_source(report.mean_finite, width=40)
+    printed = capsys.readouterr().out.splitlines()
+    ast.parse("\n".join(printed))
+    assert printed[1:3] == ["    v = np.asarray(list(values),", "                   dtype=float)"]
