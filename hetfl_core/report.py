@@ -17,11 +17,13 @@ import ast
 import functools
 import html
 import inspect
+import io
 import json
 import math
 import os
 import re
 import textwrap
+import tokenize
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
@@ -33,7 +35,7 @@ __all__ = ["NEVER", "MISSING", "DERIVED_KEYS", "row_value", "evaluated", "final"
            "first_reach", "per_seed", "ratio", "best_on_average", "mean_sd", "fmt", "fmt_mean_sd", "listing",
            "numbers", "of_seeds", "compare", "escape_cell", "markdown_table", "folded_table",
            "FOLDED_CLASS", "LEDGER_CLASS", "NUMBERS_CLASS", "within", "show_table",
-           "source_text", "show_source", "Criterion", "at_least", "at_most", "above_chance", "sooner",
+           "source_text", "show_source", "fit_source", "SOURCE_WIDTH", "Criterion", "at_least", "at_most", "above_chance", "sooner",
            "more_than", "is_true", "VERDICTS", "UNCOUNTED", "CHECKS", "KINDS", "MIN_SEEDS", "Judgement",
            "judge", "judge_cases", "check", "verdict_of", "sign_test_seeds", "detectable_effect",
            "chance_of", "cites_a_diagnostic", "Why", "counts_sentence", "Claim", "Ledger",
@@ -472,9 +474,77 @@ def source_text(obj, docstring: bool = False) -> str:
     return "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i not in drop)
 
 
-def show_source(*objs, docstring: bool = False) -> None:
-    """Print the source of each object (see :func:`source_text`), separated by a blank line."""
-    print("\n".join(source_text(o, docstring) for o in objs).rstrip())
+#: the widest printed source line :func:`show_source` aims at (a page's code column)
+SOURCE_WIDTH = 76
+
+
+def _break_point(text: str, width: int) -> tuple[int, int, int] | None:
+    """Where the first line of ``text`` wider than ``width`` can break: ``(row, col,
+    indent)`` just after a comma inside brackets (so the break is an implicit
+    continuation), the last such comma within ``width`` (else the first one), and the
+    column its continuation starts at: under its open bracket, or at the line's own
+    indent where the bracket ends its line (a hanging indent); ``None`` if no wide line
+    has one."""
+    lines, stack, fstring, opened = text.splitlines(), [], 0, None
+    breaks: dict[int, list[tuple[int, int]]] = {}
+    starts = {getattr(tokenize, "FSTRING_START", -1)}
+    ends = {getattr(tokenize, "FSTRING_END", -1)}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if opened is not None and tok.type in (tokenize.NL, tokenize.COMMENT):
+            stack[-1] = None                # a hanging bracket: continue at the indent
+        opened = None
+        fstring += (tok.type in starts) - (tok.type in ends)
+        if tok.type != tokenize.OP or fstring:
+            continue
+        if tok.string in "([{":
+            stack.append(tok.start[1] + 1)
+            opened = tok
+        elif tok.string in ")]}":
+            stack.pop()
+        elif tok.string == "," and stack:
+            row, col = tok.end
+            line = lines[row - 1]
+            if line[col:].strip() and not line[col:].lstrip().startswith("#"):
+                indent = stack[-1] if stack[-1] is not None else len(line) - len(line.lstrip())
+                breaks.setdefault(row, []).append((col, indent))
+    for row, line in enumerate(lines, 1):
+        if len(line) > width and breaks.get(row):
+            fitting = [b for b in breaks[row] if b[0] <= width]
+            col, indent = fitting[-1] if fitting else breaks[row][0]
+            if indent < col:
+                return row, col, indent
+    return None
+
+
+def fit_source(text: str, width: int = SOURCE_WIDTH) -> str:
+    """Python source with its lines wider than ``width`` broken after commas inside
+    brackets, each continuation under its open bracket, where a line has such a comma
+    (the code and its tokens are unchanged; a line with none is left as it is). A wide
+    line's trailing comment first moves to two spaces after its code."""
+    lines = text.split("\n")
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type != tokenize.COMMENT:
+            continue
+        (row, col), line = tok.start, lines[tok.start[0] - 1]
+        if len(line) > width and line[:col].strip():
+            lines[row - 1] = f"{line[:col].rstrip()}  {line[col:]}"
+    text = "\n".join(lines)
+    for _ in range(text.count(",") + 1):
+        at = _break_point(text, width)
+        if at is None:
+            break
+        row, col, indent = at
+        lines = text.split("\n")
+        line = lines[row - 1]
+        lines[row - 1:row] = [line[:col].rstrip(), " " * indent + line[col:].lstrip()]
+        text = "\n".join(lines)
+    return text
+
+
+def show_source(*objs, docstring: bool = False, width: int = SOURCE_WIDTH) -> None:
+    """Print the source of each object (see :func:`source_text`), separated by a blank line,
+    its wide lines broken to fit ``width`` columns where they can (:func:`fit_source`)."""
+    print(fit_source("\n".join(source_text(o, docstring) for o in objs).rstrip(), width))
 
 
 # -- criteria and verdicts --------------------------------------------------------------------

@@ -688,6 +688,13 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
                        "```{code-cell} ipython3\nx = 1\n```\n")
     assert sorted(tool.chapter_arguments(chapter)) == [5, 7]
     assert tool.main([str(chapter)]) == 0
+    stated = tmp_path / "stated.md"
+    stated.write_text(header + "\n---\n\n# Ch\n\n```{code-cell} ipython3\n"
+                      "book.state('T', 's', 'p', gap, crit)\nbook.claim_cases('T', 's', 'p', cases=c, k=2)\n```\n")
+    assert tool.chapter_arguments(stated) == []
+    assert sorted(tool.chapter_arguments(stated, ("claim", "state", "claim_cases"))) == [5, 5]
+    assert tool.main(["--calls", "state,claim_cases", str(stated)]) == 0
+    assert tool.main([str(stated)]) == 1
 
 
 def test_plural_counts_a_noun_without_hedging():
@@ -718,3 +725,29 @@ def test_the_verdict_box_says_nothing_of_chance_when_no_claim_is_counted():
     counted.claim("Fig. 1", "A beats B", "+3", [2.0, 2.5, 3.0], at_least(0))
     assert "chance alone would give about 0.2 decisive verdicts (holds or fails) among these 1" \
         in verdict_box_markdown(counted.to_dict())
+
+
+def test_show_source_breaks_wide_lines_after_commas_inside_brackets(capsys):
+    import ast
+
+    source = (
+        "def f(alpha, beta):\n"
+        "    total = combine(alpha_values, beta_values, 'a, string', gamma_values)      # why\n"
+        "    rows = [\n"
+        "        first_function(alpha), second_function(beta), third_function(alpha, beta)]\n"
+        "    return {'key': total, 'rows': rows, 'text': f'{alpha}, {beta}', 'n': len(rows)}\n"
+        "    # a long comment line, with commas, that no break can shorten, is left as it is\n")
+    fitted = report.fit_source(source, width=60)
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(source))     # same code
+    lines = fitted.splitlines()
+    assert lines[1] == "    total = combine(alpha_values, beta_values, 'a, string',"
+    assert lines[2] == "                    gamma_values)  # why"   # under its bracket
+    assert lines[4] == "        first_function(alpha), second_function(beta),"  # hanging
+    assert lines[5] == "        third_function(alpha, beta)]"
+    assert lines[-1] == source.splitlines()[-1]                         # no comma to break
+    assert all(len(line) <= 60 for line in lines[:-1])
+    assert report.fit_source("x = 1\n") == "x = 1\n"
+    report.show_source(report.mean_finite, width=40)
+    printed = capsys.readouterr().out.splitlines()
+    ast.parse("\n".join(printed))
+    assert printed[1:3] == ["    v = np.asarray(list(values),", "                   dtype=float)"]
