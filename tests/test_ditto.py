@@ -47,10 +47,12 @@ def test_large_lambda_pulls_personal_to_global():
 
 
 def test_costs_and_global_model_is_fedavg():
+    """Ditto's global step is FedAvg's on the same batches (Ditto keeps the partial batch,
+    FedAvg's PFLlib default drops it, so FedAvg runs with drop_last=False here)."""
     sim, start, reports = one_round()
     n = sum(p.numel() for p in start.parameters())
     assert all(r.uplink_bits == dense_bits(n) == r.downlink_bits for r in reports)
-    fedavg = build_simulation(sim.config.replace(method="fedavg", options={}))
+    fedavg = build_simulation(sim.config.replace(method="fedavg", options={"drop_last": False}))
     plans = fedavg.method.configure_round(1, [0])
     single = fedavg.method.client_update(fedavg.data.clients[0], plans[0], seeded_generator(0, 1, 0))
     assert reports[0].flops == 2 * single.flops  # global and personal training
