@@ -1159,7 +1159,8 @@ class Ledger:
         measured = "; ".join(f"{name} {fmt_mean_sd(a, digits, unit, seeds=False)} ({info['verdict']})"
                              for (name, info), a in zip(judgement.cases.items(), arrays))
         held = sum(info["verdict"] == "holds" for info in judgement.cases.values())
-        measured = f"{held} of {len(cases)} cases hold (needs {k}); {measured}"
+        measured = f"{held} of {plural(len(cases), 'case')} {'holds' if len(cases) == 1 else 'hold'} " \
+                   f"(needs {k}); {measured}"
         return self._add(ref, statement, paper, wins.astype(float), criterion, passes, measured, judgement,
                          why, digits, unit, 1.0, section, headline, kind, pairs, runs)
 
