@@ -1,5 +1,5 @@
 # hetfl: `make book` builds the executable book, `make pdf` prints it to one PDF, `make test`
-# runs every test, `make test-fast` the quick tier (under two minutes on two cores).
+# runs every test, `make test-fast` the quick tier (no notebooks, servers, book build or browser).
 # Each target does its own set-up (a .venv with the package installed in it, editable, and the
 # offline data) and skips it when done.
 PY      ?= python3
