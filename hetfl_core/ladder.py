@@ -39,7 +39,7 @@ import numpy as np
 from .config import RunConfig
 from .errors import ConfigError
 from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
-from .report import Bounded, judge
+from .report import Bounded, judge, plural
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
@@ -725,8 +725,8 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     deadline = None if until_s is None else start + until_s
     digest = equivalence_digest(directory)
     todo = pending(chapter, rung, directory, digest)
-    log(f"{len(todo)} run(s) pending" + (f" for {chapter}" if chapter else "")
-        + (f" at rung {rung}" if rung else "") + f"; device {device}, {workers} worker(s)")
+    log(f"{plural(len(todo), 'run')} pending" + (f" for {chapter}" if chapter else "")
+        + (f" at rung {rung}" if rung else "") + f"; device {device}, {plural(workers, 'worker')}")
     speeds = SpeedBook(directory, measure=deadline is not None)
     counts = {"done": 0, "skipped": 0, "failed": 0}
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
@@ -763,7 +763,7 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
                 bar.update()
     bar.close()
     write_ledgers(chapter, directory, digest)
-    log(f"stored {counts['done']} run(s); {counts['skipped']} left for later (would pass the "
+    log(f"stored {plural(counts['done'], 'run')}; {counts['skipped']} left for later (would pass the "
         f"deadline); {counts['failed']} failed")
     return counts
 
@@ -866,7 +866,7 @@ def _plan(args) -> int:
     print(f"\n{'rung':6s} {'runs':>5s} {'M samples':>10s} {'est. ' + device + ' h (1 thread)':>22s}")
     for rung, (runs, samples, hours, unknown) in totals.items():
         print(f"{rung:6s} {runs:5d} {samples / 1e6:10.2f} {hours:22.2f}"
-              + (f"  ({unknown} run(s) not timed)" if unknown else ""))
+              + (f"  ({plural(unknown, 'run')} not timed)" if unknown else ""))
     print(f"{'all':6s} {sum(t[0] for t in totals.values()):5d} "
           f"{sum(t[1] for t in totals.values()) / 1e6:10.2f} {sum(t[2] for t in totals.values()):22.2f}")
     return 0

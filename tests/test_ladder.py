@@ -74,7 +74,8 @@ def test_resume_after_a_kill_computes_only_the_rest(tmp_path, reference):
     assert 1 <= kept < total, f"the kill came too late to test resuming ({kept} of {total} stored)"
     done = _tool("run", "--chapter", "toy", "--no-progress", store=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert f"{total - kept} run(s) pending" in done.stdout
+    left = total - kept
+    assert f"{left} run{'s' if left != 1 else ''} pending" in done.stdout
     assert _runs(tmp_path) == _runs(reference)
     assert _judged(tmp_path) == _judged(reference)
     assert _judged(tmp_path)["Local"].keys() == {"book", "x2"}
