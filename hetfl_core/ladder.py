@@ -29,6 +29,7 @@ import math
 import os
 import shlex
 import sys
+import textwrap
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -549,16 +550,24 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
                        facecolors="none" if row["stale"] else f"C{i}", alpha=0.7)
             xs.append(offset)
             means.append(_mean(row["values"], claim["log"]))
-            ax.annotate(row["verdict"] + (" (stale)" if row["stale"] else ""), (offset, means[-1]),
+            at = means[-1] if np.isfinite(means[-1]) else (finite.max() if finite.size else None)
+            if at is None:          # no seed with a finite value to place the verdict by
+                continue
+            ax.annotate(row["verdict"] + (" (stale)" if row["stale"] else ""), (offset, at),
                         xytext=(0, 8 + 10 * i), textcoords="offset points", ha="center",
                         fontsize=8, color=f"C{i}")
         ax.plot(xs, means, "-o", color=f"C{i}", label=f"{claim['method']} vs {rival} (mean)")
     if claim["paper_value"] is not None:
         ax.axhline(claim["paper_value"], color="0.3", ls="--", lw=1, label="the paper")
+    if claim.get("bound") is not None:
+        ax.axhline(claim["bound"], color="0.3", ls=":", lw=1, label="the criterion's bound")
+    plotted = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections] or [np.ones(1)])
+    if claim["log"] and (plotted > 0).all():
+        ax.set_yscale("log")        # ratios: the paper's 212x and a 4x on one page
     ax.set_xticks(range(len(rungs)), rungs)
     ax.set_xlabel("training budget (rung)")
     ax.set_ylabel(f"paired value ({claim['unit'].strip() or 'value'})")
-    ax.set_title(f"{claim['ref']}: {claim['statement']}"[:90], fontsize=10)
+    ax.set_title(textwrap.fill(f"{claim['ref']}: {claim['statement']}", 64), fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     plt.show()
     display(Markdown(ladder_sentence(chapter, claim_ref, directory=directory)))
