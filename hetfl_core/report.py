@@ -320,7 +320,7 @@ def fmt_mean_sd(values: Sequence[float], digits: int = 1, unit: str = "", scale:
     never reached a target are counted: ``"never (2 of 3 seeds)"``, ``"12.0 s; never on 1 of 3"``."""
     v = np.asarray(list(values), dtype=float)
     n = int(v.size)
-    tail = f" ({_plural(n, 'seed', 'seeds')})" if seeds and n else ""
+    tail = f" ({plural(n, 'seed', 'seeds')})" if seeds and n else ""
     if n == 0 or np.isnan(v).all():
         return MISSING
     never = int(np.isposinf(v).sum())
@@ -354,7 +354,7 @@ def numbers(values, form: str = "{:g}") -> str:
 
 def of_seeds(k: int, n: int) -> str:
     """``"2 of 3 seeds"``, and ``"1 of 1 seed"``: a count of the seeds out of ``n``."""
-    return f"{int(k)} of {_plural(int(n), 'seed', 'seeds')}"
+    return f"{int(k)} of {plural(int(n), 'seed', 'seeds')}"
 
 
 def compare(a: float, b: float, digits: int = 1, unit: str = "", scale: float = 1.0) -> str:
@@ -1177,7 +1177,7 @@ class Ledger:
         if judgement.bounded:
             measured += f"; {of_seeds(judgement.bounded, len(shown))} bounded by the run's horizon"
         if judgement.censored:
-            measured += f"; {_plural(judgement.censored, 'seed', 'seeds')} censored"
+            measured += f"; {plural(judgement.censored, 'seed', 'seeds')} censored"
         detectable = "" if not np.isfinite(judgement.detectable) else \
             (f"×{judgement.detectable:.2f}" if criterion.log else fmt(judgement.detectable * scale, digits, unit))
         c = Claim(ref, statement, paper, [_plain(v) for v in shown], criterion.text, passes, measured, why,
@@ -1275,17 +1275,13 @@ def plural(count: float, noun: str, many: str | None = None) -> str:
     return f"{number} {noun if count == 1 else (many or noun + 's')}"
 
 
-def _plural(n: int, one: str, many: str) -> str:
-    return plural(n, one, many)
-
-
 def counts_sentence(counts: dict[str, int], total: int | None = None) -> str:
     """``"12 paper claims: 5 hold, 4 fail, 1 is inconclusive; 2 indicative (fewer than 3
     seeds)"``: the counted verdicts, then the uncounted ones apart."""
     counted = sum(counts.get(v, 0) for v in VERDICTS)
-    text = (f"{_plural(counted, 'counted paper claim', 'counted paper claims')}: "
-            f"{_plural(counts.get('holds', 0), 'holds', 'hold')}, {_plural(counts.get('fails', 0), 'fails', 'fail')}, "
-            f"{_plural(counts.get('inconclusive', 0), 'is', 'are')} inconclusive")
+    text = (f"{plural(counted, 'counted paper claim', 'counted paper claims')}: "
+            f"{plural(counts.get('holds', 0), 'holds', 'hold')}, {plural(counts.get('fails', 0), 'fails', 'fail')}, "
+            f"{plural(counts.get('inconclusive', 0), 'is', 'are')} inconclusive")
     apart = []
     if counts.get("indicative"):
         apart.append(f"{counts['indicative']} indicative (fewer than {MIN_SEEDS} seeds, or a sign test "
@@ -1309,7 +1305,7 @@ def _verdict_text(claim: dict) -> str:
     n = len(claim["values"])
     if claim["verdict"] == "indicative":
         needs = re.search(r"needs (\d+) seeds", claim.get("method", ""))
-        return f"indicative ({_plural(n, 'seed', 'seeds')}" + (
+        return f"indicative ({plural(n, 'seed', 'seeds')}" + (
             f"; a sign test needs {needs.group(1)})" if needs else ")")
     if claim["verdict"] == "checked":
         return f"checked on {of_seeds(n, n)}"
@@ -1524,7 +1520,7 @@ def judged_twice_markdown(ledgers: dict[str, dict], order: Sequence[str] | None 
         for name, c in entries:
             rows.append([f"{method} vs {rival}" + (" (**disagree**)" if len(verdicts) > 1 else ""),
                          ledgers[name]["title"], f"{c['ref']}: {c['statement']}", _verdict_cell(c)])
-            details.append([f"{_plural(len(c['values']), 'seed', 'seeds')}, scale {ledgers[name].get('scale', '')}",
+            details.append([f"{plural(len(c['values']), 'seed', 'seeds')}, scale {ledgers[name].get('scale', '')}",
                             c["criterion"], ", ".join(differs)])
     if not rows:
         return ""
