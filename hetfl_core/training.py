@@ -111,19 +111,44 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     return LocalResult(total_loss / max(samples, 1), samples, taken)
 
 
+#: rows a forward pass of :func:`evaluate` takes at once: on a CPU a pass over 500 rows keeps
+#: its activations closer to the cache and runs about 1.5x faster per row than one over 2,000
+FORWARD_ROWS = 500
+
+
+def batch_dependent(model: nn.Module) -> bool:
+    """Whether ``model``'s output for a sample depends on the other samples of its batch: a
+    batch norm that normalises by the batch's statistics (in training mode, or without
+    running statistics, as HeteroFL's static batch norm)."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and (m.training or not m.track_running_stats)
+               for m in model.modules())
+
+
+def forward_in_parts(model: nn.Module, x: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """``model(x)``, computed ``rows`` (default :data:`FORWARD_ROWS`) rows at a time where the model scores each sample on
+    its own (:func:`batch_dependent`), and the parts concatenated: the logits equal one pass's
+    (``tests/test_training.py`` checks every registered model), in less time."""
+    rows = FORWARD_ROWS if rows is None else rows
+    if len(x) <= rows or batch_dependent(model):
+        return model(x)
+    return torch.cat([model(x[i:i + rows]) for i in range(0, len(x), rows)])
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2000,
              confusion: dict | None = None):
     """Return (number correct, summed loss) of ``model`` on (x, y).
 
-    ``confusion`` (a dict) accumulates ``tp``, ``fp``, ``fn`` of class 1 for binary F1.
+    The loss is summed over ``batch_size`` rows at a time (the sums' order fixes their last
+    bits); each batch's logits come from :func:`forward_in_parts`. ``confusion`` (a dict)
+    accumulates ``tp``, ``fp``, ``fn`` of class 1 for binary F1.
     """
     if len(y) == 0:
         return 0, 0.0
     model.eval()
     correct, loss = 0, 0.0
     for i in range(0, len(y), batch_size):
-        out = model(x[i:i + batch_size])
+        out = forward_in_parts(model, x[i:i + batch_size])
         yb = y[i:i + batch_size]
         pred = out.argmax(1)
         correct += int((pred == yb).sum())
