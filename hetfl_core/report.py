@@ -553,9 +553,10 @@ class Criterion:
     """A test a claim's measured values must pass, and its text for the ledger: ``test``
     judges one seed's value; a criterion that compares with a number also carries ``bound``,
     ``op`` (``">="``, ``">"``, ``"<="`` or ``"<"``) and ``log`` (the values are ratios, such
-    as speed-ups, judged on the log scale), for :func:`judge` to use. Its ``unit`` (the
-    unit of the bound, ``" points"``) is the unit a claim shows its values in unless told
-    otherwise, and a ratio's values show with two decimals (:attr:`digits`)."""
+    as speed-ups, judged on the log scale), for :func:`judge` to use. Its ``unit`` is the
+    unit a claim shows its values in unless told otherwise: the bound's (``" points"``),
+    none for a ratio judged on the log scale, whose values show as plain numbers with two
+    decimals (:attr:`digits`)."""
 
     text: str
     test: Callable[[float], bool]
@@ -588,7 +589,8 @@ def _num(bound: float, unit: str) -> str:
 def _compared(text: str, bound: float, op: str, log: bool, unit: str = "") -> Criterion:
     if log and not bound > 0:
         raise ValueError("a ratio judged on the log scale needs a positive bound")
-    return Criterion(text, lambda v: _OPS[op](v, bound), bound=float(bound), op=op, log=log, unit=unit)
+    return Criterion(text, lambda v: _OPS[op](v, bound), bound=float(bound), op=op, log=log,
+                     unit="" if log else unit)
 
 
 def at_least(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:

@@ -762,16 +762,16 @@ def test_show_source_breaks_wide_lines_after_commas_inside_brackets(capsys):
 
 
 def test_a_claim_shows_its_values_in_the_criterions_unit_and_digits():
-    """Unless told otherwise, a claim's values show in its criterion's unit, with two
-    decimals for a ratio judged on the log scale; a Paired's own unit and digits win."""
+    """Unless told otherwise, a claim's values show in its criterion's unit, and a ratio
+    judged on the log scale as a plain number with two decimals."""
     ledger = report.Ledger("demo", "Demo")
     gap = ledger.claim("T", "a", "p", [1.234, 2.0, 3.0], report.at_least(0, " points"))
     assert gap.measured == "2.1 ± 0.9 points (3 seeds)" and gap.interval_text.endswith(" points")
     speed = ledger.claim("T", "b", "p", [1.5, 2.0, 2.5], report.more_than(1, "×", log=True))
-    assert speed.measured == "2.00 ± 0.50× (3 seeds)"
+    assert speed.measured == "2.00 ± 0.50 (3 seeds)" and speed.criterion == "value > 1×"
     told = ledger.claim("T", "c", "p", [1.5, 2.0, 2.5], report.more_than(1, "×", log=True),
-                        unit="", digits=1)
-    assert told.measured == "2.0 ± 0.5 (3 seeds)"
+                        unit="×", digits=1)
+    assert told.measured == "2.0 ± 0.5× (3 seeds)"
     cases = ledger.claim_cases("T", "d", "p", {"x": [1.0, 2.0, 3.0]}, 1, report.at_least(0, "%"))
     assert "x 2.0 ± 1.0%" in cases.measured
 
