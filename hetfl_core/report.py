@@ -1096,7 +1096,10 @@ def ledger_dir() -> Path:
 
 class Ledger:
     """A chapter's claims: ``ledger.claim(...)`` for each, then ``ledger.show()`` and
-    ``ledger.save()``.
+    ``ledger.save()``. With ``why_where_missed`` a claim every seed passes (held, or
+    indicative) keeps no why; with ``seeds_named`` a measured text given without its seed
+    count gets it. A chapter states its claims through
+    :class:`~hetfl_core.book.Chapter` (``book.state``), which adds its section.
 
     Example::
 
