@@ -245,10 +245,21 @@ class Chapter:
     reproduction (:meth:`caption`) and keeps its claims (:attr:`ledger`).
 
     ``namespace`` is the chapter's ``globals()``: its annotated names are its parameters;
-    ``rules`` are passed to :func:`check_parameters` (``rounds=(1, None)``, ...).
+    ``rules`` are passed to :func:`check_parameters` (``rounds=(1, None)``, ...);
+    ``why_where_missed`` and ``seeds_named`` are the ledger's
+    (:class:`~hetfl_core.report.Ledger`).
+
+    A claim is stated where its evidence is (:meth:`state`, :meth:`headline`), as the
+    ledger prints it, ``"Fig. 5a: Heroes waits least"``, in the section :meth:`section`
+    named last::
+
+        book.section("heroes-fig4a")
+        book.headline("Fig. 5a: Heroes waits least", "2.86 s vs 5.96 s",
+                      values=gap, criterion=more_than(1, "×", "waiting ratio", log=True))
     """
 
-    def __init__(self, name: str, title: str, namespace: dict, **rules):
+    def __init__(self, name: str, title: str, namespace: dict, *, why_where_missed: bool = False,
+                 seeds_named: bool = False, **rules):
         from .report import Ledger
 
         check_parameters(namespace, **rules)
@@ -257,7 +268,10 @@ class Chapter:
         self.seed = namespace.get("seed", 0)
         self.baselines = namespace.get("baselines", "authors")
         self.parameters = {k: namespace[k] for k in namespace.get("__annotations__", {})}
-        self.ledger = Ledger(name, title, self.scale, self.parameters)
+        self.ledger = Ledger(name, title, self.scale, self.parameters,
+                             why_where_missed=why_where_missed, seeds_named=seeds_named)
+        #: what every claim stated from here on gets unless told otherwise (:meth:`section`)
+        self.where: dict = {}
 
     def by_scale(self, **values):
         """The value for this chapter's scale (:func:`~hetfl_core.config.by_scale`, which
@@ -301,29 +315,52 @@ class Chapter:
         runs = list(runs.values()) if isinstance(runs, dict) else list(runs)
         caption(runs, self.name, self.scale, self.seed, self.baselines)
 
+    def section(self, label: str, kind: str | None = None) -> "_Section":
+        """The section whose evidence the claims stated from here on rest on (its MyST
+        label, ``"heroes-fig4a"``), and their ``kind`` if not a paper claim, until the next
+        call; as ``with book.section(...):``, only for the claims inside the block."""
+        return _Section(self, {"section": label, **({} if kind is None else {"kind": kind})})
+
     def claim(self, *args, **kwargs):
-        """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`)."""
-        return self.ledger.claim(*args, **kwargs)
+        """Add a claim to the chapter's ledger (:meth:`~hetfl_core.report.Ledger.claim`), in
+        the current :meth:`section`."""
+        return self.ledger.claim(*args, **{**self.where, **kwargs})
 
     def claim_cases(self, *args, **kwargs):
         """Add an "in at least k of m cases" claim to the chapter's ledger
-        (:meth:`~hetfl_core.report.Ledger.claim_cases`)."""
-        return self.ledger.claim_cases(*args, **kwargs)
+        (:meth:`~hetfl_core.report.Ledger.claim_cases`), in the current :meth:`section`."""
+        return self.ledger.claim_cases(*args, **{**self.where, **kwargs})
 
-    def state(self, *args, cases: dict | None = None, k: int | None = None, **kwargs) -> None:
-        """State a claim: add it (:meth:`claim`) and display its one-row verdict where it is made,
-        also from inside a loop or a collapsed cell; returns nothing, so a cell that
-        ends with it shows the row once. With ``cases`` (case -> per-seed values) it is an
-        "in at least ``k`` of the cases" claim (:meth:`claim_cases`); ``k`` defaults to
-        every case."""
+    def state(self, claim: str, paper: str, values=None, criterion=None, *,
+              cases: dict | None = None, k: int | None = None, **kwargs) -> None:
+        """State a claim and display its one-row verdict where it is made, also from inside
+        a loop or a collapsed cell; returns nothing, so a cell that ends with it shows the
+        row once. ``claim`` reads as the ledger prints it, where the paper says it and
+        what: ``"Fig. 5a: Heroes waits least"`` (:func:`split_claim`); ``paper`` is what
+        the paper reports. The claim is judged from ``values`` against ``criterion``
+        (:meth:`claim`), or with ``cases`` (case -> per-seed values) it is an "in at least
+        ``k`` of the cases" claim (:meth:`claim_cases`); ``k`` defaults to every case. It
+        lies in the current :meth:`section`; other keywords are
+        :meth:`~hetfl_core.report.Ledger.claim`'s."""
         from IPython.display import display
 
+        ref, statement = split_claim(claim)
+        if criterion is None:
+            raise TypeError(f"claim {claim!r} needs a criterion")
         if cases is None:
             if k is not None:
                 raise ValueError("k (at least k of the cases) needs cases")
-            display(self.claim(*args, **kwargs))
+            display(self.claim(ref, statement, paper, values, criterion, **kwargs))
         else:
-            display(self.claim_cases(*args, cases=cases, k=len(cases) if k is None else k, **kwargs))
+            if values is not None:
+                raise ValueError("a claim is judged from its values or from its cases, not both")
+            display(self.claim_cases(ref, statement, paper, cases, len(cases) if k is None else k,
+                                     criterion, **kwargs))
+
+    def headline(self, *args, **kwargs) -> None:
+        """State a headline claim (:meth:`state`): one the verdict box at the top of the
+        chapter shows."""
+        self.state(*args, headline=True, **kwargs)
 
     def show_paper_scale(self) -> None:
         """Display the chapter's paper-scale ledger beside this run's
@@ -338,6 +375,31 @@ class Chapter:
         from IPython.display import Markdown, display
 
         display(Markdown(summary_markdown(self.ledger)))
+
+
+class _Section:
+    """What :meth:`Chapter.section` returns: the chapter's claims are in the section from
+    the call on; used as a context manager, only until the block ends."""
+
+    def __init__(self, chapter: Chapter, where: dict):
+        self.chapter, self.before = chapter, chapter.where
+        chapter.where = where
+
+    def __enter__(self) -> "_Section":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.chapter.where = self.before
+
+
+def split_claim(claim: str) -> tuple[str, str]:
+    """A claim as the ledger prints it, ``"Fig. 5a: Heroes waits least"``, split at its
+    first ``": "`` into where the paper says it and what it says."""
+    ref, sep, statement = claim.partition(": ")
+    if not sep or not ref.strip() or not statement.strip():
+        raise ValueError(f"a claim reads 'where: what', as 'Fig. 5a: Heroes waits least', "
+                         f"got {claim!r}")
+    return ref, statement
 
 
 # -- a paper-scale run, recorded with where and when it ran ------------------------------------

@@ -553,13 +553,23 @@ class Criterion:
     """A test a claim's measured values must pass, and its text for the ledger: ``test``
     judges one seed's value; a criterion that compares with a number also carries ``bound``,
     ``op`` (``">="``, ``">"``, ``"<="`` or ``"<"``) and ``log`` (the values are ratios, such
-    as speed-ups, judged on the log scale), for :func:`judge` to use."""
+    as speed-ups, judged on the log scale), for :func:`judge` to use. Its ``unit`` is the
+    unit a claim shows its values in unless told otherwise: the bound's (``" points"``),
+    none for a ratio judged on the log scale, whose values show as plain numbers with two
+    decimals (:attr:`digits`)."""
 
     text: str
     test: Callable[[float], bool]
     bound: float | None = None
     op: str | None = None
     log: bool = False
+    unit: str = ""
+
+    @property
+    def digits(self) -> int:
+        """The decimals a claim shows its values with unless told otherwise: 2 for a ratio
+        judged on the log scale, else 1."""
+        return 2 if self.log else 1
 
     def __call__(self, value) -> bool:
         return bool(self.test(value))
@@ -576,22 +586,23 @@ def _num(bound: float, unit: str) -> str:
     return f"{bound:g}{unit}"
 
 
-def _compared(text: str, bound: float, op: str, log: bool) -> Criterion:
+def _compared(text: str, bound: float, op: str, log: bool, unit: str = "") -> Criterion:
     if log and not bound > 0:
         raise ValueError("a ratio judged on the log scale needs a positive bound")
-    return Criterion(text, lambda v: _OPS[op](v, bound), bound=float(bound), op=op, log=log)
+    return Criterion(text, lambda v: _OPS[op](v, bound), bound=float(bound), op=op, log=log,
+                     unit="" if log else unit)
 
 
 def at_least(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is ``>= bound`` (a value that is ``nan`` fails); ``log``: the
     values are ratios, judged on the log scale."""
-    return _compared(f"{what} ≥ {_num(bound, unit)}", bound, ">=", log)
+    return _compared(f"{what} ≥ {_num(bound, unit)}", bound, ">=", log, unit)
 
 
 def at_most(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is ``<= bound`` (``inf``, a target never reached, fails unless
     the bound is ``inf``; ``nan`` fails); ``log``: the values are ratios."""
-    return _compared(f"{what} ≤ {_num(bound, unit)}", bound, "<=", log)
+    return _compared(f"{what} ≤ {_num(bound, unit)}", bound, "<=", log, unit)
 
 
 def above_chance(chance: float, margin: float, unit: str = "", what: str = "accuracy") -> Criterion:
@@ -600,12 +611,12 @@ def above_chance(chance: float, margin: float, unit: str = "", what: str = "accu
     if not margin > 0:
         raise ValueError("a comparison with chance level needs a positive margin")
     return _compared(f"{what} ≥ chance {_num(chance, unit)} + {_num(margin, unit)}",
-                     chance + margin, ">=", False)
+                     chance + margin, ">=", False, unit)
 
 
 def more_than(bound: float, unit: str = "", what: str = "value", log: bool = False) -> Criterion:
     """Passes when the value is strictly above ``bound`` (a drop of 0 is no drop)."""
-    return _compared(f"{what} > {_num(bound, unit)}", bound, ">", log)
+    return _compared(f"{what} > {_num(bound, unit)}", bound, ">", log, unit)
 
 
 def sooner(what: str = "cost to the target", factor: float = 1.0) -> Criterion:
@@ -1085,7 +1096,10 @@ def ledger_dir() -> Path:
 
 class Ledger:
     """A chapter's claims: ``ledger.claim(...)`` for each, then ``ledger.show()`` and
-    ``ledger.save()``.
+    ``ledger.save()``. With ``why_where_missed`` a claim every seed passes (held, or
+    indicative) keeps no why; with ``seeds_named`` a measured text given without its seed
+    count gets it. A chapter states its claims through
+    :class:`~hetfl_core.book.Chapter` (``book.state``), which adds its section.
 
     Example::
 
@@ -1097,10 +1111,16 @@ class Ledger:
         ledger.claim("Fig. 4a", "Heroes reaches 70% sooner", "3.28x", speedup, sooner(factor=2))
     """
 
-    def __init__(self, chapter: str, title: str, scale: str = "", parameters: dict | None = None):
+    def __init__(self, chapter: str, title: str, scale: str = "", parameters: dict | None = None,
+                 why_where_missed: bool = False, seeds_named: bool = False):
         self.chapter, self.title, self.scale = chapter, title, scale
         self.parameters = dict(parameters or {})
         self.claims: list[Claim] = []
+        #: keep a claim's why only where some seed misses or it does not hold (or is
+        #: indicative): a claim every seed passes needs no reason
+        self.why_where_missed = why_where_missed
+        #: a measured text given without its seed count gets it: "... (3 seeds)"
+        self.seeds_named = seeds_named
 
     def claim(self, ref: str, statement: str, paper: str, values, criterion: Criterion,
               why="", digits: int | None = None, unit: str | None = None, scale: float = 1.0,
@@ -1114,8 +1134,11 @@ class Ledger:
         :class:`Bounded` values (a target never reached, bounded by the run's horizon), or a
         :class:`Paired` (:func:`paired`), from which the measured text, ``pairs`` and
         ``runs`` (hence the setting), ``unit`` and ``digits`` are taken unless given.
+        Otherwise the values show in the criterion's unit (:attr:`Criterion.unit`) with its
+        digits (:attr:`Criterion.digits`: two for a ratio, else one).
         ``measured`` replaces the default text (:func:`fmt_mean_sd` of the values), e.g.
-        ``"OPT first on 3 of 3 seeds"``; ``kind`` is one of :data:`KINDS`. ``pairs`` names
+        ``"OPT first on 3 of 3 seeds"`` (with :attr:`seeds_named`, a text that does not
+        name its seeds gets their count); ``kind`` is one of :data:`KINDS`. ``pairs`` names
         the ``(method, rival)`` comparisons it judges (registered names) and ``runs`` (the
         results or configs behind the values) records their setting (:func:`setting_of`), so
         that :func:`judged_twice_markdown` can set two ledgers' claims on one comparison side
@@ -1123,6 +1146,7 @@ class Ledger:
         (:class:`Why`, or ``{"mask overlap": 0.39}``); a plain text is shown as a conjecture
         unless the claim holds. No values raise ``ValueError``.
         """
+        named = measured is not None and self.seeds_named and "seed" not in measured
         if isinstance(values, Paired):
             given = values
             pairs = [(given.method, given.rival)] if pairs is None else pairs
@@ -1131,10 +1155,13 @@ class Ledger:
             digits = given.digits if digits is None else digits
             measured = given.measured() if measured is None and scale == 1.0 else measured
             values = given.values
-        digits, unit = 1 if digits is None else digits, "" if unit is None else unit
+        digits = criterion.digits if digits is None else digits
+        unit = criterion.unit if unit is None else unit
         shown = _per_seed_array(values)
         if shown.size == 0:
             raise ValueError(f"claim {statement!r} has no measured values")
+        if named:
+            measured += f" ({plural(shown.size, 'seed')})"
         passes = [criterion(v) for v in shown]
         judgement = check(values, criterion) if kind == "invariant" else judge(values, criterion)
         if measured is None:
@@ -1144,12 +1171,16 @@ class Ledger:
                          digits, unit, scale, section, headline, kind, pairs, runs)
 
     def claim_cases(self, ref: str, statement: str, paper: str, cases: dict, k: int,
-                    criterion: Criterion, why="", digits: int = 1, unit: str = "", section: str = "",
-                    headline: bool = False, kind: str = "paper", pairs=None, runs=None) -> Claim:
+                    criterion: Criterion, why="", digits: int | None = None, unit: str | None = None,
+                    section: str = "", headline: bool = False, kind: str = "paper", pairs=None,
+                    runs=None) -> Claim:
         """Add an "in at least ``k`` of the cases" claim (``k = len(cases)``: "in every
         case"), judged by :func:`judge_cases`: ``cases`` maps each case's name to its own
         paired per-seed values. The ledger shows each case's verdict and interval, and as the
-        per-seed values the number of cases that pass on each seed."""
+        per-seed values the number of cases that pass on each seed; ``unit`` and ``digits``
+        default to the criterion's, as for :meth:`claim`."""
+        digits = criterion.digits if digits is None else digits
+        unit = criterion.unit if unit is None else unit
         judgement = judge_cases(cases, k, criterion)
         arrays = [_per_seed_array(v) for v in cases.values()]
         if len({a.size for a in arrays}) != 1:
@@ -1187,6 +1218,8 @@ class Ledger:
                   setting_of(runs) if runs is not None else {}, bounded=judgement.bounded,
                   chance=list(judgement.chance) if np.isfinite(judgement.chance).all() else None,
                   detectable=detectable, cases=judgement.cases)
+        if self.why_where_missed and passes and all(passes) and c.verdict in ("holds", "indicative"):
+            c.why = ""
         self.claims.append(c)
         return c
 

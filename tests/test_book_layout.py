@@ -110,27 +110,31 @@ def test_every_figure_a_cell_draws_has_a_caption_and_a_name(path):
         assert not after or after.startswith("else:"), text(cell)[-300:]   # else: no figure
 
 
+#: the chapter's calls that state a claim and show its verdict row where it is made
+STATING = ("state", "headline")
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_every_claim_shows_its_verdict_where_it_is_made(path):
     """A claim is made in the chapter, under its evidence, and reads there as its one-row
     verdict: a collapsed cell (``hide-input``) that makes one either calls
-    ``book.state`` (or a chapter helper that does) or leaves the claim as the
-    cell's last value; no removed cell makes one."""
+    ``book.state`` or ``book.headline`` (or a chapter helper that does) or leaves the
+    claim as the cell's last value; no removed cell makes one."""
     import ast
 
     def name(call) -> str:
         return getattr(call.func, "id", "") or getattr(call.func, "attr", "")
 
     def calls(node):
-        """The claim-making calls in ``node``: ``book.claim``, ``book.state`` and the
-        chapter's ``*_claim`` helpers."""
+        """The claim-making calls in ``node``: ``book.claim``, ``book.state``,
+        ``book.headline`` and the chapter's ``*_claim`` helpers."""
         return [n for n in ast.walk(node) if isinstance(n, ast.Call)
-                and (name(n).endswith("claim") or name(n) == "state")]
+                and (name(n).endswith("claim") or name(n) in STATING)]
 
     trees = [ast.parse(text(c)) for c in cells(path) if c["cell_type"] == "code"]
-    showing = {"state"} | {f.name for tree in trees for f in ast.walk(tree)
-                           if isinstance(f, ast.FunctionDef)
-                           and any(name(n) == "state" for n in calls(f))}
+    showing = set(STATING) | {f.name for tree in trees for f in ast.walk(tree)
+                              if isinstance(f, ast.FunctionDef)
+                              and any(name(n) in STATING for n in calls(f))}
     for cell in cells(path):
         tags = set(cell["metadata"].get("tags", []))
         if cell["cell_type"] != "code" or not tags & {"hide-input", "remove-input", "remove-cell"}:

@@ -157,9 +157,47 @@ def test_stating_a_claim_adds_it_and_displays_its_row(monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display", shown.append)
     book = Chapter("demo", "Demo", namespace())
-    assert book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0)) is None
+    assert book.state("Fig. 1: A beats B", "+3", [1.0, 2.0, 3.0], at_least(0)) is None
     assert len(book.ledger.claims) == 1 and shown == book.ledger.claims
+    assert (shown[0].ref, shown[0].statement) == ("Fig. 1", "A beats B")
     assert "A beats B" in shown[0]._repr_markdown_()
+    with pytest.raises(ValueError, match="'where: what'"):
+        book.state("A beats B", "+3", [1.0, 2.0, 3.0], at_least(0))
+
+
+def test_a_claim_reads_where_and_what_split_at_the_first_colon():
+    from hetfl_core.book import split_claim
+
+    assert split_claim("Table III, (0.1, 1): a: b") == ("Table III, (0.1, 1)", "a: b")
+    for bad in ("no colon", ": no ref", "Fig. 1: ", "Fig. 1:no space"):
+        with pytest.raises(ValueError):
+            split_claim(bad)
+
+
+def test_a_section_holds_the_claims_stated_after_it_and_a_headline_is_marked(monkeypatch):
+    """book.section sets the section (and kind) of the claims stated after it, until the
+    next call, or only inside a with block; a keyword given to a claim wins; book.headline
+    marks a headline claim."""
+    import IPython.display
+
+    from hetfl_core.book import Chapter
+    from hetfl_core.report import at_least
+
+    monkeypatch.setattr(IPython.display, "display", lambda obj: None)
+    book = Chapter("demo", "Demo", namespace())
+    values, crit = [1.0, 2.0, 3.0], at_least(0)
+    book.state("Fig. 1: before any section", "+3", values, crit)
+    book.section("demo-fig2")
+    book.headline("Fig. 2: A beats B", "+3", values, crit)
+    book.state("Fig. 2: A beats C", "+3", values, crit, section="demo-other", kind="prediction")
+    with book.section("demo-fig3", kind="invariant"):
+        book.state("Fig. 3: A is nested", "by design", values, crit)
+        book.claim("Fig. 3", "A is nested too", "by design", values, crit)
+    book.state("Fig. 2: A beats D", "+3", values, crit, cases=None)
+    got = [(c.section, c.kind, c.headline) for c in book.ledger.claims]
+    assert got == [("", "paper", False), ("demo-fig2", "paper", True),
+                   ("demo-other", "prediction", False), ("demo-fig3", "invariant", False),
+                   ("demo-fig3", "invariant", False), ("demo-fig2", "paper", False)]
 
 
 def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkeypatch):
@@ -174,16 +212,18 @@ def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkey
     monkeypatch.setattr(IPython.display, "display", shown.append)
     book = Chapter("demo", "Demo", namespace())
     cases = {"a": [1.0, 1.2, 0.9], "b": [-1.0, -1.1, -0.8]}
-    assert book.state("Fig. 1", "A beats B in every case", "+3", cases=cases,
+    assert book.state("Fig. 1: A beats B in every case", "+3", cases=cases,
                       criterion=at_least(0)) is None
     claim = book.ledger.claims[0]
     assert shown == [claim] and claim.method == "cases, 2 of 2"
     assert claim.cases["a"]["verdict"] == "holds" and claim.cases["b"]["verdict"] == "fails"
     assert claim.verdict == "fails"
-    book.state("Fig. 1", "A beats B in one case", "+3", cases=cases, k=1, criterion=at_least(0))
+    book.state("Fig. 1: A beats B in one case", "+3", cases=cases, k=1, criterion=at_least(0))
     assert book.ledger.claims[1].verdict == "holds"
     with pytest.raises(ValueError, match="needs cases"):
-        book.state("Fig. 1", "A beats B", "+3", [1.0, 2.0, 3.0], at_least(0), k=1)
+        book.state("Fig. 1: A beats B", "+3", [1.0, 2.0, 3.0], at_least(0), k=1)
+    with pytest.raises(ValueError, match="not both"):
+        book.state("Fig. 1: A beats B", "+3", [1.0], at_least(0), cases=cases)
 
 
 def test_a_chapters_sweep_draws_no_progress_bar_unless_asked(monkeypatch):

@@ -691,10 +691,18 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
     stated = tmp_path / "stated.md"
     stated.write_text(header + "\n---\n\n# Ch\n\n```{code-cell} ipython3\n"
                       "book.state('T', 's', 'p', gap, crit)\nbook.claim_cases('T', 's', 'p', cases=c, k=2)\n```\n")
-    assert tool.chapter_arguments(stated) == []
-    assert sorted(tool.chapter_arguments(stated, ("claim", "state", "claim_cases"))) == [5, 5]
+    assert tool.chapter_arguments(stated, ("claim",)) == []
+    assert sorted(tool.chapter_arguments(stated)) == [5, 5]
     assert tool.main(["--calls", "state,claim_cases", str(stated)]) == 0
-    assert tool.main([str(stated)]) == 1
+    assert tool.main(["--calls", "claim", str(stated)]) == 1
+    # a chapter's own wrapper counts, under its own name; its forwarding call does not
+    wrapped = tmp_path / "wrapped.md"
+    wrapped.write_text(header + "\n---\n\n# Ch\n\n```{code-cell} ipython3\n"
+                       "def probed(*args, probe=None, **kwargs):\n    book.state(*args, **kwargs)\n\n\n"
+                       "def twice(a, b):\n    probed(a, b)\n```\n\n```{code-cell} ipython3\n"
+                       "probed('T: s', 'p', v, c, probe=q, why=w)\ntwice(1, 2)\n"
+                       "book.headline('T: s', 'p', v, c)\n```\n")
+    assert sorted(tool.chapter_arguments(wrapped)) == [2, 2, 4, 6]   # twice(1, 2), probed(a, b)
 
 
 def test_plural_counts_a_noun_without_hedging():
@@ -751,3 +759,35 @@ def test_show_source_breaks_wide_lines_after_commas_inside_brackets(capsys):
     printed = capsys.readouterr().out.splitlines()
     ast.parse("\n".join(printed))
     assert printed[1:3] == ["    v = np.asarray(list(values),", "                   dtype=float)"]
+
+
+def test_a_claim_shows_its_values_in_the_criterions_unit_and_digits():
+    """Unless told otherwise, a claim's values show in its criterion's unit, and a ratio
+    judged on the log scale as a plain number with two decimals."""
+    ledger = report.Ledger("demo", "Demo")
+    gap = ledger.claim("T", "a", "p", [1.234, 2.0, 3.0], report.at_least(0, " points"))
+    assert gap.measured == "2.1 ± 0.9 points (3 seeds)" and gap.interval_text.endswith(" points")
+    speed = ledger.claim("T", "b", "p", [1.5, 2.0, 2.5], report.more_than(1, "×", log=True))
+    assert speed.measured == "2.00 ± 0.50 (3 seeds)" and speed.criterion == "value > 1×"
+    told = ledger.claim("T", "c", "p", [1.5, 2.0, 2.5], report.more_than(1, "×", log=True),
+                        unit="×", digits=1)
+    assert told.measured == "2.0 ± 0.5× (3 seeds)"
+    cases = ledger.claim_cases("T", "d", "p", {"x": [1.0, 2.0, 3.0]}, 1, report.at_least(0, "%"))
+    assert "x 2.0 ± 1.0%" in cases.measured
+
+
+def test_a_ledger_can_keep_a_why_only_where_a_seed_misses_and_name_the_seeds():
+    """why_where_missed: a claim every seed passes, held or indicative, keeps no why;
+    seeds_named: a measured text given without its seed count gets it."""
+    plain = report.Ledger("demo", "Demo")
+    quiet = report.Ledger("demo", "Demo", why_where_missed=True, seeds_named=True)
+    for ledger in (plain, quiet):
+        ledger.claim("T", "held", "p", [2.0, 2.1, 1.9], report.at_least(0), why="a reason",
+                     measured="about 2")
+        ledger.claim("T", "missed", "p", [2.0, -1.0, 1.9], report.at_least(0), why="a reason")
+        ledger.claim("T", "counted", "p", [2.0, 2.1, 1.9], report.at_least(0),
+                     measured="2 on 3 seeds")
+    assert [c.why for c in plain.claims] == ["a reason", "conjecture: a reason", ""]
+    assert [c.why for c in quiet.claims] == ["", "conjecture: a reason", ""]
+    assert [c.measured for c in plain.claims][::2] == ["about 2", "2 on 3 seeds"]
+    assert [c.measured for c in quiet.claims][::2] == ["about 2 (3 seeds)", "2 on 3 seeds"]
