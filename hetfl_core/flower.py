@@ -146,6 +146,8 @@ def _first_line(exc: Exception) -> str:
 #: what a node derives for itself from the config rather than receives: its own client's
 #: data and device (the other clients' are dropped)
 _DERIVED = ("data", "devices")
+#: what no node receives, whatever the method declares: the run's cost model
+_SERVER_ONLY = ("cost_model",)
 
 
 def _emptied(container):
@@ -160,14 +162,15 @@ def _emptied(container):
 def shared_state(method) -> dict:
     """What every node receives of ``method``, the same for all: its attributes (the global
     model, the run's options and constants) but the data and devices (:data:`_DERIVED`),
-    ``None`` for each attribute only the server reads (its ``server_state``) and an empty
-    container for each that holds the clients' own state (its ``client_state``), of which a
-    node receives its own client's entry apart (``client_state_of``)."""
+    ``None`` for each attribute only the server reads (its ``server_state``, and the cost
+    model, :data:`_SERVER_ONLY`) and an empty container for each that holds the clients'
+    own state (its ``client_state``), of which a node receives its own client's entry
+    apart (``client_state_of``)."""
     shared = {}
     for name, value in vars(method).items():
         if name in _DERIVED:
             continue
-        if name in method.server_state:
+        if name in method.server_state or name in _SERVER_ONLY:
             value = None
         elif name in method.client_state:
             value = _emptied(value)

@@ -87,7 +87,8 @@ def watch_the_node(monkeypatch, cls, seen: list):
                      "samples": len(self.data.dataset.y_train) + len(self.data.dataset.y_test),
                      "states": {name: sorted(client_entries(getattr(self, name)))
                                 for name in cls.client_state},
-                     "server": {name: getattr(self, name, None) for name in cls.server_state}})
+                     "server": {name: getattr(self, name, None)
+                                for name in (*cls.server_state, "cost_model")}})
         return update(self, client, plan, generator)
 
     monkeypatch.setattr(cls, "client_update", watched)
@@ -123,7 +124,7 @@ def test_a_node_receives_no_other_clients_state_or_data(method, flower_task, mon
                 assert not any(t.shape == other.shape and torch.equal(t, other) for t in mine)
             for name in cls.client_state:   # the shared state's containers are empty
                 assert not client_entries(received["shared"][name])
-            for name in cls.server_state:
+            for name in (*cls.server_state, "cost_model"):
                 assert received["shared"].get(name) is None
 
     flower = run_rounds(sim, client_updates=spied)

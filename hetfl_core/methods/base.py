@@ -167,8 +167,8 @@ class Method(ABC):
     #: client's entries (:meth:`client_state_of`, :meth:`set_client_state`); inherited
     client_state: tuple[str, ...] = ()
     #: the attributes only the server reads (bandit statistics, every client's width or
-    #: ratio, the cost model): a Flower node receives ``None`` in their place; inherited
-    server_state: tuple[str, ...] = ("cost_model",)
+    #: ratio; the cost model always): a Flower node receives ``None`` in their place; inherited
+    server_state: tuple[str, ...] = ()
 
     @classmethod
     def arena_options(cls, config) -> dict:

@@ -66,7 +66,7 @@ def pucbv_horizon(config) -> float:
 class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d62728", marker="o"):
     """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
     client_state = ("scores", "personal")           # each client's Q and its kept sparse model
-    server_state = ("cost_model", "agents", "proposed", "previous_accuracy", "ratios")   # P-UCBV's
+    server_state = ("agents", "proposed", "previous_accuracy", "ratios")   # P-UCBV's
 
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),
