@@ -41,14 +41,15 @@ def top_k(vector: torch.Tensor, fraction: float) -> tuple[torch.Tensor, int]:
 
 
 class ErrorFeedback:
-    """Per-client residual memory e of the unsent part of past updates."""
+    """Per-client residual memory e of the unsent part of past updates (``clients``:
+    client id -> its e)."""
 
     def __init__(self):
-        self.residual: dict[int, torch.Tensor] = {}
+        self.clients: dict[int, torch.Tensor] = {}
 
     def compress(self, client_id: int, update: torch.Tensor, fraction: float) -> tuple[torch.Tensor, int]:
         """s = top_k(u + e); e <- u + e - s. Returns (s, k)."""
-        corrected = update + self.residual.get(client_id, torch.zeros_like(update))
+        corrected = update + self.clients.get(client_id, torch.zeros_like(update))
         sent, k = top_k(corrected, fraction)
-        self.residual[client_id] = corrected - sent
+        self.clients[client_id] = corrected - sent
         return sent, k

@@ -34,7 +34,7 @@ from .streams import STREAMS
 from .system import SYSTEMS, CostModel, DeviceProfile, make_devices, round_time
 from .training import evaluate
 
-__all__ = ["Simulation", "build_data", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
+__all__ = ["Simulation", "build_data", "build_devices", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
            "single_thread", "evaluation_due", "score_global_model"]
 
 
@@ -152,13 +152,18 @@ def build_data(config: RunConfig) -> FederatedData:
     return place_data(data, resolve_device(config.device))
 
 
+def build_devices(config: RunConfig) -> list[DeviceProfile]:
+    """The run's simulated hardware: one device profile per client, drawn from the seed."""
+    return make_devices(config.clients, config.heterogeneity,
+                        np.random.default_rng([config.seed, STREAMS["devices"]]))
+
+
 def build_simulation(config: RunConfig) -> Simulation:
     """Validate ``config`` and build its data, devices, method and cost model, then set the
     method up for them (:meth:`~hetfl_core.methods.base.Method.setup`); no training yet."""
     config.validate()
     data = build_data(config)
-    devices = make_devices(config.clients, config.heterogeneity,
-                           np.random.default_rng([config.seed, STREAMS["devices"]]))
+    devices = build_devices(config)
     torch.manual_seed(config.seed)  # model initialisation
     method = get_method(config.method)(config, data, devices)
     sim = Simulation(config, data, devices, method, SYSTEMS[system_of(config)].from_run(config, data, method))

@@ -7,33 +7,38 @@ gives the same history under Flower as under the engine. Each planned client's t
 is a Flower ``Message`` to a node, whose ``ClientApp`` runs the method's ``client_update``
 there::
 
-    server: plan_k, method state  --train message-->  node k: client_update(client k, plan_k)
-    server: aggregate(reports)    <--reply----------  report_k, what client_update changed
+    server: shared state, plan_k, state_k  --train message-->  node k: client_update(client k, plan_k)
+    server: aggregate(reports)             <--reply----------  report_k, new state_k
 
-A method keeps its clients' state (personal heads, masks, bandit statistics) in its own
-attributes, so the server holds that state and ships the method's attributes with the plan;
-the node sends back the report and the attributes its ``client_update`` changed (per key,
-for a dict of per-client entries), which the server applies before the next client.
-Clients train one after another, because a ``client_update`` may read what the previous
-client changed, exactly as in the engine. Each node deals the federation from the config
-(the same seed gives the same partition) and trains the client the message names.
+What a node receives is the method's *shared* state (:func:`shared_state`: the global
+model and the run's constants, the same for every node), its plan and its **own** client's
+state (the client's entry of each attribute the method declares in ``client_state``:
+personal heads, masks, scores); it never receives another client's state, nor what only
+the server reads (the attributes in ``server_state``: bandit statistics, every client's
+width or ratio, the cost model), and it deals from the config its own client's data and
+device alone (:func:`build_own_client`; the others are dropped). It sends back the report
+and its client's new state, which the server keeps for the client's next visit. A round's
+clients therefore train independently: every message of a round leaves before the first
+reply is awaited.
 
 Every message carries tensors and plain data only. Each payload is a ``torch.save`` archive
 read back with ``torch.load(weights_only=True)``, which builds nothing but tensors, plain
 containers and the types on hetfl's list (:func:`shipped_types`: the plan, the report,
-hetfl's models and the state its methods keep, numpy arrays); an archive that names any
-other class or function is refused in one line before anything in it is built, so a node's
-reply cannot run code on the server, nor the server's message on a node.
+the config, hetfl's models and the containers of the state that travels, numpy arrays); an
+archive that names any other class or function is refused in one line before anything in
+it is built, so a node's reply cannot run code on the server, nor the server's message on
+a node; a reply that reports for another client, or returns state that is no client state
+of the method, is refused too.
 
     python -m hetfl_core run fedper --dataset digits --engine flower
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
-import inspect
 import io
 import json
-import pickle
 import threading
 import time
 
@@ -42,13 +47,11 @@ import torch
 
 from .config import RunConfig
 from .devices import resolve_device
-from .engine import build_data, build_simulation, run_rounds
+from .engine import build_data, build_devices, build_simulation, run_rounds
 from .errors import HetflError
 from .methods.base import ClientPlan, ClientReport, seeded_generator
 
-__all__ = ["server_app", "client_app", "run_flower", "shipped_types"]
-
-_NOT_SHIPPED = ("data",)   # each node deals its own copy of the data from the config
+__all__ = ["server_app", "client_app", "run_flower", "shipped_types", "shared_state", "build_own_client"]
 
 
 def _dumps(value) -> bytes:
@@ -71,10 +74,11 @@ def _torch_layers() -> list[type]:
 def shipped_types() -> tuple:
     """The classes and functions a Flower message may name besides tensors and plain data
     (``torch.load(weights_only=True)`` admits those by itself): the plan and the report,
-    the run's config, cost model and devices, the classes every registered method declares
-    its state holds (its ``state_types``: bandits, schedules, error feedback, private
-    stores, ...), hetfl's models and torch's layers, and numpy's arrays, scalars and random
-    generators."""
+    the run's config, the model's layer costs and a device profile, the classes every
+    registered method declares its shared or clients' state holds (its ``state_types``:
+    private stores, error feedback, composed models), hetfl's models and torch's layers,
+    and numpy's arrays and scalars. What only the server reads (bandits, schedules, the
+    cost model) never travels, so none of its classes is on the list."""
     from .methods import METHODS
 
     return _shipped_types(tuple(METHODS.values()))
@@ -84,28 +88,17 @@ def shipped_types() -> tuple:
 def _shipped_types(methods: tuple) -> tuple:
     """:func:`shipped_types` for the registered method classes ``methods``."""
     from . import masks, models, transformer
-    from .bandits import UCB1, UCBV
-    from .config import RunConfig
     from .methods.base import layers_of
-    from .system.cost_model import Charge, ComputeCost, WirelessCost
     from .system.devices import DeviceProfile
     from .system.flops import LayerCost
-    from .system.wireless import CellState, WirelessCell
-    from .training import LocalResult
 
-    hetfl = [ClientPlan, ClientReport, RunConfig, DeviceProfile, LayerCost, Charge, ComputeCost,
-             WirelessCost, CellState, WirelessCell, UCB1, UCBV, LocalResult]
+    hetfl = [ClientPlan, ClientReport, RunConfig, DeviceProfile, LayerCost]
     declared = [kind for cls in methods for kind in cls.state_types]
     hetfl_models = [layer for module in (models, masks, transformer) for layer in layers_of(module)]
-    random_pickle = np.random._pickle
     dtypes = [kind for kind in vars(np.dtypes).values()
               if isinstance(kind, type) and issubclass(kind, np.dtype)]
-    constructors = [getattr(random_pickle, f"__{kind}_ctor")
-                    for kind in ("generator", "bit_generator", "randomstate")]
     numpy_types = [np.ndarray, np.dtype, *dtypes, np._core.multiarray._reconstruct,
-                   np._core.multiarray.scalar, np.random.Generator, np.random.RandomState,
-                   np.random.SeedSequence, *random_pickle.BitGenerators.values(), *constructors,
-                   getattr(np.random.bit_generator, "__pyx_unpickle_SeedSequence")]
+                   np._core.multiarray.scalar]
     return tuple(dict.fromkeys([*hetfl, *declared, *hetfl_models, *_torch_layers(), *numpy_types]))
 
 
@@ -150,94 +143,98 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _fingerprints(state: dict) -> dict:
-    """Each attribute's pickled bytes, and each entry's for a dict (to find what changed)."""
-    return {name: {key: pickle.dumps(v) for key, v in value.items()} if isinstance(value, dict)
-            else pickle.dumps(value) for name, value in state.items()}
+#: what a node derives for itself from the config rather than receives: its own client's
+#: data and device (the other clients' are dropped)
+_DERIVED = ("data", "devices")
+#: what no node receives, whatever the method declares: the run's cost model
+_SERVER_ONLY = ("cost_model",)
 
 
-def _changes(before: dict, state: dict) -> dict:
-    """What changed in the method's attributes: ``{name: ("set", value)}`` or, for a dict,
-    ``{name: ("entries", {key: value}, [removed keys])}``."""
-    after = _fingerprints(state)
-    changes = {}
-    for name, print_after in after.items():
-        print_before = before.get(name)
-        if print_before == print_after:
+def _emptied(container):
+    """A :attr:`~hetfl_core.methods.base.Method.client_state` container with no client's entry."""
+    if isinstance(container, dict):
+        return {}
+    empty = copy.copy(container)
+    empty.clients = {}
+    return empty
+
+
+def shared_state(method) -> dict:
+    """What every node receives of ``method``, the same for all: its attributes (the global
+    model, the run's options and constants) but the data and devices (:data:`_DERIVED`),
+    ``None`` for each attribute only the server reads (its ``server_state``, and the cost
+    model, :data:`_SERVER_ONLY`) and an empty container for each that holds the clients'
+    own state (its ``client_state``), of which a node receives its own client's entry
+    apart (``client_state_of``)."""
+    shared = {}
+    for name, value in vars(method).items():
+        if name in _DERIVED:
             continue
-        if isinstance(print_after, dict) and isinstance(print_before, dict):
-            changed = {key: state[name][key] for key, p in print_after.items() if print_before.get(key) != p}
-            changes[name] = ("entries", changed, [key for key in print_before if key not in print_after])
-        else:
-            changes[name] = ("set", state[name])
-    return changes
+        if name in method.server_state or name in _SERVER_ONLY:
+            value = None
+        elif name in method.client_state:
+            value = _emptied(value)
+        shared[name] = value
+    return shared
 
 
-def _apply(method, changes: dict) -> None:
-    for name, change in changes.items():
-        if change[0] == "set":
-            setattr(method, name, change[1])
-        else:
-            entries = getattr(method, name)
-            entries.update(change[1])
-            for key in change[2]:
-                del entries[key]
+def build_own_client(config: RunConfig, client_id: int):
+    """Client ``client_id``'s data (a :class:`~hetfl_core.data.FederatedData` that holds that
+    client alone, under its id, and the dataset's shapes but none of its samples) and its
+    device (``{client_id: profile}``), dealt from ``config`` as the server deals them."""
+    data = build_data(config)
+    dataset = dataclasses.replace(
+        data.dataset, groups=None, **{name: getattr(data.dataset, name)[:0]
+                                      for name in ("x_train", "y_train", "x_test", "y_test")})
+    own = dataclasses.replace(data, dataset=dataset, clients={client_id: data.clients[client_id]},
+                              partition_indices={client_id: data.partition_indices[client_id]},
+                              styles=None)
+    return own, {client_id: build_devices(config)[client_id]}
 
 
-def _check_changes(changes: dict, method, what: str) -> dict:
-    """``changes`` if each is one :func:`_changes` makes: a new value for one of the method's
-    shipped attributes (or a new attribute the class does not define), or entries of a dict
-    attribute; otherwise a one-line :class:`HetflError` that begins with ``what``."""
-    if not isinstance(changes, dict):
-        raise HetflError(f"{what} is a {type(changes).__name__}, not a dict of changes; refused")
-    shipped = _method_state(method)
-    for name, change in changes.items():
-        settable = isinstance(name, str) and name.isidentifier() and name not in (*_NOT_SHIPPED, "device")
-        if settable:   # not one of the class's functions, properties or nested classes
-            found = inspect.getattr_static(type(method), name, None)
-            settable = not (callable(found) or hasattr(found, "__get__"))
-        kind = change[0] if isinstance(change, tuple) and change else None
-        if settable and kind == "set" and len(change) == 2:
-            continue
-        if (settable and kind == "entries" and len(change) == 3
-                and isinstance(shipped.get(name), dict) and isinstance(change[1], dict)
-                and isinstance(change[2], list) and all(key in shipped[name] for key in change[2])):
-            continue
-        raise HetflError(f"{what} changes {name!r} in a way no client_update does; refused")
-    return changes
+@functools.lru_cache(maxsize=64)
+def _node_client(config_json: str, client_id: int):
+    """:func:`build_own_client`, kept for the client's next message in the run."""
+    return build_own_client(RunConfig.from_dict(json.loads(config_json)), client_id)
 
 
-def _method_state(method) -> dict:
-    return {name: value for name, value in vars(method).items() if name not in _NOT_SHIPPED}
-
-
-@functools.lru_cache(maxsize=4)
-def _node_data(config_json: str):
-    """The federation a node deals from the config, kept for the next message of the run."""
-    return build_data(RunConfig.from_dict(json.loads(config_json)))
+def _check_state(state: dict, method_class, what: str) -> dict:
+    """``state`` if each key names one of ``method_class``'s ``client_state`` attributes;
+    otherwise a one-line :class:`HetflError` that begins with ``what``."""
+    unknown = [name for name in state if name not in method_class.client_state]
+    if unknown:
+        raise HetflError(f"{what} holds {', '.join(map(repr, unknown))}, which is no client "
+                         f"state of {method_class.name}; refused")
+    return state
 
 
 def _train(task, node_id: int) -> dict:
-    """A node's side of a train message: the method rebuilt from the shipped state (neither its
-    constructor nor ``setup`` runs on the node), the named client trained, and the reply's
-    ``{"report", "changes"}`` archives; a state or plan naming a type not shipped is refused unread."""
+    """A node's side of a train message: the method rebuilt from the shared state (neither
+    its constructor nor ``setup`` runs on the node) with the node's own client's data,
+    device and state, that client trained, and the reply's ``{"report", "state"}`` archives
+    (the client's new state); a message naming a type not shipped is refused unread."""
     from .methods import get_method
 
     config_json = task["config"]
     config = RunConfig.from_dict(json.loads(config_json))
     round_idx, k = int(task["round"]), int(task["client"])
-    method = object.__new__(get_method(config.method))
+    cls = get_method(config.method)
+    method = object.__new__(cls)
     device = resolve_device(config.device)   # the node's own GPU, wherever the server computes
     sent = f"Flower node {node_id}: the server's {{}} for client {k} in round {round_idx}"
-    state = _loads(task["state"], device, dict, sent.format("state"))
-    if not all(isinstance(name, str) and name.isidentifier() for name in state):
-        raise HetflError(f"{sent.format('state')} has a key that is no attribute name; refused")
+    shared = _loads(task["shared"], device, dict, sent.format("shared state"))
+    if not all(isinstance(name, str) and name.isidentifier() for name in shared):
+        raise HetflError(f"{sent.format('shared state')} has a key that is no attribute name; "
+                         f"refused")
+    state = _check_state(_loads(task["state"], device, dict, sent.format("state")), cls,
+                         sent.format("state"))
     plan = _loads(task["plan"], device, ClientPlan, sent.format("plan"))
-    vars(method).update(state, data=_node_data(config_json), device=device)
-    before = _fingerprints(state)
+    data, devices = _node_client(config_json, k)
+    vars(method).update(shared, data=data, devices=devices, device=device)
+    method.set_client_state(k, state)
     generator = seeded_generator(config.seed, round_idx, k)
-    report = method.client_update(method.data.clients[k], plan, generator)
-    return {"report": _dumps(report), "changes": _dumps(_changes(before, _method_state(method)))}
+    report = method.client_update(data.clients[k], plan, generator)
+    return {"report": _dumps(report), "state": _dumps(method.client_state_of(k))}
 
 
 def client_app():
@@ -283,43 +280,54 @@ def _node_reason(reason: str) -> str:
 
 
 def _read_reply(reply, method, k: int, node: int, round_idx: int):
-    """Client ``k``'s report from its node's reply, with what its ``client_update`` changed
-    applied to the server's ``method``; a reply that names a type hetfl does not ship, or
-    changes the method in a way no ``client_update`` does, is refused unread."""
+    """Client ``k``'s report and new state from its node's reply; a reply that names a type
+    hetfl does not ship, reports for another client or holds state that is no client state
+    of the method is refused unread."""
     if reply.has_error():
         raise HetflError(f"client {k} failed on Flower node {node} in round {round_idx}: "
                          f"{_node_reason(reply.error.reason)}")
     sent = f"client {k}'s {{}} from Flower node {node} in round {round_idx}"
     result = reply.content.get("hetfl")
-    if result is None or "report" not in result or "changes" not in result:
-        raise HetflError(f"{sent.format('reply')} has no hetfl report and changes; refused")
-    changes = _loads(result["changes"], method.device, dict, sent.format("changes"))
+    if result is None or "report" not in result or "state" not in result:
+        raise HetflError(f"{sent.format('reply')} has no hetfl report and state; refused")
+    state = _check_state(_loads(result["state"], method.device, dict, sent.format("state")),
+                         type(method), sent.format("state"))
     report = _loads(result["report"], method.device, ClientReport, sent.format("report"))
-    _apply(method, _check_changes(changes, method, sent.format("changes")))
-    return report
+    if report.client_id != k:
+        raise HetflError(f"{sent.format('report')} is client {report.client_id}'s; refused")
+    return report, state
 
 
 def _grid_updates(grid, nodes: list[int], stop: threading.Event | None = None):
     """The engine's ``client_updates`` over a Flower grid: client k trains on node k (modulo
-    the number of nodes), so a client's messages always go to the same node; setting
+    the number of nodes), so a client's messages always go to the same node. A round's
+    messages all leave before the first reply is awaited (its clients train independently,
+    each from the same shared state); the replies are read in the clients' order. Setting
     ``stop`` ends the wait for a reply."""
     from flwr.app import ConfigRecord, Message, RecordDict
 
     stop = stop or threading.Event()
 
     def updates(sim, round_idx, jobs):
+        method = sim.method
         config_json = json.dumps(sim.config.to_dict())
+        shared = _dumps(shared_state(method))
+        sent = []
         for k, plan in jobs:
             node = nodes[k % len(nodes)]
             task = ConfigRecord({"config": config_json, "round": round_idx, "client": k,
-                                 "plan": _dumps(plan), "state": _dumps(_method_state(sim.method))})
+                                 "plan": _dumps(plan), "shared": shared,
+                                 "state": _dumps(method.client_state_of(k))})
             message = Message(RecordDict({"hetfl": task}), dst_node_id=node, message_type="train",
                               group_id=str(round_idx))
-            waiting = set(grid.push_messages([message]))
+            sent.append((k, node, list(grid.push_messages([message]))))
+        for k, node, waiting in sent:
             while not (replies := list(grid.pull_messages(waiting))):
                 if stop.wait(0.02):
                     raise _Stopped("stopped while waiting for a Flower node's reply")
-            yield _read_reply(replies[0], sim.method, k, node, round_idx)
+            report, state = _read_reply(replies[0], method, k, node, round_idx)
+            method.set_client_state(k, state)
+            yield report
 
     return updates
 

@@ -36,25 +36,26 @@ def body_parameter_names(model: nn.Module, head_layers: int = 1) -> list[str]:
 
 
 class PrivateStore:
-    """Each client's private tensors (a head, a body, a mask), kept between rounds."""
+    """Each client's private tensors (a head, a body, a mask), kept between rounds
+    (``clients``: client id -> its tensors by parameter name)."""
 
     def __init__(self):
-        self._states: dict[int, dict[str, torch.Tensor]] = {}
+        self.clients: dict[int, dict[str, torch.Tensor]] = {}
 
     def __contains__(self, client_id: int) -> bool:
-        return client_id in self._states
+        return client_id in self.clients
 
     def save(self, client_id: int, model: nn.Module, names) -> None:
         """Keep copies of ``model``'s parameters ``names`` for ``client_id``."""
         params = dict(model.named_parameters())
-        self._states[client_id] = {n: params[n].detach().clone() for n in names}
+        self.clients[client_id] = {n: params[n].detach().clone() for n in names}
 
     def load_into(self, client_id: int, model: nn.Module) -> nn.Module:
         """Write the client's private tensors into ``model`` (no-op for a new client)."""
-        if client_id in self._states:
+        if client_id in self.clients:
             params = dict(model.named_parameters())
             with torch.no_grad():
-                for n, value in self._states[client_id].items():
+                for n, value in self.clients[client_id].items():
                     params[n].copy_(value)
         return model
 

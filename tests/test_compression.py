@@ -25,8 +25,8 @@ def test_error_feedback_carries_the_unsent_mass():
         update = torch.randn(50, generator=g)
         sent, k = memory.compress(3, update, 0.1)
         assert k == 5 and int((sent != 0).sum()) == 5
-        assert torch.allclose(sent + memory.residual[3], update + previous)
-        previous = memory.residual[3].clone()
+        assert torch.allclose(sent + memory.clients[3], update + previous)
+        previous = memory.clients[3].clone()
 
 
 def test_flatten_round_trip():

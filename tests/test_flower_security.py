@@ -11,7 +11,8 @@ import torch
 from hetfl_core import RunConfig
 from hetfl_core.engine import build_simulation
 from hetfl_core.errors import HetflError
-from hetfl_core.flower import _dumps, _grid_updates, _method_state, client_app
+from hetfl_core.methods.base import ClientReport
+from hetfl_core.flower import _dumps, _grid_updates, client_app, shared_state
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -49,12 +50,12 @@ def _fedavg():
     return config, sim, sim.method.configure_round(1, [0])[0]
 
 
-def _train_message(config, plan, state):
+def _train_message(config, plan, shared, state):
     """The server's train message for client 0 in round 1, to node ``NODE``."""
     from flwr.app import ConfigRecord, Message, RecordDict
 
     task = ConfigRecord({"config": json.dumps(config.to_dict()), "round": 1, "client": 0,
-                         "plan": plan, "state": state})
+                         "plan": plan, "shared": shared, "state": state})
     return Message(RecordDict({"hetfl": task}), dst_node_id=NODE, message_type="train",
                    group_id="1")
 
@@ -106,7 +107,8 @@ def _server_reads(content: dict):
 def _honest_reply() -> dict:
     """What node ``NODE`` honestly replies for client 0 in round 1."""
     config, sim, plan = _fedavg()
-    reply = _node_trains(_train_message(config, _dumps(plan), _dumps(_method_state(sim.method))))
+    reply = _node_trains(_train_message(config, _dumps(plan), _dumps(shared_state(sim.method)),
+                                        _dumps({})))
     return dict(reply.content["hetfl"])
 
 
@@ -122,28 +124,29 @@ def _assert_refused(refused, marker: Path, side: str, where: str, name: str) -> 
 
 
 @pytest.mark.parametrize("call", ["system", "open"])
-@pytest.mark.parametrize("part", ["report", "changes"])
+@pytest.mark.parametrize("part", ["report", "state"])
 def test_a_crafted_reply_is_refused_by_the_server_and_runs_nothing(tmp_path, flower_task, part,
                                                                    call):
     marker = tmp_path / "ran"
     hostile = Hostile(marker, call)
-    crafted = {"report": hostile, "changes": {"model": ("set", hostile)}}
+    crafted = {"report": hostile, "state": {"private": hostile}}
     reply = {**_honest_reply(), part: _dumps(crafted[part])}
     _assert_refused(_raised(lambda: _server_reads(reply)), marker, "the server",
                     f"client 0's {part} from Flower node {NODE}", REFUSED_NAME[call])
 
 
 @pytest.mark.parametrize("call", ["system", "open"])
-@pytest.mark.parametrize("part", ["state", "plan"])
+@pytest.mark.parametrize("part", ["shared state", "state", "plan"])
 def test_a_crafted_train_message_is_refused_by_the_node_and_runs_nothing(tmp_path, flower_task,
                                                                          part, call):
     marker = tmp_path / "ran"
     config, sim, plan = _fedavg()
-    state = _method_state(sim.method)
-    shipped = {"state": _dumps(state), "plan": _dumps(plan)}
-    shipped[part] = _dumps({**state, "evil": Hostile(marker, call)} if part == "state"
-                           else Hostile(marker, call))
-    message = _train_message(config, shipped["plan"], shipped["state"])
+    shared = shared_state(sim.method)
+    evil = Hostile(marker, call)
+    shipped = {"shared state": _dumps(shared), "state": _dumps({}), "plan": _dumps(plan)}
+    shipped[part] = _dumps({"shared state": {**shared, "evil": evil}, "state": {"evil": evil},
+                            "plan": evil}[part])
+    message = _train_message(config, shipped["plan"], shipped["shared state"], shipped["state"])
     _assert_refused(_raised(lambda: _node_trains(message)), marker, "the node",
                     f"Flower node {NODE}: the server's {part} for client 0", REFUSED_NAME[call])
 
@@ -151,9 +154,12 @@ def test_a_crafted_train_message_is_refused_by_the_node_and_runs_nothing(tmp_pat
 def test_an_honest_reply_is_read_and_a_wrong_shape_is_refused(flower_task):
     reply = _honest_reply()
     assert _server_reads(reply).client_id == 0
+    other = ClientReport(1, 10, None, 0.0, flops=0.0, uplink_bits=0.0, downlink_bits=0.0,
+                         local_steps=1)
     for part, value, words in [("report", {"loss": 0.0}, "is a dict, not a ClientReport"),
-                               ("changes", {"aggregate": ("set", 1)}, "changes 'aggregate'"),
-                               ("changes", {"data": ("set", None)}, "changes 'data'"),
+                               ("report", other, "is client 1's; refused"),
+                               ("state", {"aggregate": 1}, "holds 'aggregate', which is no client"),
+                               ("state", {"data": None}, "holds 'data', which is no client"),
                                ("report", b"not an archive", "is not a torch.save archive")]:
         crafted = {**reply, part: value if isinstance(value, bytes) else _dumps(value)}
         with pytest.raises(HetflError, match=words):
@@ -161,9 +167,10 @@ def test_an_honest_reply_is_read_and_a_wrong_shape_is_refused(flower_task):
 
 
 def test_reading_a_message_leaves_torchs_safe_globals_as_they_were(flower_task):
-    before = torch.serialization.get_safe_globals()
+    before = torch.serialization.get_safe_globals()   # torch keeps them in a set: order varies
     _server_reads(_honest_reply())
-    assert torch.serialization.get_safe_globals() == before
+    after = torch.serialization.get_safe_globals()
+    assert len(after) == len(before) and set(after) == set(before)
 
 
 def test_every_model_travels():
@@ -184,8 +191,8 @@ def test_a_node_refuses_a_crafted_state_in_a_flower_simulation(tmp_path, monkeyp
     from hetfl_core import flower
 
     marker = tmp_path / "ran"
-    shipped = flower._method_state
-    monkeypatch.setattr(flower, "_method_state",
+    shipped = flower.shared_state
+    monkeypatch.setattr(flower, "shared_state",
                         lambda method: {**shipped(method), "evil": Hostile(marker)})
     config = RunConfig(method="fedavg", dataset="digits", clients=2, rounds=1, local_steps=1)
     with pytest.raises(HetflError) as refused:
@@ -194,4 +201,5 @@ def test_a_node_refuses_a_crafted_state_in_a_flower_simulation(tmp_path, monkeyp
     message = str(refused.value)
     assert len(message.splitlines()) == 1, message
     assert message.startswith("client 0 failed on Flower node "), message
-    assert "the server's state for client 0 in round 1 names posix.system" in message, message
+    assert "the server's shared state for client 0 in round 1 names posix.system" in message, \
+        message

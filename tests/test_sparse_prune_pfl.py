@@ -76,7 +76,7 @@ def test_one_round_top_k_pruning_latency_and_eq6():
         assert rep.extra["sent_values"] == math.ceil(0.3 * m.d_base)
         assert int((rep.update != 0).sum()) <= rep.extra["sent_values"]
         # the private part keeps at most ceil(r d_P) non-zeros after the step (decision (b))
-        private = torch.cat([t.flatten() for t in m.private._states[rep.client_id].values()])
+        private = torch.cat([t.flatten() for t in m.private.clients[rep.client_id].values()])
         assert private.numel() == m.d_private
         assert int((private != 0).sum()) <= math.ceil(0.5 * m.d_private)
         # latency and energy from the wireless cost model's formulas (Eqs. 7, 10-14), equal shares

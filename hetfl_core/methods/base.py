@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..data import ClientData, FederatedData
     from ..engine import Simulation
 
-__all__ = ["ClientPlan", "ClientReport", "Method", "layers_of", "seeded_generator", "METHODS", "register", "get_method"]
+__all__ = ["ClientPlan", "ClientReport", "Method", "client_entries", "layers_of", "seeded_generator", "METHODS", "register", "get_method"]
 
 #: name -> method class, filled by :func:`register` as the method files are imported
 METHODS: dict[str, type] = {}
@@ -99,6 +99,12 @@ def layers_of(module) -> tuple[type, ...]:
                  and issubclass(value, nn.Module) and value.__module__ == module.__name__)
 
 
+def client_entries(container) -> dict:
+    """The dict keyed by client id of a :attr:`Method.client_state` attribute: the attribute
+    itself, or its ``clients``."""
+    return container if isinstance(container, dict) else container.clients
+
+
 def seeded_generator(*keys: int) -> torch.Generator:
     """A torch generator seeded from a tuple of integers (run seed, round, client, ...)."""
     seed = int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
@@ -151,9 +157,18 @@ class Method(ABC):
     #: heterogeneity level and only its costs change (the arena runs it once). Never
     #: inherited: a subclass that does not declare it counts as reading them
     reads_device_tiers = True
-    #: the classes besides tensors and plain data that the method's state holds, which a
-    #: Flower message may therefore carry (:func:`hetfl_core.flower.shipped_types`); inherited
+    #: the classes besides tensors and plain data that the state a Flower node receives
+    #: holds (the shared state or a client's own, not ``server_state``), which a Flower
+    #: message may therefore carry (:func:`hetfl_core.flower.shipped_types`); inherited
     state_types: tuple = ()
+    #: the attributes that hold each client's own state, each a dict keyed by client id or an
+    #: object whose ``clients`` attribute is one (a :class:`~hetfl_core.personalization.PrivateStore`):
+    #: personal heads, masks, scores. A Flower node receives and sends back only its own
+    #: client's entries (:meth:`client_state_of`, :meth:`set_client_state`); inherited
+    client_state: tuple[str, ...] = ()
+    #: the attributes only the server reads (bandit statistics, every client's width or
+    #: ratio; the cost model always): a Flower node receives ``None`` in their place; inherited
+    server_state: tuple[str, ...] = ()
 
     @classmethod
     def arena_options(cls, config) -> dict:
@@ -263,6 +278,22 @@ class Method(ABC):
     @abstractmethod
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:
         """Server: fold the reports into the global state."""
+
+    def client_state_of(self, client_id: int) -> dict:
+        """Client ``client_id``'s own state: its entry of each :attr:`client_state` attribute
+        that has one, by attribute name."""
+        return {name: entries[client_id] for name in self.client_state
+                if client_id in (entries := client_entries(getattr(self, name)))}
+
+    def set_client_state(self, client_id: int, state: dict) -> None:
+        """Make ``state`` (as :meth:`client_state_of` gives it) client ``client_id``'s own
+        state: an attribute ``state`` leaves out loses the client's entry."""
+        for name in self.client_state:
+            entries = client_entries(getattr(self, name))
+            if name in state:
+                entries[client_id] = state[name]
+            else:
+                entries.pop(client_id, None)
 
     def global_model(self) -> nn.Module | None:
         """The model scored on the global test set (``None`` if the method has none)."""

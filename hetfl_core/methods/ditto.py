@@ -46,6 +46,7 @@ class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", re
     on the same minibatches), where a batched job trains one model on one generator stream.
     """
     state_types = (PrivateStore,)                    # the clients' private parameters
+    client_state = ("private",)                      # each client's personal model v_k
 
     option_specs = {"lam": Option(0.1, "lambda of the personal objective h_k's (lambda/2)||v_k - w*||^2", 0, 1e4),
                     "personal_epochs": Option(None, "epochs on the personal model (None: the global update's steps)",

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..bandits import PUCBV, Interval, pucbv_reward
+from ..bandits import PUCBV, pucbv_reward
 from ..batched import ClientJob, Phase, run_job_sgd
 from ..options import Option
 from ..errors import ConfigError
@@ -65,7 +65,8 @@ def pucbv_horizon(config) -> float:
 @register
 class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d62728", marker="o"):
     """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
-    state_types = (PUCBV, Interval)                 # the P-UCBV bandit of the sparse ratios
+    client_state = ("scores", "personal")           # each client's Q and its kept sparse model
+    server_state = ("agents", "proposed", "previous_accuracy", "ratios")   # P-UCBV's
 
     option_specs = {
         "mu": Option(1e-3, "mu of the (mu/2)||.||^2 regulariser L_pr (Eqs. 6-9)", 0, 1e4),

@@ -24,6 +24,8 @@ class FedPer(FedAvg, name="fedper", label="FedPer", batchable=True,
              color="#17becf", marker="o", reads_device_tiers=False):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
     state_types = (PrivateStore,)                    # the clients' private parameters
+    client_state = ("private",)                      # each client's head
+    server_state = ("_working",)       # the last client's working copy stays
 
     option_specs = {"head_layers": Option(1, "layers at the top of the model kept private (the head)", 1, 1000),
                     "drop_last": DROP_LAST}

@@ -48,6 +48,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
     not a parameter, and differs between clients; Alg. 2's estimates take extra gradients.
     """
     state_types = (Selection, *layers_of(composition))   # the composed models and their blocks
+    server_state = ("widths", "estimates", "block_counts", "group_counts")   # Alg. 1's
 
     option_specs = {
         "max_width": Option(4, "P: each layer's channels in P groups, widths 1/P..1 (must divide every channel count)",

@@ -79,6 +79,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
     per-client label-masked losses and gradient clipping are not in the batched SGD.
     """
     state_types = (LabelMasked,)                     # the label-masked sub-models
+    server_state = ("widths", "assigned")   # every client's width
 
     option_specs = {
         "lr_milestones": Option([], "rounds after which the lr is multiplied by lr_gamma (the "

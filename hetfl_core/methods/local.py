@@ -15,6 +15,7 @@ class LocalOnly(FedAvg, name="local", label="Local", batchable=True,
                 color="#08306b", marker="x", reads_device_tiers=False):
     """Local-only training: no communication, the personalisation floor"""
     state_types = (PrivateStore,)                    # the clients' private parameters
+    client_state = ("private",)                      # each client's own model
 
     option_specs = {}     # FedAvg's drop_last is PFLlib's; local training keeps every sample
 

@@ -29,6 +29,8 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
     pruning and rewinding before the masked SGD would have to move into it).
     """
 
+    client_state = ("tickets",)                      # each client's lottery-ticket mask m_k
+
     option_specs = {"prune_rate": Option(0.2, "fraction of the remaining weights pruned at each pruning", 0, 1),
                     "target_density": Option(0.5, "density at which a client stops pruning", 0, 1),
                     "acc_threshold": Option(0.5, "local accuracy a client must reach before it prunes", 0, 1)}

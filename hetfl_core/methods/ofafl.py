@@ -65,7 +65,7 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 @register
 class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c", marker="D"):
     """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"""
-    state_types = (FixedSchedule, ConvergenceTrigger)     # the pruning schedules
+    server_state = ("capacity", "trigger", "test_set")   # the pruning schedule's
 
     option_specs = {
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,

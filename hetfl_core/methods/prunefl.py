@@ -67,6 +67,8 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
                                        0, 1e6),
                     "min_density": Option(0.1, "the lowest density adaptive pruning may reach", 0, 1, low_open=True)}
 
+    client_state = ("initial_flops",)   # the strong client's initial pruning, charged at its first visit
+
     def setup(self, sim):
         super().setup(sim)
         self.prunable = prunable(self.model)

@@ -61,7 +61,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
     Trains its clients sequentially: no batched job is written yet (each client prunes to
     its own r_n before training and, in warm-up rounds, measures gradients after it).
     """
-    state_types = (dca.RoundSystem, dca.Allocation)   # the DCA's round and its allocation
+    server_state = ("_working", "gamma", "_mean_round", "warmup")   # the DCA's
 
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),

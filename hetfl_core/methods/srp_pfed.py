@@ -49,7 +49,8 @@ from .fedavg import FedAvg
 class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
               color="#e377c2", marker="^", reads_device_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
-    state_types = (ReinforcedRateWalk,)
+    client_state = ("local",)                        # each client's full model w_i
+    server_state = ("walk",)           # the reinforced walk over the rates
 
     option_specs = {
         "candidates": Option(10, "number of candidate update rates (an even grid in (0, 1])", 1, 10_000),

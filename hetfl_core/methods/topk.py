@@ -26,6 +26,7 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True, color="#dbdb8d", 
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
                                 low_open=True)}
     error_feedback = False
+    client_state = ("memory",)                       # each client's error-feedback residual
 
     def setup(self, sim):
         super().setup(sim)

@@ -26,6 +26,8 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=T
 
     option_specs = {"ratio": Option(None, "every client's kept fraction of units (None: its capability)", 0, 1,
                                     low_open=True, kind=float)}
+    client_state = ("units",)                        # each client's unit pattern
+    server_state = ("ratios",)         # every client's kept fraction
 
     def setup(self, sim):
         super().setup(sim)

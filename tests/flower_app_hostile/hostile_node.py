@@ -41,5 +41,5 @@ def train(msg: Message, context: Context) -> Message:
     if not int(context.node_config.get("hostile", 0)):
         return hetfl_client(msg, context)
     payload = crafted_archive(str(context.run_config["marker"]))
-    reply = ConfigRecord({"report": payload, "changes": payload})
+    reply = ConfigRecord({"report": payload, "state": payload})
     return Message(RecordDict({"hetfl": reply}), reply_to=msg)

@@ -89,8 +89,30 @@ def has_a_style_of_its_own(method, method_config, tmp_path, monkeypatch):
     assert plots.METHOD_STYLES[key] not in others
 
 
+def declares_what_each_client_keeps(method, method_config, tmp_path, monkeypatch):
+    """After a round, every attribute it names in ``client_state`` and ``server_state``
+    exists, each ``client_state`` one holds entries by client id, and no other attribute
+    is a dict keyed by client ids (which a Flower node would receive whole)."""
+    from hetfl_core.engine import build_simulation
+    from hetfl_core.methods.base import client_entries
+
+    sim = build_simulation(method_config(method, clients=5))
+    sim.round(1)
+    m, ids = sim.method, set(range(5))
+    for name in m.client_state:
+        assert set(client_entries(getattr(m, name))) <= ids, (method, name)
+    assert all(hasattr(m, name) for name in m.server_state), method
+    for name, value in vars(m).items():
+        keys = list(value) if isinstance(value, dict) else []
+        per_client = len(keys) > 1 and 0 in keys and all(type(k) is int for k in keys) \
+            and set(keys) <= ids
+        assert not per_client or name in (*m.client_state, *m.server_state), \
+            f"{method}.{name} is keyed by client id: name it in client_state or server_state"
+
+
 CHECKS = [runs_from_the_command_line, charges_under_both_cost_models, runs_on_the_resolved_device,
-          gives_the_same_numbers_twice, lists_and_checks_its_options, has_a_style_of_its_own]
+          gives_the_same_numbers_twice, lists_and_checks_its_options, has_a_style_of_its_own,
+          declares_what_each_client_keeps]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
