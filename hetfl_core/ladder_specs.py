@@ -98,7 +98,7 @@ def fedlps_setting(scale: str) -> RunConfig:
         rounds=at(smoke=2, book=20, paper=100), local_epochs=at(smoke=1, book=1, paper=5),
         batch_size=20, lr=0.1, momentum=0.5,
         train_samples=at(smoke=ALL, book=4000, paper=ALL), heterogeneity="medium",
-        eval_every=at(smoke=1, book=4, paper=1), seed=0)
+        eval_every=at(smoke=1, book=4, paper=2), seed=0)
 
 
 #: FedRolex scored as FedLPS is, with the global model (``personal_eval="global"``): the
