@@ -481,6 +481,22 @@ def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:
 PLAN_ENV = "HETFL_PLAN_FILE"
 
 
+#: the tag of a chapter's code cell that plan mode does not run: a cell that starts no sweep
+#: and reads what a stand-in result (:func:`planned_result`) does not have (a method's own
+#: per-client records, replayed against the method), or trains outside a sweep; and the
+#: cells that use its results. Its own computation is not in the plan.
+PLAN_SKIP = "plan-skip"
+
+
+def plan_skipped(chapter) -> list[int]:
+    """The numbers (1-based, among the chapter's code cells) of chapter ``chapter``'s code
+    cells tagged :data:`PLAN_SKIP`, which plan mode passes over."""
+    import jupytext
+
+    code = [c for c in jupytext.read(Path(chapter)).cells if c.cell_type == "code"]
+    return [i for i, c in enumerate(code, 1) if PLAN_SKIP in c.metadata.get("tags", [])]
+
+
 def training_samples(config) -> float:
     """Training samples one run of ``config`` processes: the participants per round times
     the rounds times the samples each trains on a visit (``local_steps x batch_size``, or
@@ -538,16 +554,30 @@ def planned_result(config) -> dict:
     (accuracy rising from 0.3 to 0.7, a second and a megabit a round, a loss of 1/round),
     the same for every method, so that a cell deriving a target, a ranking or a later grid
     from the results runs on and its runs are planned; marked ``planned``. Never shown:
-    a planned chapter's ledger is thrown away."""
+    a planned chapter's ledger is thrown away. Each round's ``clients`` carry the engine's
+    own per-client fields (id, tier, time, energy, steps, width, ratio, FLOPs, uplink):
+    clients dealt in turn, their tiers those of the config's heterogeneity in turn; each
+    row has the method's own metrics in their shape (its ``planned_metrics``)."""
+    from .methods import METHODS
+    from .system import HETEROGENEITY
+
+    method = METHODS.get(config.method)
     participants = max(1, round(config.clients * config.participation))
+    tiers = [name for name, *_ in HETEROGENEITY.get(config.heterogeneity, [("high",)])]
     history = []
     for t in range(1, config.rounds + 1):
         acc = 0.3 + 0.4 * t / config.rounds
+        ids = [((t - 1) * participants + j) % config.clients for j in range(participants)]
+        clients = [PlannedRow({"id": k, "tier": tiers[k % len(tiers)], "time_s": 1.0,
+                               "energy_j": 1.0, "local_steps": config.local_steps or 1,
+                               "width": 1.0, "ratio": 1.0, "flops": 1e9, "uplink_bits": 1e6})
+                   for k in ids]
         history.append(PlannedRow(
             {"round": t, "time_s": float(t), "round_time_s": 1.0, "idle_s": 0.0, "loss": 1.0 / t,
              "uplink_bits": 1e6 * t, "downlink_bits": 1e6 * t, "flops": 1e9 * t, "energy_j": float(t),
              "acc_global": acc, "loss_global": 1.0 / t, "acc_personal": acc, "loss_personal": 1.0 / t,
-             "acc_clients": [acc] * participants, "clients": [PlannedRow() for _ in range(participants)]}))
+             "acc_clients": [acc] * participants, "clients": clients,
+             **(method.planned_metrics(config, acc) if method is not None else {})}))
     return {"config": config.to_dict(), "history": history, "planned": True}
 
 
@@ -602,6 +632,7 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     returns each run's cached result or a stand-in (:func:`planned_result`). Cells that fail on it are
     passed over (a grid built from an earlier grid's results may be missed), and so is a cell
     computing for over ``timeout`` seconds outside a sweep (a check that trains a model).
+    A code cell tagged :data:`PLAN_SKIP` is not run (:func:`plan_skipped` lists them).
     Returns the recorded runs (a dict per config: ``config``, ``key``, ``cached``, ``where``)
     and the first line of each cell's error."""
     from unittest import mock
@@ -622,6 +653,8 @@ def plan_chapter(chapter, scale: str = "paper", parameters: dict | None = None,
     nb = jupytext.read(path)
     for cell in nb.cells:                 # as papermill's own reader leaves them
         cell.metadata.setdefault("tags", [])
+        if cell.cell_type == "code" and PLAN_SKIP in cell.metadata["tags"]:
+            cell.source = "pass  # " + PLAN_SKIP   # it reads what a stand-in lacks
     nb.metadata.setdefault("papermill", {})
     nb = parameterize_notebook(nb, {"scale": scale, **(parameters or {})})
     # the chapter's code cells come after this one and papermill's injected parameters

@@ -22,7 +22,8 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
-from .book import BASELINES, measure_speed, plan_chapter, training_samples
+from .book import (BASELINES, PLAN_SKIP, measure_speed, plan_chapter, plan_skipped,
+                   training_samples)
 from .config import SCALES, RunConfig, accepted
 from .data import DATASETS, PARTITIONS
 from .engine import system_of
@@ -472,6 +473,14 @@ def _plan(args) -> int:
     if untimed and not args.no_timing:
         print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
               "estimates leave their runs out", file=sys.stderr)
+    from .report import plural
+
+    skipped = plan_skipped(path)
+    if skipped:
+        print(f"{plural(len(skipped), 'code cell')} tagged {PLAN_SKIP} not run in plan mode "
+              f"(numbers {', '.join(map(str, skipped))}: they read a method's per-client "
+              "records, which a stand-in lacks, or train outside a sweep; their own "
+              "computation is not counted)", file=sys.stderr)
     if errors:
         print(f"{len(errors)} cell(s) did not finish in plan mode (an error on the stand-in "
               "(nan) results of planned runs, or a cell interrupted while computing outside a sweep); "

@@ -177,7 +177,10 @@ def test_a_run_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_bad_input_is_one_line_from_the_tool(tmp_path):
     done = _tool("run", "--chapter", "nope", store=tmp_path, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == "ladder: error: no ladder for chapter 'nope'; chapters: fedlps, srp_pfed, toy"
+    from hetfl_core.ladder_specs import SPECS
+
+    known = ", ".join(dict.fromkeys([*SPECS, "toy"]))    # the package's chapters, then the toy
+    assert done.stderr.strip() == f"ladder: error: no ladder for chapter 'nope'; chapters: {known}"
     assert not (tmp_path / "runs").exists()
 
 
@@ -258,3 +261,26 @@ def test_a_never_reached_target_reaches_the_ladder_as_a_bound():
     j = judge(values, sooner())
     assert j.verdict == "fails" and j.bounded == 3
     assert ladder._json_number(float("inf")) == "inf" and ladder._json_number(float("nan")) is None
+
+
+def test_the_lightweight_pfl_claim_judges_opt_against_fedper_in_its_worst_case():
+    """The Figs. 2-3 claim's runs are the chapter's (FedPer with only its head option, on the
+    wireless cell; OPT's allocation by DCA) in every case, and its value is the worst case's
+    gap, per seed."""
+    import numpy as np
+
+    from hetfl_core.ladder_specs import LPFL_CASES, SPECS, lpfl_worst_case_gap
+
+    spec = next(s for s in SPECS["lightweight_pfl"] if s.ref == "Figs. 2–3")
+    fedper = ladder.rung_config(spec, "book", "FedPer, alpha=0.1", 1)
+    opt = ladder.rung_config(spec, "x4", "OPT, class-2", 0)
+    assert set(fedper.options) == {"head_layers"} and fedper.system == "wireless"
+    assert (fedper.partition, fedper.alpha, fedper.seed, fedper.rounds) == ("dirichlet", 0.1, 1, 40)
+    assert opt.options["allocation"] == "dca" and opt.classes_per_client == 2 and opt.rounds == 160
+
+    def runs_at(acc):
+        return [{"history": [{"round": 1, "acc_personal": a}]} for a in acc]
+
+    runs = {f"{m}, {c}": runs_at([0.8, 0.7]) for m in ("OPT", "FedPer") for c in LPFL_CASES}
+    runs["OPT, class-2"] = runs_at([0.75, 0.71])        # -5 and +1 points against FedPer
+    assert np.allclose(lpfl_worst_case_gap(runs, "FedPer"), [-5, 0])

@@ -152,3 +152,49 @@ def test_a_cell_reading_a_planned_runs_last_row_runs_on(tmp_path, monkeypatch):
     result = planned_result(RunConfig(dataset="digits", clients=10, participation=0.3, rounds=4))
     assert [row["round"] for row in result["history"]] == [1, 2, 3, 4]
     assert len(result["history"][0]["clients"]) == 3 and result["planned"]
+
+
+def test_a_stand_in_has_the_engines_client_fields_and_the_methods_own_metrics():
+    """A stand-in's clients carry the engine's per-client fields (a chapter grouping clients
+    by tier or id runs on) and its rows the method's own metrics in their shape (OFA-FL's
+    accuracy per ratio)."""
+    from hetfl_core import RunConfig
+    from hetfl_core.book import planned_result
+    from hetfl_core.system import HETEROGENEITY
+
+    config = RunConfig(method="ofafl", dataset="digits", clients=10, participation=0.3, rounds=4,
+                       heterogeneity="medium", options={"ratios": [1.0, 0.5, 0.25]})
+    rows = planned_result(config)["history"]
+    tiers = {name for name, *_ in HETEROGENEITY["medium"]}
+    for row in rows:
+        assert all(0 <= c["id"] < 10 and c["tier"] in tiers for c in row["clients"])
+        assert row["acc_ratios"] == [row["acc_personal"]] * 3 and row["ratios"] == [1.0, 0.5, 0.25]
+    assert len({c["id"] for row in rows for c in row["clients"]}) == 10     # every client visits
+    fedavg = planned_result(config.replace(method="fedavg", options={}))["history"][0]
+    assert fedavg["acc_ratios"] != fedavg["acc_ratios"]                  # nan: no such metric
+
+
+def test_a_cell_tagged_plan_skip_is_not_run_in_plan_mode(tmp_path, monkeypatch):
+    from hetfl_core.book import PLAN_SKIP, plan_chapter, plan_skipped
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    skipping = CHAPTER.replace('```{code-cell} ipython3\nbest = max(',
+                               f'```{{code-cell}} ipython3\n:tags: [{PLAN_SKIP}]\n\nbest = max(')
+    assert skipping != CHAPTER
+    chapter = tmp_path / "skipping.md"
+    chapter.write_text(skipping)
+    records, errors = plan_chapter(chapter, "paper")
+    assert errors == [] and records[-1]["config"]["clients"] == 8
+    assert plan_skipped(chapter) == [3]
+
+
+@pytest.mark.parametrize("chapter", ["foundations", "baselines", "fedlps", "heroes", "ofa_fl",
+                                     "srp_pfed", "lightweight_pfl", "arena"])
+def test_every_cell_of_every_chapter_finishes_in_plan_mode_at_paper_scale(chapter, tmp_path, monkeypatch):
+    """The paper scale's plan of each chapter runs every cell (a cell reading what a
+    stand-in cannot give is tagged plan-skip) and asks for runs."""
+    from hetfl_core.book import plan_chapter
+
+    monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
+    records, errors = plan_chapter(ROOT / "book" / f"{chapter}.md", "paper")
+    assert errors == [] and records

@@ -307,4 +307,11 @@ class Method(ABC):
         """Method-specific scores of the global model, added to each history row that scores it."""
         return {}
 
+    @classmethod
+    def planned_metrics(cls, config, acc: float) -> dict:
+        """The shape of :meth:`extra_metrics` for plan mode's stand-in result
+        (:func:`hetfl_core.book.planned_result`), every score ``acc``: a chapter's cell reading
+        them runs on without training."""
+        return {}
+
 

@@ -230,6 +230,12 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c
         accs = [None if s is None else s[0] / len(y) for s in scores]
         return {"acc_ratios": accs, "ratios": self.ratios}
 
+    @classmethod
+    def planned_metrics(cls, config, acc: float) -> dict:
+        """Every ratio of the config's density ladder scored ``acc`` (:meth:`extra_metrics`'s shape)."""
+        ratios = check_ratios({**cls.defaults, **config.options}["ratios"])
+        return {"acc_ratios": [acc] * len(ratios), "ratios": ratios}
+
 
 @register
 class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True,
