@@ -315,8 +315,8 @@ class Fragile(FedAvg):
     name = "toy-fragile"
     summary = "toy: diverges on seed 1 above lr 0.05"
 
-    def client_update(self, client, plan, generator):
-        report = super().client_update(client, plan, generator)
+    def client_step(self, client, plan, generator):
+        report = yield from super().client_step(client, plan, generator)
         if self.config.seed == 1 and self.config.lr > 0.05:
             report.loss = float("nan")
         return report

@@ -150,8 +150,9 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
             plan.extra.update(lr=lr, round=round_idx)
         return plans
 
-    def client_update(self, client, plan: ClientPlan, generator):
-        """One visit as Hetero_Client.update_weights_leanable runs it (see the module docstring)."""
+    def client_step(self, client, plan: ClientPlan, generator):
+        """One visit as Hetero_Client.update_weights_leanable runs it (see the module
+        docstring): its own SGD loop, so the report comes back without a phase yielded."""
         o, k = self.options, client.client_id
         net = clone_model(self.model)
         params = dict(net.named_parameters())

@@ -48,7 +48,7 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
             self.tickets[client_id] = {n: torch.ones_like(params[n]) for n in self.prunable}
         return self.tickets[client_id]
 
-    def client_update(self, client, plan, generator):
+    def client_step(self, client, plan, generator):
         """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the ticket."""
         k = client.client_id
         model = self.personal_model(k)
@@ -71,7 +71,8 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
                 for n, p in params.items():  # rewind the survivors to theta_0
                     p.copy_(self.initial[n] * mask.get(n, 1.0))
             changed = True
-        result = self.local_train(model, client, plan.local_steps, generator, masks=mask)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask,
+                                      alone=True)   # not checked against the batched trainer
         update, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())

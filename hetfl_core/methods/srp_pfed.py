@@ -33,7 +33,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batched import ClientJob
 from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
@@ -46,7 +45,7 @@ from .fedavg import FedAvg
 
 
 @register
-class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
+class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
               color="#e377c2", marker="^", reads_device_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
     client_state = ("local",)                        # each client's full model w_i
@@ -165,39 +164,29 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         model.load_state_dict(best[0], strict=False)
         return model, best[1], best[2], best[3]
 
-    def client_job(self, client, plan: ClientPlan,
-                   generator: torch.Generator) -> ClientJob:
+    def client_step(self, client, plan: ClientPlan, generator: torch.Generator):
         """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
         rates = plan.extra["rates"]
         model, mask, rate, loss = self.client_cluster(client, rates)
-
-        def finish(results):
-            result = results[0]
-            trained = {n: p.detach().clone()
-                       for n, p in model.named_parameters()}
-            self.local[client.client_id] = trained
-            shared = {n: trained[n] * mask[n] for n in trained}
-            nnz = mask_size(mask)
-            n_eval = len(self.cluster_data(client)[1]) * len(rates)
-            flops = (training_flops(self.costs, result.samples)
-                     + forward_flops(self.costs) * n_eval)
-            up = sparse_bits(nnz, self.d)
-            down = dense_bits(self.d + len(rates))
-            seconds = client_time(self.devices[client.client_id], flops, up,
-                                  down)
-            window = self.options["window"]
-            late = window is not None and seconds > float(window)
-            extra = {"rate": rate, "cluster": sorted(rates).index(rate),
-                     "val_loss": loss, "late": late,
-                     "probs": self.probs.tolist()}
-            time_s = None if window is None else min(seconds, float(window))
-            return ClientReport(client.client_id, client.n_train,
-                                (mask, shared), result.loss, flops=flops,
-                                uplink_bits=up, downlink_bits=down,
-                                local_steps=plan.local_steps,
-                                ratio=nnz / self.d, extra=extra, time_s=time_s)
-        return ClientJob(client, model, generator,
-                         [self.phase(plan.local_steps)], finish)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator)
+        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.local[client.client_id] = trained
+        shared = {n: trained[n] * mask[n] for n in trained}
+        nnz = mask_size(mask)
+        n_eval = len(self.cluster_data(client)[1]) * len(rates)
+        flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
+        up = sparse_bits(nnz, self.d)
+        down = dense_bits(self.d + len(rates))
+        seconds = client_time(self.devices[client.client_id], flops, up, down)
+        window = self.options["window"]
+        late = window is not None and seconds > float(window)
+        extra = {"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
+                 "late": late, "probs": self.probs.tolist()}
+        time_s = None if window is None else min(seconds, float(window))
+        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+                            flops=flops, uplink_bits=up, downlink_bits=down,
+                            local_steps=plan.local_steps, ratio=nnz / self.d, extra=extra,
+                            time_s=time_s)
 
     # -- evaluation ----------------------------------------------------------------
     def personal_model(self, client_id):
