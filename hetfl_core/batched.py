@@ -292,7 +292,8 @@ def batched_steps(method, jobs: list[tuple]) -> list:
     :meth:`~hetfl_core.methods.base.Method.client_step` driven with the others: every step
     runs until it yields a phase; the round's batchable phases train as one batch
     (:func:`train_phases`), each step gets its result and runs on to its next phase, until
-    every step has returned its report. A phase that is not :attr:`~LocalSGD.batchable`
+    every step has returned its report and the client's new state, which the method then
+    keeps (in the clients' order). A phase that is not :attr:`~LocalSGD.batchable`
     (and every phase of a model that :func:`batchable_model` refuses) runs at once, here,
     so a step of such phases runs from start to end before the next client's begins, as
     in the sequential engine."""
@@ -311,7 +312,7 @@ def batched_steps(method, jobs: list[tuple]) -> list:
             reports[i] = done.value
 
     for i, (client, plan, generator) in enumerate(jobs):
-        step = method.client_step(client, plan, generator)
+        step = method.client_step(client, plan, method.client_state_of(client.client_id), generator)
         if inspect.isgenerator(step):
             advance(i, step, None)
         else:
@@ -322,4 +323,6 @@ def batched_steps(method, jobs: list[tuple]) -> list:
         steps = {i: waiting.pop(i)[0] for i in order}
         for i, result in zip(order, results):
             advance(i, steps[i], result)
-    return reports
+    for (client, _, _), (_, state) in zip(jobs, reports):
+        method.set_client_state(client.client_id, state)
+    return [report for report, _ in reports]

@@ -182,9 +182,9 @@ class LocalSGD:
 
 def run_step(step):
     """A client's step (what :meth:`~hetfl_core.methods.base.Method.client_step` returns)
-    driven to its report here, one phase after another: each :class:`LocalSGD` it yields
-    is run and its result sent back. A step that trains by itself returns its report
-    without yielding."""
+    driven to its end here, one phase after another: each :class:`LocalSGD` it yields is
+    run and its result sent back; returns what the step returns (its report and the
+    client's new state). A step that trains by itself returns them without yielding."""
     if not inspect.isgenerator(step):
         return step
     try:

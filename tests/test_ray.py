@@ -59,7 +59,7 @@ class RaisesTypeError(FedAvg):
     name = "ray-type-error-test-method"
     summary = "fails in its first client update"
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         return None + 1
 
 

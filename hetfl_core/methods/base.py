@@ -159,8 +159,9 @@ class Method(ABC):
     state_types: tuple = ()
     #: the attributes that hold each client's own state, each a dict keyed by client id or an
     #: object whose ``clients`` attribute is one (a :class:`~hetfl_core.personalization.PrivateStore`):
-    #: personal heads, masks, scores. A Flower node receives and sends back only its own
-    #: client's entries (:meth:`client_state_of`, :meth:`set_client_state`); inherited
+    #: personal heads, masks, scores. A client's step receives its own entries as its
+    #: ``state`` and returns them (:meth:`client_state_of`, :meth:`set_client_state`), and a
+    #: Flower node receives and sends back only those; inherited
     client_state: tuple[str, ...] = ()
     #: the attributes only the server reads (bandit statistics, every client's width or
     #: ratio; the cost model always): a Flower node receives ``None`` in their place; inherited
@@ -262,10 +263,14 @@ class Method(ABC):
         return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
 
     @abstractmethod
-    def client_step(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
-        """Client: train locally and return the report of the update and its costs.
+    def client_step(self, client: ClientData, plan: ClientPlan, state: dict, generator: torch.Generator):
+        """Client: train locally and return the report of the update and its costs, and the
+        client's new state: ``return report, state``.
 
-        The step hands its training to the engine: ``result = yield LocalSGD(...)`` (a
+        ``state`` is the client's own state (:meth:`client_state_of`: its entry of each
+        :attr:`client_state` attribute, by name), the only per-client state a step reads;
+        the engine keeps what it returns (:meth:`set_client_state`). The step hands its
+        training to the engine: ``result = yield LocalSGD(...)`` (a
         :class:`~hetfl_core.training.LocalSGD`; :meth:`FedAvg.local_sgd
         <hetfl_core.methods.fedavg.FedAvg.local_sgd>` builds one with the run's optimiser
         settings) gives back the :class:`~hetfl_core.training.LocalResult` once the engine
@@ -276,9 +281,13 @@ class Method(ABC):
 
     def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
         """The client's :meth:`client_step` run here to its report, its phases one after
-        another (:func:`~hetfl_core.training.run_step`): the sequential engine's and a
-        Flower node's way to train one client."""
-        return run_step(self.client_step(client, plan, generator))
+        another (:func:`~hetfl_core.training.run_step`), from the client's state and its
+        new state kept: the sequential engine's and a Flower node's way to train one
+        client."""
+        k = client.client_id
+        report, state = run_step(self.client_step(client, plan, self.client_state_of(k), generator))
+        self.set_client_state(k, state)
+        return report
 
     @abstractmethod
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:

@@ -37,15 +37,15 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
 
     option_specs = {"drop_last": DROP_LAST}
 
-    def client_step(self, client, plan: ClientPlan, generator: torch.Generator):
+    def client_step(self, client, plan: ClientPlan, state: dict, generator: torch.Generator):
         """Local update (Alg. 1, ClientUpdate): E epochs of SGD from the broadcast model,
-        which the client sends back."""
+        which the client sends back (FedAvg keeps no state on a client)."""
         model = clone_model(self.model)
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
         bits = dense_bits(sum(p.numel() for p in model.parameters()))
         return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
                             flops=training_flops(self.costs, result.samples), uplink_bits=bits,
-                            downlink_bits=bits, local_steps=plan.local_steps)
+                            downlink_bits=bits, local_steps=plan.local_steps), state
 
     def local_sgd(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                   prox_mu: float = 0.0, **options) -> LocalSGD:

@@ -73,14 +73,14 @@ class FedBABU(FedPer, name="fedbabu", label="FedBABU", color="#66c2a4", marker="
         super().setup(sim)
         self.rounds_done = 0
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """Train only the body of the global model (the head stays at its shared random
-        init) and upload the body."""
-        model = self.client_model(client.client_id)
+        init) and upload the body; nothing is kept on the client."""
+        model = self.model_with(state.get("private"))
         result = yield self.local_sgd(model, client, plan.local_steps, generator, params=self.shared_names)
         body = {layer_of(n) for n in self.shared_names}
         flops = training_flops(self.costs, result.samples, trainable=body)
-        return self.report(client, model, plan, result.loss, flops)
+        return self.report(client, model, plan, result.loss, flops), state
 
     def lr_at(self, round_idx):
         """The run's lr, or with ``lr_schedule="multistep"`` x0.1 after rounds R//2 and 3R//4."""

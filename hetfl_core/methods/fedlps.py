@@ -177,11 +177,12 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
             self.previous_accuracy[k] = acc
 
     # -- client ------------------------------------------------------------------------------
-    def round_scores(self, client_id: int, generator: torch.Generator) -> dict:
-        """The scores that rank units: learned Q, or a heuristic pattern's constant scores."""
+    def round_scores(self, learned: dict | None, generator: torch.Generator) -> dict:
+        """The scores that rank units: the client's ``learned`` Q, or a heuristic pattern's
+        constant scores."""
         pattern = self.options["pattern"]
         if pattern == "learned":
-            return self.scores[client_id]
+            return learned
         units = {n: k for n, _, k in structured_units(self.model)}
         if pattern == "ordered":
             return {n: -torch.arange(k, dtype=torch.float32) for n, k in units.items()}
@@ -203,14 +204,14 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
                 held[name] = held[name] * cols.view(1, -1, *([1] * (p.dim() - 2)))
         return held
 
-    def client_step(self, client, plan: ClientPlan, generator):
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Alg. 1 lines 17-27: joint SGD on weights and scores (Eqs. 10-11) of the scored
-        network, then Q and the sparse model kept, the residual of Eq. (12) over the trained
-        support and the local cost of Eq. (14)."""
-        o, k = self.options, client.client_id
+        network, then Q and the sparse model kept (the client's state), the residual of
+        Eq. (12) over the trained support and the local cost of Eq. (14)."""
+        o, state = self.options, dict(state)
         mode = {"learned": "learned", "magnitude": "magnitude"}.get(o["pattern"], "fixed")
-        scored = ScoredNetwork(clone_model(self.model), self.round_scores(k, generator), plan.ratio,
-                               self.consumers, mode=mode, q_grad=o["q_grad"])
+        scored = ScoredNetwork(clone_model(self.model), self.round_scores(state.get("scores"), generator),
+                               plan.ratio, self.consumers, mode=mode, q_grad=o["q_grad"])
         center = {f"net.{n}": p.detach().clone() for n, p in self.model.named_parameters()}
         names = [n for n, p in scored.named_parameters() if p.requires_grad]
         # Eq. (9): cross-entropy + lambda L_imp (+ L_pr, the proximal term)
@@ -220,19 +221,19 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
                                       prox_mu=o["mu"], prox_center=center)
         keep = scored.pattern()
         if mode == "learned":
-            self.scores[k] = {n: q.detach().clone() for n, q in scored.score_values().items()}
+            state["scores"] = {n: q.detach().clone() for n, q in scored.score_values().items()}
         local = dict(scored.net.named_parameters())
         held = self.support(keep)
         unit_mask = unit_masks_to_parameters(self.model, keep)
         with torch.no_grad():
             residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
-            self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
+            state["personal"] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         magnitude = top_units(unit_magnitudes(scored.net), plan.ratio)
         return self.report(client, plan, (residual, held), result.loss, flops, up,
                            result.correct / max(result.samples, 1), keep,
-                           magnitude_units=pattern_string(magnitude))
+                           magnitude_units=pattern_string(magnitude)), state
 
     def report(self, client, plan, update, loss, flops, up, acc, keep, **extra) -> ClientReport:
         """The client's report with the local cost T of Eq. (14) and the training accuracy a
@@ -249,7 +250,7 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
         """The pattern the client's scores give now (a random pattern: its round-zero draw)."""
         fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
-        return top_units(self.round_scores(client_id, fixed), self.ratios[client_id])
+        return top_units(self.round_scores(self.scores.get(client_id), fixed), self.ratios[client_id])
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

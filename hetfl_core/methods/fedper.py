@@ -9,7 +9,7 @@ out (``drop_last``, see :mod:`~hetfl_core.methods.fedavg`).
 from __future__ import annotations
 
 from ..options import Option
-from ..personalization import PrivateStore, body_parameter_names
+from ..personalization import PrivateStore, body_parameter_names, copy_parameters, load_parameters
 from ..system import dense_bits, training_flops
 from ..training import clone_model
 from .base import ClientPlan, ClientReport, register
@@ -38,15 +38,22 @@ class FedPer(FedAvg, name="fedper", label="FedPer",
 
     def client_model(self, client_id: int):
         """The global model with the client's private part written in (a model of its own)."""
-        return self.private.load_into(client_id, clone_model(self.model))
+        return self.model_with(self.private.clients.get(client_id))
 
-    def client_step(self, client, plan: ClientPlan, generator):
+    def model_with(self, private: dict | None):
+        """The global model with ``private`` (a client's kept tensors) written in, a copy."""
+        return load_parameters(clone_model(self.model), private)
+
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Train body and head locally; keep the private part, upload the shared part."""
-        model = self.client_model(client.client_id)
+        model = self.model_with(state.get("private"))
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
-        self.private.save(client.client_id, model, self.private_names)
         flops = training_flops(self.costs, result.samples)
-        return self.report(client, model, plan, result.loss, flops)
+        return self.report(client, model, plan, result.loss, flops), self.kept(model)
+
+    def kept(self, model) -> dict:
+        """The client's new state: the private part of its trained ``model``."""
+        return {"private": copy_parameters(model, self.private_names)}
 
     def report(self, client, model, plan, loss, flops) -> ClientReport:
         """A report that uploads (and was sent) only the shared parameters."""

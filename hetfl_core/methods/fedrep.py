@@ -25,16 +25,15 @@ class FedRep(FedPer, name="fedrep", label="FedRep",
                     "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
                                           low_open=True)}
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """Head steps with the body frozen, then the round's steps on the body (Alg. 1, l. 5-9)."""
         head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"],
                                       bool(self.options["drop_last"]))
-        model = self.client_model(client.client_id)
+        model = self.model_with(state.get("private"))
         head = yield self.local_sgd(model, client, head_steps, generator, params=self.private_names)
         body = yield self.local_sgd(model, client, plan.local_steps, generator, params=self.shared_names)
-        self.private.save(client.client_id, model, self.private_names)
         head_layers = {layer_of(n) for n in self.private_names}
         body_layers = {layer_of(n) for n in self.shared_names}
         flops = (training_flops(self.costs, head.samples, trainable=head_layers)
                  + training_flops(self.costs, body.samples, trainable=body_layers))
-        return self.report(client, model, plan, body.loss, flops)
+        return self.report(client, model, plan, body.loss, flops), self.kept(model)

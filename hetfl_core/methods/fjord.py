@@ -60,7 +60,7 @@ class FjORD(HeteroFL, name="fjord", label="FjORD", color="#e6550d", marker="<"):
                                           "Flower baseline's score (each client at p_max on the whole "
                                           "test set, averaged over clients)", choices=("own", "global"))}
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """E epochs, one optimiser, each batch at a width p drawn from a generator seeded by
         the first draw of ``generator`` (which then draws the minibatches)."""
         levels = [w for w in self.levels if w <= plan.width + 1e-9]
@@ -91,7 +91,7 @@ class FjORD(HeteroFL, name="fjord", label="FjORD", color="#e6550d", marker="<"):
         with hidden_output_hook(model, drop):
             result = yield self.local_sgd(model, client, plan.local_steps, generator,
                                           loss=ordered_dropout_loss)
-        return self.report(client, plan, model, idx, result.loss, flops[0])
+        return self.report(client, plan, model, idx, result.loss, flops[0]), state
 
     def extra_metrics(self) -> dict:
         """``acc_widths``: the global model at every width level on the whole test set, in

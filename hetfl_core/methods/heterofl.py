@@ -197,7 +197,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
         return model, idx
 
-    def client_step(self, client, plan: ClientPlan, generator: torch.Generator):
+    def client_step(self, client, plan: ClientPlan, state, generator: torch.Generator):
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
         model, idx = self.cut(plan.width, self.round_idx)
         with self.scaled(model, plan.width):
@@ -205,7 +205,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
             result = yield self.local_sgd(model, client, plan.local_steps, generator,
                                           loss=self.training_loss(client), alone=True)
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
-        return self.report(client, plan, model, idx, result.loss, flops)
+        return self.report(client, plan, model, idx, result.loss, flops), state
 
     def aggregate(self, round_idx, reports):
         """Per entry: sum_k a_k held_k w_k / sum_k a_k held_k, a_k = 1 (``count``) or n_k

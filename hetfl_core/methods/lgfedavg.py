@@ -86,9 +86,9 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg",
             plan.extra["fedavg"] = round_idx <= self.fedavg_rounds
         return plans
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """A FedAvg update in the warm-start rounds; afterwards FedPer's: train all, upload
         the head."""
         if plan.extra.get("fedavg"):
-            return (yield from FedAvg.client_step(self, client, plan, generator))
-        return (yield from super().client_step(client, plan, generator))
+            return (yield from FedAvg.client_step(self, client, plan, state, generator))
+        return (yield from super().client_step(client, plan, state, generator))

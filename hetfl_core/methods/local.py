@@ -2,7 +2,7 @@
 its own data, with no communication: the floor any personalised method must beat."""
 from __future__ import annotations
 
-from ..personalization import PrivateStore
+from ..personalization import PrivateStore, copy_parameters, load_parameters
 from ..system import training_flops
 from ..training import clone_model
 from .base import ClientReport, register
@@ -23,14 +23,14 @@ class LocalOnly(FedAvg, name="local", label="Local",
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
 
-    def client_step(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """The client's own model trained and kept; nothing sent."""
-        model = self.personal_model(client.client_id)
+        model = load_parameters(clone_model(self.model), state.get("private"))
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
-        self.private.save(client.client_id, model, self.names)
-        return ClientReport(client.client_id, client.n_train, None, result.loss,
-                            flops=training_flops(self.costs, result.samples),
-                            uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
+        report = ClientReport(client.client_id, client.n_train, None, result.loss,
+                              flops=training_flops(self.costs, result.samples),
+                              uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
+        return report, {"private": copy_parameters(model, self.names)}
 
     def aggregate(self, round_idx, reports):
         """Nothing to aggregate."""

@@ -179,7 +179,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
         return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
 
-    def client_step(self, client, plan: ClientPlan, generator):
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""
         own = self.masks[plan.ratio]
         smaller = self.smaller_masks(plan.ratio)
@@ -193,7 +193,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
                             uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
                             local_steps=plan.local_steps, ratio=plan.ratio,
-                            extra={"losses_per_step": 1 + len(smaller)})
+                            extra={"losses_per_step": 1 + len(smaller)}), state
 
     def aggregate(self, round_idx, reports):
         """Sec. 3.6: theta_g[p] <- sum_{i holds p} n_i theta_i[p] / sum_{i holds p} n_i."""

@@ -42,7 +42,7 @@ class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning",
             self.mask_news = True
         return super().configure_round(round_idx, client_ids)
 
-    def client_step(self, client, plan: ClientPlan, generator):
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """FedAvg's local update under the pruning mask (none before ``prune_round``)."""
         model = clone_model(self.model)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks)
@@ -56,4 +56,4 @@ class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning",
         return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
                             flops=training_flops(self.costs, result.samples, density=density),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept) + mask_bits,
-                            local_steps=plan.local_steps, ratio=kept / n_params)
+                            local_steps=plan.local_steps, ratio=kept / n_params), state

@@ -182,10 +182,10 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
             return nnz * (FLOAT_BITS + 1) + index_bits(nnz, n_values, "binomial")
         return float(dca.upload_bits(k, n_values))
 
-    def client_step(self, client, plan: ClientPlan, generator: torch.Generator):
+    def client_step(self, client, plan: ClientPlan, state: dict, generator: torch.Generator):
         """Prune (3), masked local step(s) at the pruned model (2, 4), top-k of the base gradient (5)."""
         k, r = plan.extra["k"], plan.extra["r"]
-        model = self.client_model(client.client_id)
+        model = self.model_with(state.get("private"))
         params = dict(model.named_parameters())
 
         def flat(names, copy=False):
@@ -206,7 +206,6 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
         # trained alone: the batched trainer is not checked against (2)-(5)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks,
                                       alone=True)
-        self.private.save(client.client_id, model, self.private_names)
         gradient = (start - flat(self.shared_names)) / self.config.lr
         measured = {} if start_private is None else self.warmup_measurements(
             gradient, start_private, params, plan.local_steps)
@@ -223,10 +222,11 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
                  / (self.d_base + self.d_private))
         extra = {"k": k, "r": r, "sent_values": nnz,
                  "relaxed": plan.extra["relaxed"], **measured, **theta}
-        return ClientReport(client.client_id, client.n_train, sent,
-                            result.loss, flops=flops, uplink_bits=bits,
-                            downlink_bits=float(self.d_base * FLOAT_BITS),
-                            local_steps=plan.local_steps, ratio=r, extra=extra)
+        report = ClientReport(client.client_id, client.n_train, sent,
+                              result.loss, flops=flops, uplink_bits=bits,
+                              downlink_bits=float(self.d_base * FLOAT_BITS),
+                              local_steps=plan.local_steps, ratio=r, extra=extra)
+        return report, self.kept(model)
 
     def warmup_measurements(self, base_step, start_private, params, steps: int) -> dict:
         """A warm-up round's ||g||^2 (A3, Eq. 21: the mean gradient per local step over the

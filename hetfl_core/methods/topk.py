@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compression import ErrorFeedback, flatten, top_k, unflatten
+from ..compression import ErrorFeedback, error_feedback, flatten, top_k, unflatten
 from ..options import Option
 from ..system import dense_bits, sparse_bits, training_flops
 from ..training import clone_model
@@ -31,21 +31,23 @@ class TopK(FedAvg, name="topk", label="Top-k", color="#dbdb8d", marker=">"):
         super().setup(sim)
         self.memory = ErrorFeedback()
 
-    def client_step(self, client, plan, generator):
-        """FedAvg's local update, then the top-k of u = w_local - w_t (with memory for EF)."""
+    def client_step(self, client, plan, state, generator):
+        """FedAvg's local update, then the top-k of u = w_local - w_t (with the residual
+        memory e for EF, the client's state)."""
         model = clone_model(self.model)
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
         start = {n: p.detach() for n, p in self.model.named_parameters()}
         update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
         if self.error_feedback:
-            sent, k = self.memory.compress(client.client_id, update, self.options["k"])
+            sent, k, residual = error_feedback(update, state.get("memory"), self.options["k"])
+            state = {"memory": residual}
         else:
             sent, k = top_k(update, self.options["k"])
         d = update.numel()
         return ClientReport(client.client_id, client.n_train, sent, result.loss,
                             flops=training_flops(self.costs, result.samples),
                             uplink_bits=sparse_bits(k, d), downlink_bits=dense_bits(d),
-                            local_steps=plan.local_steps, extra={"sent_values": k})
+                            local_steps=plan.local_steps, extra={"sent_values": k}), state
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = w_t + sum_k n_k / n * s_k."""

@@ -42,18 +42,19 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask",
     def configure_round(self, round_idx, client_ids):
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
 
-    def client_step(self, client, plan, generator):
-        """Train the global model under the client's unit mask; send the kept entries."""
-        units = self.units[client.client_id]
+    def client_step(self, client, plan, state, generator):
+        """Train the global model under the client's unit mask (its state, fixed for the
+        run); send the kept entries."""
+        units = state["units"]
         masks = unit_masks_to_parameters(self.model, units)
-        model = self.personal_model(client.client_id)
+        model = masked_copy(self.model, masks)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks)
         update, kept = masked_upload(model, masks)
         return ClientReport(client.client_id, client.n_train, update, result.loss,
                             flops=training_flops(self.costs, result.samples,
                                                  keep=kept_fractions_of_units(units)),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
-                            local_steps=plan.local_steps, ratio=plan.ratio)
+                            local_steps=plan.local_steps, ratio=plan.ratio), state
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose mask holds it."""
