@@ -173,7 +173,8 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m;
         the client keeps w_i (its state)."""
         rates = plan.extra["rates"]
-        model, mask, rate, loss = self.client_cluster(client, rates, self.local_of(state.get("local")))
+        w_i = self.local_of(state.get("local"))
+        model, mask, rate, loss = self.client_cluster(client, rates, w_i)
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
         trained = {n: p.detach().clone() for n, p in model.named_parameters()}
         shared = {n: trained[n] * mask[n] for n in trained}
