@@ -31,14 +31,16 @@ update kernels fuse). The training loop
 itself makes no host-device copy and no synchronisation: the schedule of every step is
 built on the host and moved once per phase, and the losses come back once per phase.
 
-A method opts in per class (``batchable = True``, not inherited) and describes a client's
-local work as a :class:`ClientJob`; :func:`run_job` runs the same job sequentially, so the
-two paths share everything but the SGD loop.
+A client's step yields its training as :class:`~hetfl_core.training.LocalSGD` phases;
+:func:`batched_steps` trains the phases of a round's clients together where each phase
+allows it (:attr:`~hetfl_core.training.LocalSGD.batchable`), and the sequential engine
+runs the same phases one by one (:func:`~hetfl_core.training.run_step`), so the two paths
+share everything but the SGD loop.
 """
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Callable
 
@@ -48,12 +50,10 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from .devices import resolve_device
-from .lottery import joint_loss
-from .training import LocalResult, local_sgd, minibatch_indices
+from .training import LocalResult, LocalSGD, minibatch_indices
 
-__all__ = ["Phase", "ClientJob", "run_job", "run_job_sgd", "batchable_model", "train_jobs",
-           "train_group", "job_signature", "batched_updates", "uses_batched_clients", "VARIANTS",
-           "step_variant"]
+__all__ = ["batchable_model", "train_phases", "train_group", "phase_signature", "batched_steps",
+           "uses_batched_clients", "VARIANTS", "step_variant"]
 
 #: the ways a batched step can run (:func:`step_variant`)
 VARIANTS = ("plain", "compile", "cudagraphs", "fused")
@@ -78,75 +78,6 @@ def step_variant(name: str, backend: str | None = None):
         _VARIANT.update(saved)
 
 
-@dataclass
-class Phase:
-    """One call of local SGD in a client's update.
-
-    ``params``: the trained parameter names (``None``: all); ``masks``: name -> 0/1 tensor
-    kept at zero (gradient and weight); ``prox_center``/``prox_mu``: FedProx's
-    (mu/2)||w - w_c||^2 over the trained names in the centre; ``sub_masks``: the masks of
-    smaller sub-networks whose cross-entropies are averaged with the model's own (a joint
-    loss, as OFA-FL's Alg. 4); ``drop_last``: each epoch's partial batch left out (a
-    ``DataLoader(drop_last=True)``, :func:`~hetfl_core.training.minibatch_indices`).
-    """
-
-    steps: int
-    params: list[str] | None = None
-    masks: dict | None = None
-    prox_center: dict | None = None
-    prox_mu: float = 0.0
-    sub_masks: list = field(default_factory=list)
-    #: a method's own loss: ``loss(model, xb, yb)`` for ``local_sgd``, and the same loss for
-    #: the batched trainer, ``batched_loss(model, xb, yb, wb) -> (loss, tally)`` with
-    #: per-sample weights ``wb`` (1/b, 0 for padding) and a number that is summed over the
-    #: steps and handed to ``tally(total, samples)`` (e.g. correct predictions)
-    loss: Callable | None = None
-    batched_loss: Callable | None = None
-    tally: Callable | None = None
-    drop_last: bool = False
-
-    def loss_fn(self):
-        """The ``loss_fn`` that ``local_sgd`` takes for this phase (``None``: cross-entropy)."""
-        if self.loss is not None or not self.sub_masks:
-            return self.loss
-        return lambda model, xb, yb: joint_loss(model, self.sub_masks, xb, yb)
-
-
-@dataclass
-class ClientJob:
-    """A client's local work: train ``model`` (in place) phase by phase on the client's
-    data with ``generator``, then ``finish(results)`` makes the report."""
-
-    client: object
-    model: nn.Module
-    generator: torch.Generator
-    phases: list[Phase]
-    finish: Callable[[list[LocalResult]], object]
-    #: what else must agree for jobs to train together (e.g. a ratio their models hold)
-    group: tuple = ()
-
-
-def run_job(method, job: ClientJob):
-    """The job run sequentially through ``method.local_train``: the engine's own path."""
-    results = [method.local_train(job.model, job.client, phase.steps, job.generator,
-                                  params=phase.params, masks=phase.masks, loss_fn=phase.loss_fn())
-               for phase in job.phases]
-    return job.finish(results)
-
-
-def run_job_sgd(job: ClientJob, config):
-    """The job run sequentially by :func:`~hetfl_core.training.local_sgd` with the run's
-    optimiser settings and the phases' own proximal centres (a method that trains a model
-    of its own, not through ``local_train``)."""
-    results = [local_sgd(job.model, job.client.x_train, job.client.y_train, phase.steps,
-                         config.batch_size, config.lr, job.generator, momentum=config.momentum,
-                         weight_decay=config.weight_decay, prox_center=phase.prox_center,
-                         prox_mu=phase.prox_mu, masks=phase.masks, params=phase.params,
-                         loss_fn=phase.loss_fn())
-               for phase in job.phases]
-    return job.finish(results)
-
-
 def uses_batched_clients(config) -> bool:
     """Whether a run trains its rounds' clients as one batch: ``batched_clients``, or where it
     is ``None``, whether the run's device is a CUDA GPU."""
@@ -167,44 +98,42 @@ def batchable_model(model: nn.Module) -> bool:
                                                               for m in model.modules())
 
 
-def job_signature(job: ClientJob) -> tuple:
-    """Jobs with equal signatures train in one vectorised group: same parameter shapes, and
-    per phase the same trained names, masked names, proximal use and sub-network count."""
-    shapes = tuple((n, tuple(p.shape)) for n, p in job.model.named_parameters())
-    phases = tuple((None if ph.params is None else tuple(ph.params), tuple(sorted(ph.masks or {})),
-                    ph.prox_center is not None and bool(ph.prox_mu), float(ph.prox_mu),
-                    tuple(tuple(sorted(m)) for m in ph.sub_masks), ph.batched_loss is not None)
-                   for ph in job.phases)
-    return type(job.model), shapes, phases, job.group
+def phase_signature(phase: LocalSGD) -> tuple:
+    """Phases with equal signatures train in one vectorised group: the same parameter
+    shapes, trained names, masked names, proximal use, sub-network count, penalty use,
+    optimiser settings and the method's own ``group``."""
+    shapes = tuple((n, tuple(p.shape)) for n, p in phase.model.named_parameters())
+    return (type(phase.model), shapes, None if phase.params is None else tuple(phase.params),
+            tuple(sorted(phase.masks or {})), phase.prox_center is not None and bool(phase.prox_mu),
+            float(phase.prox_mu), tuple(tuple(sorted(m)) for m in phase.sub_masks),
+            phase.penalty is not None, phase.drop_last, phase.batch_size, phase.lr, phase.momentum,
+            phase.weight_decay, phase.group)
 
 
-def train_jobs(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
-               weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train every job (in place), each group of one :func:`job_signature` as one vectorised
-    batch, and return each job's per-phase :class:`LocalResult`."""
+def train_phases(phases: list[LocalSGD]) -> list[LocalResult]:
+    """Train every phase (in place), each group of one :func:`phase_signature` as one
+    vectorised batch, and return each phase's :class:`LocalResult`."""
     groups: dict[tuple, list[int]] = {}
-    for i, job in enumerate(jobs):
-        groups.setdefault(job_signature(job), []).append(i)
+    for i, phase in enumerate(phases):
+        groups.setdefault(phase_signature(phase), []).append(i)
     results = {}
     for members in groups.values():
-        group = [jobs[i] for i in members]
-        results.update(zip(members, train_group(group, batch_size, lr, momentum, weight_decay)))
-    return [results[i] for i in range(len(jobs))]
+        results.update(zip(members, train_group([phases[i] for i in members])))
+    return [results[i] for i in range(len(phases))]
 
 
-def _schedule(jobs, phase_idx: int, steps: int, batch_size: int, offsets: list[int]):
+def _schedule(phases, steps: int, batch_size: int, offsets: list[int]):
     """Every client's minibatches of one phase as [steps, K, B] row indices into the
     concatenated data, with [steps, K, B] sample weights (1/b, 0 for padding) and each
     client's batch sizes [steps, K]."""
-    k = len(jobs)
+    k = len(phases)
     index = torch.zeros(steps, k, batch_size, dtype=torch.long)
     weight = torch.zeros(steps, k, batch_size, dtype=torch.float64)
     sizes = torch.zeros(steps, k, dtype=torch.long)
-    for j, job in enumerate(jobs):
-        own = job.phases[phase_idx].steps
+    for j, phase in enumerate(phases):
         index[:, j, :] = offsets[j]
-        for s, idx in enumerate(minibatch_indices(len(job.client.y_train), own, batch_size, job.generator,
-                                                  job.phases[phase_idx].drop_last)):
+        for s, idx in enumerate(minibatch_indices(len(phase.client.y_train), phase.steps, batch_size,
+                                                  phase.generator, phase.drop_last)):
             b = len(idx)
             index[s, j, :b] = idx + offsets[j]
             weight[s, j, :b] = 1.0 / b
@@ -216,84 +145,75 @@ def _stack(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.detach() for t in tensors])
 
 
-def train_group(jobs: list[ClientJob], batch_size: int, lr: float, momentum: float = 0.0,
-                weight_decay: float = 0.0) -> list[list[LocalResult]]:
-    """Train jobs of one :func:`job_signature` together, as the module docstring says;
+def train_group(phases: list[LocalSGD]) -> list[LocalResult]:
+    """Train phases of one :func:`phase_signature` together, as the module docstring says;
     write the trained weights back."""
-    template = jobs[0].model
+    first = phases[0]
+    template = first.model
+    steps = max(ph.steps for ph in phases)
+    if steps == 0:      # no client has a batch in this phase (drop_last, all smaller than one)
+        return [LocalResult(0.0, 0, 0) for _ in phases]
     device = next(template.parameters()).device
     names = [n for n, _ in template.named_parameters()]
-    models = [dict(job.model.named_parameters()) for job in jobs]
+    models = [dict(ph.model.named_parameters()) for ph in phases]
     stacked = {n: _stack([m[n] for m in models]) for n in names}
-    x = torch.cat([job.client.x_train for job in jobs]).to(device)
-    y = torch.cat([job.client.y_train for job in jobs]).to(device)
-    offsets = list(accumulate((len(job.client.y_train) for job in jobs[:-1]), initial=0))
+    x = torch.cat([ph.client.x_train for ph in phases]).to(device)
+    y = torch.cat([ph.client.y_train for ph in phases]).to(device)
+    offsets = list(accumulate((len(ph.client.y_train) for ph in phases[:-1]), initial=0))
     dtype = next(template.parameters()).dtype
-    results = [[] for _ in jobs]
-    for p_idx, phase in enumerate(jobs[0].phases):
-        own = [job.phases[p_idx] for job in jobs]
-        own_steps = [ph.steps for ph in own]
-        steps = max(own_steps)
-        if steps == 0:      # no client has a batch in this phase (drop_last, all smaller than one)
-            for j in range(len(jobs)):
-                results[j].append(LocalResult(0.0, 0, 0))
-            continue
-        index, weight, sizes = _schedule(jobs, p_idx, steps, batch_size, offsets)
-        trained = [n for n in names if phase.params is None or n in set(phase.params)]
-        masks = {n: _stack([ph.masks[n].to(device) for ph in own]) for n in (phase.masks or {})}
-        subs = [{n: _stack([ph.sub_masks[j][n].to(device) for ph in own]) for n in sub}
-                for j, sub in enumerate(phase.sub_masks)]
-        mu = float(phase.prox_mu) if phase.prox_center is not None else 0.0
-        centers = {n: _stack([ph.prox_center[n].to(device) for ph in own])
-                   for n in trained if mu and n in phase.prox_center}
-        losses, tallies = _train_phase(template, stacked, trained, masks, subs, centers, mu,
-                                       phase.batched_loss, x, y, index.to(device),
-                                       weight.to(device=device, dtype=dtype), lr, momentum,
-                                       weight_decay)
-        sums = (losses.double().cpu() * sizes.double()).sum(0)
-        counts = sizes.sum(0)
-        tallies = tallies.double().sum(0).cpu()
-        for j, ph in enumerate(own):
-            samples = int(counts[j])
-            results[j].append(LocalResult(float(sums[j]) / max(samples, 1), samples,
-                                          int((sizes[:, j] > 0).sum())))
-            if ph.tally is not None:
-                ph.tally(float(tallies[j]), samples)
+    index, weight, sizes = _schedule(phases, steps, first.batch_size, offsets)
+    trained = [n for n in names if first.params is None or n in set(first.params)]
+    masks = {n: _stack([ph.masks[n].to(device) for ph in phases]) for n in (first.masks or {})}
+    subs = [{n: _stack([ph.sub_masks[j][n].to(device) for ph in phases]) for n in sub}
+            for j, sub in enumerate(first.sub_masks)]
+    mu = float(first.prox_mu) if first.prox_center is not None else 0.0
+    centers = {n: _stack([ph.prox_center[n].to(device) for ph in phases])
+               for n in trained if mu and n in first.prox_center}
+    losses, correct = _train_phase(template, stacked, trained, masks, subs, centers, mu,
+                                   first.penalty, x, y, index.to(device),
+                                   weight.to(device=device, dtype=dtype), first.lr,
+                                   first.momentum, first.weight_decay)
+    sums = (losses.double().cpu() * sizes.double()).sum(0)
+    counts = sizes.sum(0)
+    correct = correct.double().sum(0).cpu()
     with torch.no_grad():
         for j, m in enumerate(models):
             for n in names:
                 m[n].copy_(stacked[n][j])
-    return results
+    return [LocalResult(float(sums[j]) / max(int(counts[j]), 1), int(counts[j]),
+                        int((sizes[:, j] > 0).sum()), int(round(float(correct[j]))))
+            for j in range(len(phases))]
 
 
 class _Objective(nn.Module):
-    """A method's batched loss as a module's forward, so that ``functional_call`` swaps the
-    model's parameters for the whole loss (its forward and any other term it reads)."""
+    """The model's output and a phase's penalty as one module's forward, so that
+    ``functional_call`` swaps the model's parameters for both (the penalty reads them)."""
 
-    def __init__(self, model: nn.Module, loss: Callable):
+    def __init__(self, model: nn.Module, penalty: Callable):
         super().__init__()
-        self.model, self.loss = model, loss
+        self.model, self.penalty = model, penalty
 
-    def forward(self, xb, yb, wb):
-        return self.loss(self.model, xb, yb, wb)
+    def forward(self, xb):
+        return self.model(xb), self.penalty(self.model)
 
 
-def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss, x, y, index,
+def _train_phase(template, stacked, trained, masks, subs, centers, mu, penalty, x, y, index,
                  weight, lr, momentum, weight_decay) -> tuple[torch.Tensor, torch.Tensor]:
     """The SGD steps of one phase on the stacked parameters (updated in place in ``stacked``);
-    returns each step's per-client data loss and the method's tally, both [steps, K]."""
+    returns each step's per-client data loss and right predictions, both [steps, K]."""
     frozen_names = [n for n in stacked if n not in set(trained)]
-    objective = _Objective(template, own_loss) if own_loss is not None else None
+    objective = _Objective(template, penalty) if penalty is not None else None
 
     def client_loss(train, frozen, xb, yb, wb, client_subs, center):
         params = {**frozen, **train}
-        tally = torch.zeros((), device=xb.device)
         if objective is not None:
             renamed = {f"model.{n}": p for n, p in params.items()}
-            data_loss, tally = functional_call(objective, renamed, (xb, yb, wb))
+            out, extra = functional_call(objective, renamed, (xb,))
+            data_loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum() + extra
         else:
             out = functional_call(template, params, (xb,))
             data_loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
+        correct = ((out.argmax(1) == yb) & (wb > 0)).sum()
         if client_subs:
             terms = [data_loss]
             for m in client_subs:
@@ -304,17 +224,17 @@ def _train_phase(template, stacked, trained, masks, subs, centers, mu, own_loss,
         total = data_loss
         if mu:
             total = data_loss + 0.5 * mu * sum(((train[n] - center[n]) ** 2).sum() for n in center)
-        return total, (data_loss, tally)
+        return total, (data_loss, correct)
 
     grads_of = vmap(grad(client_loss, has_aux=True))   # every argument has the clients on dim 0
     key = (type(template), tuple((n, tuple(p.shape)) for n, p in stacked.items()), tuple(trained),
-           tuple(sorted(masks)), len(subs), mu, own_loss)
+           tuple(sorted(masks)), len(subs), mu, penalty)
     if _VARIANT["name"] in ("compile", "cudagraphs"):
         grads_of = _compiled(grads_of, key)
 
     def step(stacked, buffers, x, y, idx, wb, masks, subs, centers):
         """One SGD step of every client on rows ``idx`` (updates ``stacked`` and ``buffers``
-        in place); returns each client's data loss and tally."""
+        in place); returns each client's data loss and right predictions."""
         active = wb.sum(1) > 0          # clients with a batch at this step
         train = {n: stacked[n] for n in trained}
         frozen = {n: stacked[n] for n in frozen_names}
@@ -367,20 +287,42 @@ def _where(active: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.
     return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
-def batched_updates(method, config, jobs_in: list[tuple]):
-    """The reports of ``[(client, plan, generator), ...]``, in order: the clients whose
-    :meth:`client_job` gives a job train as one batch, the others (and every client of a
-    model that :func:`batchable_model` refuses) through ``client_update``."""
-    if not batchable_model(method.model):
-        for client, plan, generator in jobs_in:
-            yield method.client_update(client, plan, generator)
-        return
-    jobs = [method.client_job(client, plan, generator) for client, plan, generator in jobs_in]
-    batch = [i for i, job in enumerate(jobs) if job is not None]
-    results = dict(zip(batch, train_jobs([jobs[i] for i in batch], config.batch_size, method.round_lr,
-                                         method.round_momentum, config.weight_decay))) if batch else {}
-    for i, (client, plan, generator) in enumerate(jobs_in):
-        if i in results:
-            yield jobs[i].finish(results[i])
+def batched_steps(method, jobs: list[tuple]) -> list:
+    """The reports of ``[(client, plan, generator), ...]``, in order, each client's
+    :meth:`~hetfl_core.methods.base.Method.client_step` driven with the others: every step
+    runs until it yields a phase; the round's batchable phases train as one batch
+    (:func:`train_phases`), each step gets its result and runs on to its next phase, until
+    every step has returned its report and the client's new state, which the method then
+    keeps (in the clients' order). A phase that is not :attr:`~LocalSGD.batchable`
+    (and every phase of a model that :func:`batchable_model` refuses) runs at once, here,
+    so a step of such phases runs from start to end before the next client's begins, as
+    in the sequential engine."""
+    together = batchable_model(method.model)
+    reports: list = [None] * len(jobs)
+    waiting: dict[int, tuple] = {}
+
+    def advance(i, step, result):
+        """Run client ``i``'s step on until it waits on a batchable phase or returns."""
+        try:
+            phase = step.send(result)
+            while not (together and phase.batchable):
+                phase = step.send(phase.run())
+            waiting[i] = (step, phase)
+        except StopIteration as done:
+            reports[i] = done.value
+
+    for i, (client, plan, generator) in enumerate(jobs):
+        step = method.client_step(client, plan, method.client_state_of(client.client_id), generator)
+        if inspect.isgenerator(step):
+            advance(i, step, None)
         else:
-            yield method.client_update(client, plan, generator)
+            reports[i] = step
+    while waiting:
+        order = sorted(waiting)
+        results = train_phases([waiting[i][1] for i in order])
+        steps = {i: waiting.pop(i)[0] for i in order}
+        for i, result in zip(order, results):
+            advance(i, steps[i], result)
+    for (client, _, _), (_, state) in zip(jobs, reports):
+        method.set_client_state(client.client_id, state)
+    return [report for report, _ in reports]

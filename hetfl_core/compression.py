@@ -15,7 +15,7 @@ import torch
 
 from .errors import ConfigError
 
-__all__ = ["flatten", "unflatten", "top_k", "ErrorFeedback"]
+__all__ = ["flatten", "unflatten", "top_k", "ErrorFeedback", "error_feedback"]
 
 
 def flatten(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -49,7 +49,15 @@ class ErrorFeedback:
 
     def compress(self, client_id: int, update: torch.Tensor, fraction: float) -> tuple[torch.Tensor, int]:
         """s = top_k(u + e); e <- u + e - s. Returns (s, k)."""
-        corrected = update + self.clients.get(client_id, torch.zeros_like(update))
-        sent, k = top_k(corrected, fraction)
-        self.clients[client_id] = corrected - sent
+        sent, k, self.clients[client_id] = error_feedback(update, self.clients.get(client_id), fraction)
         return sent, k
+
+
+def error_feedback(update: torch.Tensor, memory: torch.Tensor | None,
+                   fraction: float) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """One client's error-feedback compression (Stich et al. 2018): s = top_k(u + e) and the
+    new residual e' = u + e - s, from the residual ``memory`` e (``None``: zero). Returns
+    (s, k, e')."""
+    corrected = update + (torch.zeros_like(update) if memory is None else memory)
+    sent, k = top_k(corrected, fraction)
+    return sent, k, corrected - sent

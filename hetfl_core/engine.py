@@ -7,7 +7,8 @@ the steps of the papers' pseudocode, in the spirit of Flower's ``Strategy``::
     for round t = 1..R:
         S_t   <- sample clients                        (engine)
         plans <- method.configure_round(t, S_t)        (server: widths, ratios, steps)
-        for k in S_t: report_k <- method.client_update(k, plan_k)   (client)
+        for k in S_t: report_k <- method.client_step(k, plan_k)     (client: its
+                                                           local SGD, run by the engine)
         method.aggregate(t, reports)                   (server)
         evaluate global and personalised models        (engine)
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .batched import batched_updates, uses_batched_clients
+from .batched import batched_steps, uses_batched_clients
 from .config import RunConfig
 from .data import FederatedData, load_dataset, make_federated
 from .devices import place_data, resolve_device
@@ -230,11 +231,12 @@ def evaluate_method(sim: Simulation, score_global: bool | None = None) -> dict:
 
 
 def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, ClientPlan]]):
-    """Each planned client's report, in order: ``client_update`` in this process, or, where
-    the run batches clients and the method opts in, the round's clients as one batch."""
+    """Each planned client's report, in order: each client's step run to its end in turn
+    (:meth:`~hetfl_core.methods.base.Method.client_update`), or, where the run batches
+    clients, the round's steps driven together (:func:`~hetfl_core.batched.batched_steps`)."""
     jobs = [(sim.data.clients[k], plan, seeded_generator(sim.config.seed, round_idx, k)) for k, plan in plans]
-    if sim.method.batchable and uses_batched_clients(sim.config):
-        yield from batched_updates(sim.method, sim.config, jobs)
+    if uses_batched_clients(sim.config):
+        yield from batched_steps(sim.method, jobs)
     else:
         yield from (sim.method.client_update(*job) for job in jobs)
 

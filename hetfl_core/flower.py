@@ -4,8 +4,8 @@ The ``ServerApp`` runs hetfl's round loop (:func:`hetfl_core.engine.run`) with t
 method as its strategy: ``configure_round`` plans each round and ``aggregate`` folds the
 replies in, and the sampling, simulated clock, costs and history are the engine's, so a run
 gives the same history under Flower as under the engine. Each planned client's train step
-is a Flower ``Message`` to a node, whose ``ClientApp`` runs the method's ``client_update``
-there::
+is a Flower ``Message`` to a node, whose ``ClientApp`` runs the method's ``client_step``
+there, its phases one after another (``client_update``)::
 
     server: shared state, plan_k, state_k  --train message-->  node k: client_update(client k, plan_k)
     server: aggregate(reports)             <--reply----------  report_k, new state_k

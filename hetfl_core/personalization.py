@@ -12,7 +12,7 @@ from .errors import ConfigError
 from .models import structured_units
 
 __all__ = ["head_parameter_names", "body_parameter_names", "layer_of",
-           "PrivateStore", "split_layers", "split_parameter_names", "paper_split"]
+           "PrivateStore", "copy_parameters", "load_parameters", "split_layers", "split_parameter_names", "paper_split"]
 
 
 def layer_of(parameter_name: str) -> str:
@@ -47,17 +47,28 @@ class PrivateStore:
 
     def save(self, client_id: int, model: nn.Module, names) -> None:
         """Keep copies of ``model``'s parameters ``names`` for ``client_id``."""
-        params = dict(model.named_parameters())
-        self.clients[client_id] = {n: params[n].detach().clone() for n in names}
+        self.clients[client_id] = copy_parameters(model, names)
 
     def load_into(self, client_id: int, model: nn.Module) -> nn.Module:
         """Write the client's private tensors into ``model`` (no-op for a new client)."""
-        if client_id in self.clients:
-            params = dict(model.named_parameters())
-            with torch.no_grad():
-                for n, value in self.clients[client_id].items():
-                    params[n].copy_(value)
-        return model
+        return load_parameters(model, self.clients.get(client_id))
+
+
+def copy_parameters(model: nn.Module, names) -> dict[str, torch.Tensor]:
+    """Copies of ``model``'s parameters ``names``, by name (a client's private part)."""
+    params = dict(model.named_parameters())
+    return {n: params[n].detach().clone() for n in names}
+
+
+def load_parameters(model: nn.Module, tensors: dict | None) -> nn.Module:
+    """``model`` with ``tensors`` (name -> tensor) written into its parameters (``None``:
+    unchanged, a client not yet visited)."""
+    if tensors:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for n, value in tensors.items():
+                params[n].copy_(value)
+    return model
 
 
 def split_layers(model: nn.Module, split: str) -> list[str]:

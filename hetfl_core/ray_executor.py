@@ -115,13 +115,14 @@ def _plain(exc: BaseException) -> str:
 
 #: class attributes ``Method.__init_subclass__`` resets on a subclass that does not set them;
 #: cloudpickle leaves out of a class it sends by value any attribute that *is* its parent's
-#: (``batchable = True`` under a batchable parent), so they travel beside it
-_OWN_DECLARATIONS = ("label", "batchable")
+#: (``reads_device_tiers = False`` under a parent that declares the same), so they travel
+#: beside it
+_OWN_DECLARATIONS = ("label", "color", "marker", "reads_device_tiers")
 
 
 def _method_by_value(cls) -> bytes:
-    """The method class ``cls`` pickled for a Ray worker, with its own ``label`` and
-    ``batchable``: by reference for the package's own methods, by value for any other (a
+    """The method class ``cls`` pickled for a Ray worker, with its own declarations
+    (:data:`_OWN_DECLARATIONS`): by reference for the package's own methods, by value for any other (a
     plug-in whose module exists only here)."""
     from ray import cloudpickle
 
@@ -138,8 +139,8 @@ def _method_by_value(cls) -> bytes:
 
 
 def _load_method(method: bytes):
-    """The class :func:`_method_by_value` pickled, with the ``label`` and ``batchable`` it
-    had in the driver (a rebuilt subclass would otherwise be reset to its defaults)."""
+    """The class :func:`_method_by_value` pickled, with the declarations it had in the
+    driver (a rebuilt subclass would otherwise be reset to its defaults)."""
     from ray import cloudpickle
 
     cls, own = cloudpickle.loads(method)

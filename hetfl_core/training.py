@@ -2,24 +2,28 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LocalResult", "steps_for_epochs", "minibatch_indices", "local_sgd", "evaluate",
-           "clone_model", "multistep_factor"]
+__all__ = ["LocalResult", "LocalSGD", "run_step", "steps_for_epochs", "minibatch_indices",
+           "local_sgd", "evaluate", "clone_model", "multistep_factor"]
 
 
 @dataclass
 class LocalResult:
-    """What a run of local SGD did: mean training loss and samples processed."""
+    """What a run of local SGD did: mean training loss, samples processed, steps taken and
+    the training predictions that were right (counted under the default cross-entropy)."""
 
     loss: float
     samples: int
     steps: int
+    correct: int = 0
 
 
 def steps_for_epochs(n_samples: int, batch_size: int, epochs: float, drop_last: bool = False) -> int:
@@ -65,14 +69,15 @@ def minibatch_indices(n: int, steps: int, batch_size: int, generator: torch.Gene
 def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, batch_size: int,
               lr: float, generator: torch.Generator, *, momentum: float = 0.0,
               weight_decay: float = 0.0, prox_center: dict | None = None, prox_mu: float = 0.0,
-              masks: dict | None = None, params=None, loss_fn=None,
+              masks: dict | None = None, params=None, loss_fn=None, penalty=None,
               clip_norm: float | None = None, drop_last: bool = False) -> LocalResult:
     """``steps`` minibatch SGD steps on (x, y), reshuffling each epoch with ``generator``.
 
     ``prox_center``/``prox_mu`` add FedProx's term (mu/2)||w - w_global||^2.
     ``masks`` (parameter name -> 0/1 tensor) keeps pruned weights at zero: gradients are
     masked before each step and weights after it. ``params`` restricts the trained
-    parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy; ``clip_norm``
+    parameters (names); ``loss_fn(model, xb, yb)`` replaces cross-entropy; ``penalty(model)``
+    is added to the cross-entropy of each step (and to the loss reported); ``clip_norm``
     scales the trained parameters' gradients to at most that global L2 norm before each step;
     ``drop_last`` leaves out each epoch's partial batch (:func:`minibatch_indices`). A run
     with no batch (``steps`` 0) leaves the model as it was and reports loss 0 over 0 samples.
@@ -84,10 +89,17 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     train_names = list(named) if params is None else list(params)
     optimizer = torch.optim.SGD([named[n] for n in train_names], lr=lr, momentum=momentum,
                                 weight_decay=weight_decay)
-    total_loss, samples, taken = 0.0, 0, 0
+    total_loss, samples, taken, correct = 0.0, 0, 0, 0
     for idx in minibatch_indices(len(y), steps, batch_size, generator, drop_last):
         xb, yb = x[idx], y[idx]
-        loss = loss_fn(model, xb, yb) if loss_fn else F.cross_entropy(model(xb), yb)
+        if loss_fn:
+            loss = loss_fn(model, xb, yb)
+        else:
+            out = model(xb)
+            loss = F.cross_entropy(out, yb)
+            correct = correct + (out.argmax(1) == yb).sum()
+            if penalty is not None:
+                loss = loss + penalty(model)
         total = loss
         if prox_mu and prox_center is not None:
             total = loss + 0.5 * prox_mu * sum(((named[k] - prox_center[k]) ** 2).sum()
@@ -108,7 +120,79 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
         total_loss += loss.item() * len(yb)
         samples += len(yb)
         taken += 1
-    return LocalResult(total_loss / max(samples, 1), samples, taken)
+    return LocalResult(total_loss / max(samples, 1), samples, taken, int(correct))
+
+
+@dataclass
+class LocalSGD:
+    """One run of local SGD that a client's step hands to the engine (``result = yield
+    LocalSGD(...)``): ``steps`` minibatch steps on ``model`` (trained in place) over the
+    client's training data, batches drawn from ``generator``, with the options of
+    :func:`local_sgd`. The engine runs it here (:meth:`run`) or, where the run batches
+    clients and the phase allows it (:attr:`batchable`), together with the other clients'
+    phases (:mod:`hetfl_core.batched`); either way the step gets a :class:`LocalResult`.
+
+    ``sub_masks`` trains on the mean loss of the model and of each masked sub-network
+    (:func:`~hetfl_core.lottery.joint_loss`); ``penalty(model)`` adds a term to the
+    cross-entropy, written once for both paths; ``loss(model, xb, yb)`` replaces the
+    cross-entropy altogether, and like ``clip_norm`` keeps the phase out of a batch;
+    ``alone`` keeps it out for a reason of the method's own; ``group`` is what else must
+    agree for phases to train together (e.g. a mode their models hold)."""
+
+    model: nn.Module
+    client: object
+    steps: int
+    generator: torch.Generator
+    batch_size: int
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    params: list | None = None
+    masks: dict | None = None
+    prox_center: dict | None = None
+    prox_mu: float = 0.0
+    sub_masks: list = field(default_factory=list)
+    penalty: Callable | None = None
+    loss: Callable | None = None
+    clip_norm: float | None = None
+    drop_last: bool = False
+    alone: bool = False
+    group: tuple = ()
+
+    @property
+    def batchable(self) -> bool:
+        """Whether the batched trainer can run this phase: no loss of the method's own, no
+        clipping and nothing else that keeps it ``alone``."""
+        return not self.alone and self.loss is None and self.clip_norm is None
+
+    def run(self) -> LocalResult:
+        """The phase run here, by :func:`local_sgd`."""
+        loss = self.loss
+        if loss is None and self.sub_masks:
+            from .lottery import joint_loss
+
+            loss = lambda model, xb, yb: joint_loss(model, self.sub_masks, xb, yb)   # noqa: E731
+        return local_sgd(self.model, self.client.x_train, self.client.y_train, self.steps,
+                         self.batch_size, self.lr, self.generator, momentum=self.momentum,
+                         weight_decay=self.weight_decay, prox_center=self.prox_center,
+                         prox_mu=self.prox_mu, masks=self.masks, params=self.params,
+                         loss_fn=loss, penalty=self.penalty, clip_norm=self.clip_norm,
+                         drop_last=self.drop_last)
+
+
+def run_step(step):
+    """A client's step (what :meth:`~hetfl_core.methods.base.Method.client_step` returns)
+    driven to its end here, one phase after another: each :class:`LocalSGD` it yields is
+    run and its result sent back; returns what the step returns (its report and the
+    client's new state). A step that trains by itself returns them without yielding."""
+    if not inspect.isgenerator(step):
+        return step
+    try:
+        phase = next(step)
+        while True:
+            phase = step.send(phase.run())
+    except StopIteration as done:
+        return done.value
 
 
 #: rows a forward pass of :func:`evaluate` takes at once: on a CPU a pass over 500 rows keeps

@@ -315,11 +315,11 @@ class Fragile(FedAvg):
     name = "toy-fragile"
     summary = "toy: diverges on seed 1 above lr 0.05"
 
-    def client_update(self, client, plan, generator):
-        report = super().client_update(client, plan, generator)
+    def client_step(self, client, plan, state, generator):
+        report, state = yield from super().client_step(client, plan, state, generator)
         if self.config.seed == 1 and self.config.lr > 0.05:
             report.loss = float("nan")
-        return report
+        return report, state
 
 
 def test_a_run_that_diverges_falls_back_one_rate_of_the_grid(tmp_path, monkeypatch):

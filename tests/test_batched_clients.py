@@ -1,5 +1,6 @@
 """A round's clients trained as one batch (hetfl_core.batched) give the sequential engine's
-numbers: the same history and final models within 1e-5, for every method that opts in.
+numbers: the same history and final models within 1e-5, for every method whose phases
+allow it.
 
 The runs are small and uneven on purpose: quantity-skewed clients of 8 to 100 samples, so
 short last batches are padded, clients run out of steps at different times (epoch-based
@@ -15,13 +16,13 @@ from torch.overrides import TorchFunctionMode
 from hetfl_core import RunConfig, batched
 from hetfl_core.engine import build_simulation, run_rounds
 from hetfl_core.errors import ConfigError
-from hetfl_core.methods.base import METHODS, get_method
+from hetfl_core.methods.base import METHODS
 
 BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2,
             train_samples=300, local_steps=4, batch_size=16, lr=0.1, momentum=0.9,
             weight_decay=1e-3, seed=1)
 OFA = {"warmup": 1, "every": 1, "ratios": [1.0, 0.6, 0.3]}
-#: what a batchable method runs with here besides BASE (none: BASE alone)
+#: what a method runs with here besides BASE (none: BASE alone)
 SETTINGS = {
     "fedprox": {"options": {"mu": 0.5}},
     "fedrep": {"options": {"head_epochs": 0.5}},
@@ -34,13 +35,17 @@ SETTINGS = {
     "ordered-mask": {"options": {"ratio": 0.5}},
     "random-mask": {"options": {"ratio": 0.6}},
     "fedlps": {"heterogeneity": "medium"},
+    "heroes": {"model": "wcnn", "weight_decay": 0.0},
+    "flanc": {"model": "wcnn", "weight_decay": 0.0},
 }
 # lg-fedavg: round 1 a FedAvg warm-start round, round 2 LG-FedAvg's; oneshot: round 2 trains
 # under the pruned mask
-#: the built-in methods, by what their classes declare: batchable or sequential
 BUILT_IN = {name: cls for name, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
-BATCHABLE = tuple(sorted(name for name, cls in BUILT_IN.items() if cls.batchable))
-SEQUENTIAL = tuple(sorted(name for name, cls in BUILT_IN.items() if not cls.batchable))
+#: the built-in methods whose phases train alone (a loss of their own, clipping, a phase
+#: marked ``alone``, or a step that trains by itself); every other one trains batched
+SEQUENTIAL = ("fedlps-code", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lotteryfl",
+              "prunefl", "sparse-prune-pfl")
+BATCHABLE = tuple(sorted(set(BUILT_IN) - set(SEQUENTIAL)))
 #: every batchable method, and runs that take other paths of the batched trainer
 CASES = {
     **{name: SETTINGS.get(name, {}) for name in BATCHABLE},
@@ -50,12 +55,14 @@ CASES = {
     "fedlps-random": {"method": "fedlps", "heterogeneity": "high",
                       "options": {"pattern": "random", "q_grad": "kept"}},
 }
+#: the phases a client's step yields, where more than one (each trains in its own batch)
+PHASES = {"fedrep": 2, "ditto": 2}
 SCORES = ("loss", "acc_global", "loss_global", "acc_personal", "loss_personal")
 
 
 def config_of(case: str, **changes) -> RunConfig:
     """The case's run (``method`` defaults to the case's name), with ``changes``."""
-    settings = {"method": case, **BASE, **CASES.get(case, {}), **changes}
+    settings = {"method": case, **BASE, **SETTINGS.get(case, {}), **CASES.get(case, {}), **changes}
     return RunConfig(**settings)
 
 
@@ -69,9 +76,9 @@ def spy_groups(monkeypatch) -> list:
     sizes = []
     real = batched.train_group
 
-    def counting(jobs, *args, **kwargs):
-        sizes.append(len(jobs))
-        return real(jobs, *args, **kwargs)
+    def counting(phases, *args, **kwargs):
+        sizes.append(len(phases))
+        return real(phases, *args, **kwargs)
 
     monkeypatch.setattr(batched, "train_group", counting)
     return sizes
@@ -134,9 +141,11 @@ def test_batched_round_matches_sequential(case, device, monkeypatch, exact_cuda)
     # on the CPU batching is asked for; on CUDA it is the default (None)
     bat = run_sim(config.replace(batched_clients=True if device == "cpu" else None))
     trained = sum(len(row["clients"]) for row in bat[1])
-    assert sum(sizes) == trained > 0        # every participant went through the batched trainer
-    # together: one group a round (OFA-FL's family: one per density ratio in use)
-    assert len(sizes) <= config.rounds * (len(OFA["ratios"]) if "ratios" in config.options else 1)
+    phases = PHASES.get(config.method, 1)
+    # every participant's every phase went through the batched trainer
+    assert sum(sizes) == trained * phases > 0
+    # together: one group a round and phase (OFA-FL's family: one per density ratio in use)
+    assert len(sizes) <= config.rounds * phases * (len(OFA["ratios"]) if "ratios" in config.options else 1)
     assert_same_run(seq, bat, tol=1e-5 if device == "cpu" else 1e-4)
 
 
@@ -174,25 +183,24 @@ def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
     assert batched.uses_batched_clients(config_of("fedavg", batched_clients=True)) is True
 
 
-def test_opt_in_is_per_class():
-    """A subclass that changes the local step is not batched through its parent's job: the
-    width methods (HeteroFL's subclasses) and Flanc stay off although their parents' flags
-    differ; every batchable method has a case here and every other built-in trains
-    sequentially."""
-    from hetfl_core.methods.fedavg import FedAvg
+def test_whether_a_phase_is_batched_follows_from_the_phase():
+    """Cross-entropy (with masks, a proximal term, a penalty, frozen parameters) batches; a
+    loss of the method's own, clipping or a phase marked ``alone`` trains alone."""
+    from hetfl_core.training import LocalSGD
 
-    assert {"heterofl", "fedrolex", "fjord", "heroes", "flanc"} <= set(SEQUENTIAL)
-    assert FedAvg.batchable and not get_method("heterofl").batchable
-    for name in CASES:
-        assert get_method(CASES[name].get("method", name)).batchable, name
-    Child = type("Child", (FedAvg,), {}, name="toy-child")
-    assert not Child.batchable                      # not inherited
+    plain = LocalSGD(torch.nn.Linear(2, 2), None, 1, torch.Generator(), 4, 0.1,
+                     penalty=lambda model: 0.0, prox_mu=0.1, params=["weight"])
+    assert plain.batchable
+    for change in ({"loss": lambda model, xb, yb: 0.0}, {"clip_norm": 1.0}, {"alone": True}):
+        assert not LocalSGD(**{**vars(plain), **change}).batchable, change
 
 
-def test_methods_without_the_hook_train_sequentially(monkeypatch):
+@pytest.mark.parametrize("name", SEQUENTIAL)
+def test_a_method_whose_phases_train_alone_never_reaches_the_batched_trainer(name, monkeypatch):
     sizes = spy_groups(monkeypatch)
-    seq = run_sim(config_of("ditto", rounds=1, batched_clients=False))
-    bat = run_sim(config_of("ditto", rounds=1, batched_clients=True))
+    config = config_of(name, rounds=1, batched_clients=True)
+    bat = run_sim(config)
+    seq = run_sim(config.replace(batched_clients=False))
     assert sizes == []
     assert seq[1][0]["loss"] == bat[1][0]["loss"]
 

@@ -107,10 +107,10 @@ def test_divergence_names_the_options_the_method_declares_step_like(tiny_config)
         defaults = {"gain": 3.0, "spare": 0.0}
         step_like_options = ("gain", "spare")
 
-        def client_update(self, client, plan, generator):
-            report = super().client_update(client, plan, generator)
+        def client_step(self, client, plan, state, generator):
+            report, state = yield from super().client_step(client, plan, state, generator)
             report.loss = float("inf")
-            return report
+            return report, state
 
     with pytest.raises(DivergenceError) as own:
         run(tiny_config.replace(method="toy-blows"))

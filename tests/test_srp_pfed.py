@@ -166,7 +166,7 @@ def test_clustered_model_is_the_fusion_and_upload_holds_exactly_the_masked_entri
     client = sim.data.clients[0]
     w_g, w_i = method.global_weights(), method.local_weights(0)
     rates = [method.walk.rates[x] for x in method.sampled]
-    model, mask, rate, _ = method.client_cluster(client, rates)
+    model, mask, rate, _ = method.client_cluster(client, rates, w_i)
     assert torch.equal(mask["fc1.weight"], update_rate_mask(w_i, rate)["fc1.weight"])
     for n, p in model.named_parameters():
         assert torch.equal(p.detach(), mask[n] * w_g[n] + (1 - mask[n]) * w_i[n])

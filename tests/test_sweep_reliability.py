@@ -81,7 +81,7 @@ class Exploding(FedAvg):
     name = "exploding-test-method"
     summary = "fails in its first client update"
 
-    def client_update(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         raise RuntimeError("boom")
 
 
@@ -164,7 +164,7 @@ class RaisesTypeError(FedAvg):
     name = "raises-type-error-test-method"
     summary = "fails in its first client update"
 
-    def client_update(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         return None + 1
 
 

@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..models import build_model
 from ..options import Option
 from ..system import CostModel, DeviceProfile, profile_model
-from ..training import multistep_factor, steps_for_epochs
+from ..training import multistep_factor, run_step, steps_for_epochs
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -112,17 +112,17 @@ def seeded_generator(*keys: int) -> torch.Generator:
 
 
 #: the class facts a subclass does not inherit, and their defaults (``label``: the ``name``)
-NOT_INHERITED = {"label": None, "batchable": False, "color": None, "marker": "o", "reads_device_tiers": True}
+NOT_INHERITED = {"label": None, "color": None, "marker": "o", "reads_device_tiers": True}
 
 
 class Method(ABC):
     """Base class of every federated method.
 
-    :meth:`client_update` and :meth:`aggregate` are abstract; the other hooks default to
+    :meth:`client_step` and :meth:`aggregate` are abstract; the other hooks default to
     the plain round (full model, E local epochs, the global model scored for everyone).
     :class:`~hetfl_core.methods.fedavg.FedAvg` implements the two, and most methods
     subclass it and override what their paper changes. A method names itself in its class
-    keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg", batchable=True,
+    keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg",
     color="#1f77b4", marker="o", reads_device_tiers=False)`` (or as class attributes; these
     facts are the method's own, not inherited), and gives a docstring whose first line is its ``summary`` (what
     ``list`` shows) and ``option_specs`` (each option an :class:`~hetfl_core.options.Option`;
@@ -143,10 +143,6 @@ class Method(ABC):
     #: options that blow local SGD up when too large (a proximal coefficient), named by the
     #: message of a non-finite loss
     step_like_options: tuple[str, ...] = ()
-    #: whether :meth:`client_job` describes the local update, so that a round's clients may
-    #: train as one batch (:mod:`hetfl_core.batched`); never inherited: a subclass that
-    #: changes the local step must opt in again
-    batchable = False
     #: the figures' colour (hex) and marker (matplotlib's) for the method
     #: (:func:`hetfl_core.plots.method_style`); never inherited: a subclass is another method
     #: and draws in its own (none: a spare colour picked by its name)
@@ -163,8 +159,9 @@ class Method(ABC):
     state_types: tuple = ()
     #: the attributes that hold each client's own state, each a dict keyed by client id or an
     #: object whose ``clients`` attribute is one (a :class:`~hetfl_core.personalization.PrivateStore`):
-    #: personal heads, masks, scores. A Flower node receives and sends back only its own
-    #: client's entries (:meth:`client_state_of`, :meth:`set_client_state`); inherited
+    #: personal heads, masks, scores. A client's step receives its own entries as its
+    #: ``state`` and returns them (:meth:`client_state_of`, :meth:`set_client_state`), and a
+    #: Flower node receives and sends back only those; inherited
     client_state: tuple[str, ...] = ()
     #: the attributes only the server reads (bandit statistics, every client's width or
     #: ratio; the cost model always): a Flower node receives ``None`` in their place; inherited
@@ -178,13 +175,13 @@ class Method(ABC):
         return {}
 
     def __init_subclass__(cls, name: str | None = None, label: str | None = None,
-                          batchable: bool | None = None, color: str | None = None,
+                          color: str | None = None,
                           marker: str | None = None, reads_device_tiers: bool | None = None, **kwargs):
         """Take the class keywords, reset the facts a subclass does not inherit
         (:data:`NOT_INHERITED`) unless the class gives them, derive ``defaults`` from
         ``option_specs`` (or specs from ``defaults``) and ``summary`` from the docstring."""
         super().__init_subclass__(**kwargs)
-        given = {"name": name, "label": label, "batchable": batchable, "color": color, "marker": marker,
+        given = {"name": name, "label": label, "color": color, "marker": marker,
                  "reads_device_tiers": reads_device_tiers}
         for key, value in given.items():
             if value is not None:
@@ -266,14 +263,31 @@ class Method(ABC):
         return {k: ClientPlan(self.local_steps(self.data.clients[k])) for k in client_ids}
 
     @abstractmethod
-    def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
-        """Client: train locally and report the update and its costs."""
+    def client_step(self, client: ClientData, plan: ClientPlan, state: dict, generator: torch.Generator):
+        """Client: train locally and return the report of the update and its costs, and the
+        client's new state: ``return report, state``.
 
-    def client_job(self, client: ClientData, plan: ClientPlan, generator: torch.Generator):
-        """Client, for the batched trainer (``batchable`` classes): the local update as a
-        :class:`~hetfl_core.batched.ClientJob`, or ``None`` (before drawing from
-        ``generator``) to train this client through :meth:`client_update`."""
-        return None
+        ``state`` is the client's own state (:meth:`client_state_of`: its entry of each
+        :attr:`client_state` attribute, by name), the only per-client state a step reads;
+        the engine keeps what it returns (:meth:`set_client_state`). The step hands its
+        training to the engine: ``result = yield LocalSGD(...)`` (a
+        :class:`~hetfl_core.training.LocalSGD`; :meth:`FedAvg.local_sgd
+        <hetfl_core.methods.fedavg.FedAvg.local_sgd>` builds one with the run's optimiser
+        settings) gives back the :class:`~hetfl_core.training.LocalResult` once the engine
+        has run it, alone or batched with the round's other clients; a step may yield
+        several phases, and one that trains by itself may return its report without
+        yielding. ``generator`` draws the client's minibatches.
+        """
+
+    def client_update(self, client: ClientData, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+        """The client's :meth:`client_step` run here to its report, its phases one after
+        another (:func:`~hetfl_core.training.run_step`), from the client's state and its
+        new state kept: the sequential engine's and a Flower node's way to train one
+        client."""
+        k = client.client_id
+        report, state = run_step(self.client_step(client, plan, self.client_state_of(k), generator))
+        self.set_client_state(k, state)
+        return report
 
     @abstractmethod
     def aggregate(self, round_idx: int, reports: list[ClientReport]) -> None:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import torch
 
 from ..options import Option
-from ..personalization import PrivateStore
+from ..personalization import PrivateStore, copy_parameters, load_parameters
 from ..system import training_flops
 from ..training import clone_model, steps_for_epochs
-from .base import ClientPlan, ClientReport, register
+from .base import ClientPlan, register
 from .fedavg import FedAvg
 
 
@@ -42,8 +42,8 @@ from .fedavg import FedAvg
 class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", reads_device_tiers=False):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
-    Trains its clients sequentially: a visit trains two models (the global copy, then v_k
-    on the same minibatches), where a batched job trains one model on one generator stream.
+    A visit trains two models, the global copy, then v_k on the same minibatches: two
+    phases, each batched with the other clients' where the run batches clients.
     """
     state_types = (PrivateStore,)                    # the clients' private parameters
     client_state = ("private",)                      # each client's personal model v_k
@@ -62,21 +62,26 @@ class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", re
         self.names = [n for n, _ in self.model.named_parameters()]
         self.initial = clone_model(self.model)   # w^0, every v_k's start (Alg. 1's v_k^0)
 
-    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+    def client_step(self, client, plan: ClientPlan, state: dict, generator: torch.Generator):
         """Alg. 1: FedAvg's update from w^t, then as many proximal steps on v_k on the same
         batches (or ``personal_epochs`` epochs)."""
         same_batches = torch.Generator().set_state(generator.get_state())
-        report = super().client_update(client, plan, generator)
+        report, state = yield from super().client_step(client, plan, state, generator)
         epochs, batch = self.options["personal_epochs"], self.config.batch_size
         steps = plan.local_steps if epochs is None else steps_for_epochs(client.n_train, batch, float(epochs))
-        personal = self.personal_model(client.client_id)
-        mine = self.local_train(personal, client, steps, same_batches, prox_mu=float(self.options["lam"]))
-        self.private.save(client.client_id, personal, self.names)
+        personal = self.personal_of(state.get("private"))
+        mine = yield self.local_sgd(personal, client, steps, same_batches,
+                                    prox_mu=float(self.options["lam"]))
         report.flops += training_flops(self.costs, mine.samples)
         report.extra["personal_loss"] = mine.loss
-        return report
+        return report, {**state, "private": copy_parameters(personal, self.names)}
+
+    def personal_of(self, private: dict | None):
+        """v_k from the client's kept ``private`` tensors; before its first visit, its start
+        (w^0, or the global model)."""
+        start = self.initial if self.options["personal_start"] == "initial" else self.model
+        return load_parameters(clone_model(start), private)
 
     def personal_model(self, client_id):
         """v_k; before the client's first visit, its start (w^0, or the global model)."""
-        start = self.initial if self.options["personal_start"] == "initial" else self.model
-        return self.private.load_into(client_id, clone_model(start))
+        return self.personal_of(self.private.clients.get(client_id))

@@ -30,7 +30,6 @@ finetune_when="every"`` is the behaviour of earlier versions of this class).
 """
 from __future__ import annotations
 
-from ..batched import ClientJob
 from ..options import Option
 from ..personalization import layer_of
 from ..streams import STREAMS
@@ -42,7 +41,7 @@ from .fedper import FedPer
 
 
 @register
-class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True, color="#66c2a4", marker="D"):
+class FedBABU(FedPer, name="fedbabu", label="FedBABU", color="#66c2a4", marker="D"):
     """FedBABU: body trained under a frozen head, then fine-tuned locally (Oh et al. 2022)"""
 
     option_specs = {**FedPer.option_specs,
@@ -74,15 +73,14 @@ class FedBABU(FedPer, name="fedbabu", label="FedBABU", batchable=True, color="#6
         super().setup(sim)
         self.rounds_done = 0
 
-    def job_on(self, model, client, plan, generator):
-        """Train only the body of ``model`` (the global one; the head stays at its shared
-        random init) and upload the body."""
-        def finish(results):
-            body = {layer_of(n) for n in self.shared_names}
-            flops = training_flops(self.costs, results[0].samples, trainable=body)
-            return self.report(client, model, plan, results[0].loss, flops)
-        return ClientJob(client, model, generator,
-                         [self.phase(plan.local_steps, params=self.shared_names)], finish)
+    def client_step(self, client, plan, state, generator):
+        """Train only the body of the global model (the head stays at its shared random
+        init) and upload the body; nothing is kept on the client."""
+        model = self.model_with(state.get("private"))
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, params=self.shared_names)
+        body = {layer_of(n) for n in self.shared_names}
+        flops = training_flops(self.costs, result.samples, trainable=body)
+        return self.report(client, model, plan, result.loss, flops), state
 
     def lr_at(self, round_idx):
         """The run's lr, or with ``lr_schedule="multistep"`` x0.1 after rounds R//2 and 3R//4."""

@@ -4,7 +4,7 @@ Algorithm 1 of the paper, as hooks:
 
 * ``configure_round`` (lines 3-4): send omega^r and each client's ratio s_k^r; the client
   caps it at its capability, s = min(s, z_k) (Sec. III-B);
-* ``client_update`` (lines 17-27): train the weights and the per-unit importance scores Q
+* ``client_step`` (lines 17-27): train the weights and the per-unit importance scores Q
   jointly on L = CE(sparse model) + mu L_pr + lambda L_ir (Eqs. 6-9), the pattern being
   the top-s units of Q in every hidden layer (Eq. 4), recomputed at every step; keep the
   sparse model for inference (line 24) and upload the sparse residual (Eq. 12) with the
@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..bandits import PUCBV, pucbv_reward
-from ..batched import ClientJob, Phase, run_job_sgd
 from ..options import Option
 from ..errors import ConfigError
 from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
@@ -63,7 +61,7 @@ def pucbv_horizon(config) -> float:
 
 
 @register
-class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d62728", marker="o"):
+class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o"):
     """FedLPS: learnable personalised unit sparsity, P-UCBV sparse ratios (Xue et al.)"""
     client_state = ("scores", "personal")           # each client's Q and its kept sparse model
     server_state = ("agents", "proposed", "previous_accuracy", "ratios")   # P-UCBV's
@@ -179,11 +177,12 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d627
             self.previous_accuracy[k] = acc
 
     # -- client ------------------------------------------------------------------------------
-    def round_scores(self, client_id: int, generator: torch.Generator) -> dict:
-        """The scores that rank units: learned Q, or a heuristic pattern's constant scores."""
+    def round_scores(self, learned: dict | None, generator: torch.Generator) -> dict:
+        """The scores that rank units: the client's ``learned`` Q, or a heuristic pattern's
+        constant scores."""
         pattern = self.options["pattern"]
         if pattern == "learned":
-            return self.scores[client_id]
+            return learned
         units = {n: k for n, _, k in structured_units(self.model)}
         if pattern == "ordered":
             return {n: -torch.arange(k, dtype=torch.float32) for n, k in units.items()}
@@ -205,64 +204,36 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d627
                 held[name] = held[name] * cols.view(1, -1, *([1] * (p.dim() - 2)))
         return held
 
-    def client_update(self, client, plan: ClientPlan, generator):
-        """Alg. 1 lines 17-27: joint SGD on weights and scores (Eqs. 10-11), then Eqs. (12), (14)."""
-        return run_job_sgd(self.client_job(client, plan, generator), self.config)
-
-    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
-        """:meth:`client_update` as a job: one phase on the scored network, whose loss also
-        counts the right training predictions (the accuracy of P-UCBV's reward)."""
-        o, k = self.options, client.client_id
+    def client_step(self, client, plan: ClientPlan, state, generator):
+        """Alg. 1 lines 17-27: joint SGD on weights and scores (Eqs. 10-11) of the scored
+        network, then Q and the sparse model kept (the client's state), the residual of
+        Eq. (12) over the trained support and the local cost of Eq. (14)."""
+        o, state = self.options, dict(state)
         mode = {"learned": "learned", "magnitude": "magnitude"}.get(o["pattern"], "fixed")
-        scored = ScoredNetwork(clone_model(self.model), self.round_scores(k, generator), plan.ratio,
-                               self.consumers, mode=mode, q_grad=o["q_grad"])
-        seen = {"correct": 0, "total": 0}
-
-        def loss_fn(model, xb, yb):   # Eq. (9) without L_pr, which local_sgd adds
-            out = model(xb)
-            seen["correct"] += int((out.argmax(1) == yb).sum())
-            seen["total"] += len(yb)
-            loss = F.cross_entropy(out, yb)
-            return loss + o["lam"] * model.importance_loss() if mode == "learned" else loss
-
-        def batched_loss(model, xb, yb, wb):   # the same, weighted per sample; padding counts not
-            out = model(xb)
-            loss = (F.cross_entropy(out, yb, reduction="none") * wb).sum()
-            if mode == "learned":
-                loss = loss + o["lam"] * model.importance_loss()
-            return loss, ((out.argmax(1) == yb) & (wb > 0)).sum()
-
-        def tally(correct, total):
-            seen.update(correct=int(round(correct)), total=total)
-
+        scored = ScoredNetwork(clone_model(self.model), self.round_scores(state.get("scores"), generator),
+                               plan.ratio, self.consumers, mode=mode, q_grad=o["q_grad"])
         center = {f"net.{n}": p.detach().clone() for n, p in self.model.named_parameters()}
         names = [n for n, p in scored.named_parameters() if p.requires_grad]
-        phase = Phase(plan.local_steps, params=names, prox_center=center, prox_mu=o["mu"],
-                      loss=loss_fn, batched_loss=batched_loss, tally=tally)
-
-        def finish(results):
-            return self.finish_update(client, plan, scored, results[0], seen, mode)
-        return ClientJob(client, scored, generator, [phase], finish, group=(mode, o["q_grad"]))
-
-    def finish_update(self, client, plan, scored, result, seen, mode) -> ClientReport:
-        """Alg. 1 lines 22-27 after the local SGD: keep Q and the sparse model, the residual
-        of Eq. (12) over the trained support, and the local cost of Eq. (14)."""
-        o, k = self.options, client.client_id
+        # Eq. (9): cross-entropy + lambda L_imp (+ L_pr, the proximal term)
+        importance = (lambda model: o["lam"] * model.importance_loss()) if mode == "learned" else None
+        result = yield self.local_sgd(scored, client, plan.local_steps, generator, params=names,
+                                      penalty=importance, group=(mode, o["q_grad"]),
+                                      prox_mu=o["mu"], prox_center=center)
         keep = scored.pattern()
         if mode == "learned":
-            self.scores[k] = {n: q.detach().clone() for n, q in scored.score_values().items()}
+            state["scores"] = {n: q.detach().clone() for n, q in scored.score_values().items()}
         local = dict(scored.net.named_parameters())
         held = self.support(keep)
         unit_mask = unit_masks_to_parameters(self.model, keep)
         with torch.no_grad():
             residual = {n: (g - local[n]) * held[n] for n, g in self.model.named_parameters()}   # Eq. (12)
-            self.personal[k] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
+            state["personal"] = {n: local[n].detach() * unit_mask.get(n, 1.0) for n in local}  # line 24
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         magnitude = top_units(unit_magnitudes(scored.net), plan.ratio)
         return self.report(client, plan, (residual, held), result.loss, flops, up,
-                           seen["correct"] / max(seen["total"], 1), keep,
-                           magnitude_units=pattern_string(magnitude))
+                           result.correct / max(result.samples, 1), keep,
+                           magnitude_units=pattern_string(magnitude)), state
 
     def report(self, client, plan, update, loss, flops, up, acc, keep, **extra) -> ClientReport:
         """The client's report with the local cost T of Eq. (14) and the training accuracy a
@@ -279,7 +250,7 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", batchable=True, color="#d627
     def unit_pattern(self, client_id: int) -> dict[str, torch.Tensor]:
         """The pattern the client's scores give now (a random pattern: its round-zero draw)."""
         fixed = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
-        return top_units(self.round_scores(client_id, fixed), self.ratios[client_id])
+        return top_units(self.round_scores(self.scores.get(client_id), fixed), self.ratios[client_id])
 
     def personal_model(self, client_id):
         """The sparse model the client kept (Alg. 1 line 24); before its first round, omega^r under its mask."""

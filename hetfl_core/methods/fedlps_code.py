@@ -150,8 +150,9 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
             plan.extra.update(lr=lr, round=round_idx)
         return plans
 
-    def client_update(self, client, plan: ClientPlan, generator):
-        """One visit as Hetero_Client.update_weights_leanable runs it (see the module docstring)."""
+    def client_step(self, client, plan: ClientPlan, state, generator):
+        """One visit as Hetero_Client.update_weights_leanable runs it (see the module
+        docstring): its own SGD loop, so the report comes back without a phase yielded."""
         o, k = self.options, client.client_id
         net = clone_model(self.model)
         params = dict(net.named_parameters())
@@ -196,12 +197,13 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
                 layer = name.rsplit(".", 1)[0]
                 mask = rows[layer] if name.endswith(".weight") and layer in rows else 1.0
                 update[name] = (params[name].detach() - p.detach()) * mask
+            state = dict(state)
             if plan.ratio > o["keep_above"]:   # kept model: the sparse state after the last step
-                self.personal[k] = {name: p.detach().clone() for name, p in params.items()}
+                state["personal"] = {name: p.detach().clone() for name, p in params.items()}
         flops = training_flops(self.costs, samples, keep=kept_fractions_of_units(keep))
         sent = sum(float((u != 0).sum()) if u.dim() > 1 else u.numel() for u in update.values())
         return self.report(client, plan, update, total_loss / max(samples, 1), flops,
-                           dense_bits(int(sent)), correct / max(samples, 1), keep)
+                           dense_bits(int(sent)), correct / max(samples, 1), keep), state
 
     def aggregate(self, round_idx, reports):
         """omega^{r+1} = omega^r + mean_k Delta_k + N(0, noise^2) (agg/avg.py:9-24), then

@@ -8,7 +8,6 @@ Both phases leave each epoch's partial batch out, as PFLlib's FedRep (``drop_las
 """
 from __future__ import annotations
 
-from ..batched import ClientJob
 from ..personalization import layer_of
 from ..system import training_flops
 from ..training import steps_for_epochs
@@ -18,7 +17,7 @@ from .fedper import FedPer
 
 
 @register
-class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True,
+class FedRep(FedPer, name="fedrep", label="FedRep",
              color="#1b9e77", marker="s", reads_device_tiers=False):
     """FedRep: private head trained first, then the shared body (Collins et al. 2021)"""
 
@@ -26,19 +25,15 @@ class FedRep(FedPer, name="fedrep", label="FedRep", batchable=True,
                     "head_epochs": Option(1.0, "local epochs on the head before the body's, each round", 0, 10_000,
                                           low_open=True)}
 
-    def job_on(self, model, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """Head steps with the body frozen, then the round's steps on the body (Alg. 1, l. 5-9)."""
         head_steps = steps_for_epochs(client.n_train, self.config.batch_size, self.options["head_epochs"],
                                       bool(self.options["drop_last"]))
-
-        def finish(results):
-            head, body = results
-            self.private.save(client.client_id, model, self.private_names)
-            head_layers = {layer_of(n) for n in self.private_names}
-            body_layers = {layer_of(n) for n in self.shared_names}
-            flops = (training_flops(self.costs, head.samples, trainable=head_layers)
-                     + training_flops(self.costs, body.samples, trainable=body_layers))
-            return self.report(client, model, plan, body.loss, flops)
-        phases = [self.phase(head_steps, params=self.private_names),
-                  self.phase(plan.local_steps, params=self.shared_names)]
-        return ClientJob(client, model, generator, phases, finish)
+        model = self.model_with(state.get("private"))
+        head = yield self.local_sgd(model, client, head_steps, generator, params=self.private_names)
+        body = yield self.local_sgd(model, client, plan.local_steps, generator, params=self.shared_names)
+        head_layers = {layer_of(n) for n in self.private_names}
+        body_layers = {layer_of(n) for n in self.shared_names}
+        flops = (training_flops(self.costs, head.samples, trainable=head_layers)
+                 + training_flops(self.costs, body.samples, trainable=body_layers))
+        return self.report(client, model, plan, body.loss, flops), self.kept(model)

@@ -60,7 +60,7 @@ class FjORD(HeteroFL, name="fjord", label="FjORD", color="#e6550d", marker="<"):
                                           "Flower baseline's score (each client at p_max on the whole "
                                           "test set, averaged over clients)", choices=("own", "global"))}
 
-    def client_update(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """E epochs, one optimiser, each batch at a width p drawn from a generator seeded by
         the first draw of ``generator`` (which then draws the minibatches)."""
         levels = [w for w in self.levels if w <= plan.width + 1e-9]
@@ -89,9 +89,9 @@ class FjORD(HeteroFL, name="fjord", label="FjORD", color="#e6550d", marker="<"):
             return out * active[name].view(1, -1, *([1] * (out.dim() - 2)))
 
         with hidden_output_hook(model, drop):
-            result = self.local_train(model, client, plan.local_steps, generator,
-                                      loss_fn=ordered_dropout_loss)
-        return self.report(client, plan, model, idx, result.loss, flops[0])
+            result = yield self.local_sgd(model, client, plan.local_steps, generator,
+                                          loss=ordered_dropout_loss)
+        return self.report(client, plan, model, idx, result.loss, flops[0]), state
 
     def extra_metrics(self) -> dict:
         """``acc_widths``: the global model at every width level on the whole test set, in

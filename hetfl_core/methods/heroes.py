@@ -199,7 +199,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
         sigma2 = float(((g - mean) ** 2).sum(1).mean())
         return float(np.mean(losses)), mean, sigma2, float((g ** 2).sum(1).mean())
 
-    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Alg. 2: compose the client's model from (v, u_S), run tau SGD steps on the factors,
         estimate F_n, L_n, sigma_n^2, G_n^2, send the factors back."""
         sel: Selection = plan.extra["selection"]
@@ -213,7 +213,8 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
             x, y = client.x_train[xs], client.y_train[xs]
             start = torch.cat([p.detach().flatten() for p in model.parameters()])
             F0, g0, sigma2, G2 = self.gradient_statistics(model, x, y)
-        result = self.local_train(model, client, plan.local_steps, generator)
+        # alone: the composed model's forward reads its selection, not only its parameters
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, alone=True)
         if estimate:
             end = torch.cat([p.detach().flatten() for p in model.parameters()])
             _, g1, _, _ = self.gradient_statistics(model, x, y)
@@ -226,7 +227,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
             6.0 * self.model.composition_macs(sel.p) * plan.local_steps
         return ClientReport(client.client_id, client.n_train, (sel, model.state_dict()), result.loss,
                             flops=flops, uplink_bits=bits, downlink_bits=bits,
-                            local_steps=plan.local_steps, width=plan.width, extra=extra)
+                            local_steps=plan.local_steps, width=plan.width, extra=extra), state
 
     # -- aggregation ----------------------------------------------------------
     def aggregate(self, round_idx, reports):

@@ -197,14 +197,15 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
         model.load_state_dict(extract(self.model, self.model.state_dict(), idx))
         return model, idx
 
-    def client_update(self, client, plan: ClientPlan, generator: torch.Generator) -> ClientReport:
+    def client_step(self, client, plan: ClientPlan, state, generator: torch.Generator):
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
         model, idx = self.cut(plan.width, self.round_idx)
         with self.scaled(model, plan.width):
-            result = self.local_train(model, client, plan.local_steps, generator,
-                                      loss_fn=self.training_loss(client))
+            # alone: the Scaler is a hook the batched trainer is not checked against
+            result = yield self.local_sgd(model, client, plan.local_steps, generator,
+                                          loss=self.training_loss(client), alone=True)
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
-        return self.report(client, plan, model, idx, result.loss, flops)
+        return self.report(client, plan, model, idx, result.loss, flops), state
 
     def aggregate(self, round_idx, reports):
         """Per entry: sum_k a_k held_k w_k / sum_k a_k held_k, a_k = 1 (``count``) or n_k

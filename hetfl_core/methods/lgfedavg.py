@@ -39,7 +39,7 @@ from .fedper import FedPer
 
 
 @register
-class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True,
+class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg",
                color="#005a32", marker="^", reads_device_tiers=False):
     """LG-FedAvg: private local body, shared global head (Liang et al. 2020)"""
 
@@ -86,14 +86,9 @@ class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg", batchable=True,
             plan.extra["fedavg"] = round_idx <= self.fedavg_rounds
         return plans
 
-    def client_update(self, client, plan, generator):
-        """A FedAvg update in the warm-start rounds; afterwards train all, upload the head."""
+    def client_step(self, client, plan, state, generator):
+        """A FedAvg update in the warm-start rounds; afterwards FedPer's: train all, upload
+        the head."""
         if plan.extra.get("fedavg"):
-            return FedAvg.client_update(self, client, plan, generator)
-        return super().client_update(client, plan, generator)
-
-    def client_job(self, client, plan, generator):
-        """:meth:`client_update` as a job: FedAvg's, then FedPer's (all trained, head uploaded)."""
-        if plan.extra.get("fedavg"):
-            return FedAvg.client_job(self, client, plan, generator)
-        return super().client_job(client, plan, generator)
+            return (yield from FedAvg.client_step(self, client, plan, state, generator))
+        return (yield from super().client_step(client, plan, state, generator))

@@ -2,8 +2,7 @@
 its own data, with no communication: the floor any personalised method must beat."""
 from __future__ import annotations
 
-from ..batched import ClientJob
-from ..personalization import PrivateStore
+from ..personalization import PrivateStore, copy_parameters, load_parameters
 from ..system import training_flops
 from ..training import clone_model
 from .base import ClientReport, register
@@ -11,7 +10,7 @@ from .fedavg import FedAvg
 
 
 @register
-class LocalOnly(FedAvg, name="local", label="Local", batchable=True,
+class LocalOnly(FedAvg, name="local", label="Local",
                 color="#08306b", marker="x", reads_device_tiers=False):
     """Local-only training: no communication, the personalisation floor"""
     state_types = (PrivateStore,)                    # the clients' private parameters
@@ -24,16 +23,14 @@ class LocalOnly(FedAvg, name="local", label="Local", batchable=True,
         self.private = PrivateStore()
         self.names = [n for n, _ in self.model.named_parameters()]
 
-    def client_job(self, client, plan, generator):
+    def client_step(self, client, plan, state, generator):
         """The client's own model trained and kept; nothing sent."""
-        model = self.personal_model(client.client_id)
-
-        def finish(results):
-            self.private.save(client.client_id, model, self.names)
-            return ClientReport(client.client_id, client.n_train, None, results[0].loss,
-                                flops=training_flops(self.costs, results[0].samples),
-                                uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
-        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
+        model = load_parameters(clone_model(self.model), state.get("private"))
+        result = yield self.local_sgd(model, client, plan.local_steps, generator)
+        report = ClientReport(client.client_id, client.n_train, None, result.loss,
+                              flops=training_flops(self.costs, result.samples),
+                              uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
+        return report, {"private": copy_parameters(model, self.names)}
 
     def aggregate(self, round_idx, reports):
         """Nothing to aggregate."""

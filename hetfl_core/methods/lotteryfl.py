@@ -43,16 +43,19 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
 
     def ticket(self, client_id: int) -> dict:
         """The client's mask over the prunable weights (all ones before its first pruning)."""
-        if client_id not in self.tickets:
-            params = dict(self.model.named_parameters())
-            self.tickets[client_id] = {n: torch.ones_like(params[n]) for n in self.prunable}
-        return self.tickets[client_id]
+        return self.tickets.get(client_id) or self.full_ticket()
 
-    def client_update(self, client, plan, generator):
-        """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the ticket."""
+    def full_ticket(self) -> dict:
+        """The mask of a client not yet pruned: all ones over the prunable weights."""
+        params = dict(self.model.named_parameters())
+        return {n: torch.ones_like(params[n]) for n in self.prunable}
+
+    def client_step(self, client, plan, state, generator):
+        """Prune and rewind if accurate enough (Alg. 1, l. 6-11), then train under the
+        ticket, the client's state."""
         k = client.client_id
-        model = self.personal_model(k)
-        mask = self.ticket(k)
+        mask = state.get("tickets") or self.full_ticket()
+        model = masked_copy(self.model, mask)
         kept = float(sum(m.sum() for m in mask.values()) / sum(m.numel() for m in mask.values()))
         x, y = (client.x_val, client.y_val) if len(client.y_val) else (client.x_train, client.y_train)
         correct, _ = evaluate(model, x, y)
@@ -66,19 +69,21 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
                 survivors = params[n].detach().abs() * m  # pruned weights are zero: they rank last
                 layer_keep = float(m.mean()) * density / kept
                 new[n] = magnitude_mask({n: survivors}, max(layer_keep, 1e-6), "layer")[n] * m
-            self.tickets[k] = mask = new
+            mask = new
             with torch.no_grad():
                 for n, p in params.items():  # rewind the survivors to theta_0
                     p.copy_(self.initial[n] * mask.get(n, 1.0))
             changed = True
-        result = self.local_train(model, client, plan.local_steps, generator, masks=mask)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask,
+                                      alone=True)   # not checked against the batched trainer
         update, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())
-        return ClientReport(k, client.n_train, update, result.loss,
-                            flops=training_flops(self.costs, result.samples, density=layer_densities(mask)),
-                            uplink_bits=dense_bits(n_kept) + mask_bits, downlink_bits=dense_bits(n_kept),
-                            local_steps=plan.local_steps, ratio=n_kept / n_params)
+        report = ClientReport(k, client.n_train, update, result.loss,
+                              flops=training_flops(self.costs, result.samples, density=layer_densities(mask)),
+                              uplink_bits=dense_bits(n_kept) + mask_bits, downlink_bits=dense_bits(n_kept),
+                              local_steps=plan.local_steps, ratio=n_kept / n_params)
+        return report, {"tickets": mask}
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose ticket holds it."""

@@ -11,7 +11,7 @@ from .ofafl import OFAFL
 
 
 @register
-class LTP(OFAFL, name="ltp", label="LTP", batchable=True, color="#525252", marker="D"):
+class LTP(OFAFL, name="ltp", label="LTP", color="#525252", marker="D"):
     """Lottery-ticket pruning into nested masks, own-sub-network loss only (OFA-FL's LTP baseline)"""
 
     joint = False

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import torch
 
-from ..batched import ClientJob
 from ..options import Option
 from ..errors import ConfigError
 from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within,
@@ -63,7 +62,7 @@ def capacities_by_tier(ratios: list[float], devices) -> list[float]:
 
 
 @register
-class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c", marker="D"):
+class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
     """OFA-FL: one model, nested lottery-ticket masks per ratio, joint sub-network loss (Varma et al. 2023)"""
     server_state = ("capacity", "trigger", "test_set")   # the pruning schedule's
 
@@ -180,26 +179,21 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c
         """m_i: the masks of the pruned ratios below the client's own (empty without the joint loss)."""
         return [self.masks[r] for r in self.pruned if r < ratio] if self.joint else []
 
-    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Alg. 4: train own * theta on the mean loss of the own and every smaller sub-network."""
         own = self.masks[plan.ratio]
         smaller = self.smaller_masks(plan.ratio)
         model = self.sub_network(plan.ratio)
-
-        def finish(results):
-            result = results[0]
-            update, n_held = masked_upload(model, own)
-            flops = training_cost(self.costs, [own, *smaller], result.samples,
-                                  self.options["flops_model"])
-            news = [r for r in self.mask_news if r <= plan.ratio]
-            mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
-            return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
-                                uplink_bits=dense_bits(n_held),
-                                downlink_bits=dense_bits(n_held) + mask_bits,
-                                local_steps=plan.local_steps, ratio=plan.ratio,
-                                extra={"losses_per_step": 1 + len(smaller)})
-        phase = self.phase(plan.local_steps, masks=own, sub_masks=smaller)
-        return ClientJob(client, model, generator, [phase], finish)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=own,
+                                      sub_masks=smaller)
+        update, n_held = masked_upload(model, own)
+        flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
+        news = [r for r in self.mask_news if r <= plan.ratio]
+        mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
+        return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
+                            uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
+                            local_steps=plan.local_steps, ratio=plan.ratio,
+                            extra={"losses_per_step": 1 + len(smaller)}), state
 
     def aggregate(self, round_idx, reports):
         """Sec. 3.6: theta_g[p] <- sum_{i holds p} n_i theta_i[p] / sum_{i holds p} n_i."""
@@ -238,7 +232,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", batchable=True, color="#2ca02c
 
 
 @register
-class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)", batchable=True,
+class OFAOneShot(OFAFL, name="ofa-oneshot", label="OFA-FL (one-shot)",
                  color="#98df8a", marker="D"):
     """One-shot nested pruning of every ratio at once, then OFA-FL training (Varma et al. 2023 baseline)"""
 

@@ -8,7 +8,6 @@ that both sides know it, so messages carry only the kept values.
 """
 from __future__ import annotations
 
-from ..batched import ClientJob
 from ..options import Option
 from ..masks import apply_mask, layer_densities, magnitude_mask, prunable
 from ..system import dense_bits, training_flops
@@ -18,7 +17,7 @@ from .fedavg import FedAvg
 
 
 @register
-class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable=True,
+class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning",
                      color="#7f7f7f", marker="o"):
     """One-shot magnitude pruning (global or layerwise) of the global model, then FedAvg"""
 
@@ -43,25 +42,18 @@ class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning", batchable
             self.mask_news = True
         return super().configure_round(round_idx, client_ids)
 
-    def client_job(self, client, plan: ClientPlan, generator) -> ClientJob:
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """FedAvg's local update under the pruning mask (none before ``prune_round``)."""
         model = clone_model(self.model)
-
-        def finish(results):
-            result = results[0]
-            n_params = sum(p.numel() for p in model.parameters())
-            if self.masks is None:
-                kept, density, mask_bits = n_params, None, 0.0
-            else:
-                kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
-                density = layer_densities(self.masks)
-                mask_bits = (float(sum(m.numel() for m in self.masks.values()))
-                             if self.mask_news else 0.0)
-            return ClientReport(client.client_id, client.n_train, model.state_dict(),
-                                result.loss,
-                                flops=training_flops(self.costs, result.samples, density=density),
-                                uplink_bits=dense_bits(kept),
-                                downlink_bits=dense_bits(kept) + mask_bits,
-                                local_steps=plan.local_steps, ratio=kept / n_params)
-        return ClientJob(client, model, generator,
-                         [self.phase(plan.local_steps, masks=self.masks)], finish)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks)
+        n_params = sum(p.numel() for p in model.parameters())
+        if self.masks is None:
+            kept, density, mask_bits = n_params, None, 0.0
+        else:
+            kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
+            density = layer_densities(self.masks)
+            mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
+        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
+                            flops=training_flops(self.costs, result.samples, density=density),
+                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept) + mask_bits,
+                            local_steps=plan.local_steps, ratio=kept / n_params), state

@@ -81,7 +81,7 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
         client = self.data.clients[client_id]
         model = clone_model(self.model)
         generator = seeded_generator(self.config.seed, STREAMS["round_zero"], client_id)
-        result = self.local_train(model, client, self.local_steps(client), generator)
+        result = self.local_sgd(model, client, self.local_steps(client), generator).run()
         params = dict(model.named_parameters())
         self.masks = magnitude_mask({n: params[n].detach() for n in self.prunable},
                                     float(self.options["initial_density"]), "global")
@@ -116,13 +116,14 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
                 total[n] += params[n].grad.detach() ** 2
         return total, client.n_train
 
-    def client_update(self, client, plan: ClientPlan, generator) -> ClientReport:
+    def client_step(self, client, plan: ClientPlan, state, generator):
         """Train under the shared mask; in a reconfiguration round also send dense squared gradients."""
         k = client.client_id
         model = clone_model(self.model)
-        result = self.local_train(model, client, plan.local_steps, generator, masks=self.masks)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks,
+                                      alone=True)   # not checked against the batched trainer
         density = layer_densities(self.masks)
-        flops = training_flops(self.costs, result.samples, density=density) + self.initial_flops.pop(k, 0.0)
+        flops = training_flops(self.costs, result.samples, density=density) + state.get("initial_flops", 0.0)
         n_params = sum(p.numel() for p in model.parameters())
         kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
         mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
@@ -132,9 +133,10 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
             importance, samples = self.squared_gradients(model, client, generator)
             flops += training_flops(self.costs, samples)
             uplink += dense_bits(sum(v.numel() for v in importance.values()))
-        return ClientReport(k, client.n_train, (model.state_dict(), importance), result.loss, flops=flops,
-                            uplink_bits=uplink, downlink_bits=dense_bits(kept) + mask_bits,
-                            local_steps=plan.local_steps, ratio=kept / n_params)
+        report = ClientReport(k, client.n_train, (model.state_dict(), importance), result.loss, flops=flops,
+                              uplink_bits=uplink, downlink_bits=dense_bits(kept) + mask_bits,
+                              local_steps=plan.local_steps, ratio=kept / n_params)
+        return report, {}   # the initial pruning is charged once
 
     def aggregate(self, round_idx, reports):
         """FedAvg on the sparse model; on a reconfiguration round, the new mask of Eq. (8)."""

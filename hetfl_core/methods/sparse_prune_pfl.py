@@ -61,7 +61,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
     Trains its clients sequentially: no batched job is written yet (each client prunes to
     its own r_n before training and, in warm-up rounds, measures gradients after it).
     """
-    server_state = ("_working", "gamma", "_mean_round", "warmup")   # the DCA's
+    server_state = ("gamma", "_mean_round", "warmup")   # the DCA's
 
     option_specs = {
         "split": Option("conv", "the shared base: conv, fc, all, first:N, last:N or last-block"),
@@ -182,11 +182,10 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
             return nnz * (FLOAT_BITS + 1) + index_bits(nnz, n_values, "binomial")
         return float(dca.upload_bits(k, n_values))
 
-    def client_update(self, client, plan: ClientPlan,
-                      generator: torch.Generator) -> ClientReport:
+    def client_step(self, client, plan: ClientPlan, state: dict, generator: torch.Generator):
         """Prune (3), masked local step(s) at the pruned model (2, 4), top-k of the base gradient (5)."""
         k, r = plan.extra["k"], plan.extra["r"]
-        model = self.working_model(client.client_id)
+        model = self.model_with(state.get("private"))
         params = dict(model.named_parameters())
 
         def flat(names, copy=False):
@@ -204,9 +203,9 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
         start = flat(self.shared_names, copy=True)
         start_private = (flat(self.private_names, copy=True)
                          if plan.extra.get("warmup") else None)
-        result = self.local_train(model, client, plan.local_steps, generator,
-                                  masks=masks)
-        self.private.save(client.client_id, model, self.private_names)
+        # trained alone: the batched trainer is not checked against (2)-(5)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks,
+                                      alone=True)
         gradient = (start - flat(self.shared_names)) / self.config.lr
         measured = {} if start_private is None else self.warmup_measurements(
             gradient, start_private, params, plan.local_steps)
@@ -223,10 +222,11 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
                  / (self.d_base + self.d_private))
         extra = {"k": k, "r": r, "sent_values": nnz,
                  "relaxed": plan.extra["relaxed"], **measured, **theta}
-        return ClientReport(client.client_id, client.n_train, sent,
-                            result.loss, flops=flops, uplink_bits=bits,
-                            downlink_bits=float(self.d_base * FLOAT_BITS),
-                            local_steps=plan.local_steps, ratio=r, extra=extra)
+        report = ClientReport(client.client_id, client.n_train, sent,
+                              result.loss, flops=flops, uplink_bits=bits,
+                              downlink_bits=float(self.d_base * FLOAT_BITS),
+                              local_steps=plan.local_steps, ratio=r, extra=extra)
+        return report, self.kept(model)
 
     def warmup_measurements(self, base_step, start_private, params, steps: int) -> dict:
         """A warm-up round's ||g||^2 (A3, Eq. 21: the mean gradient per local step over the

@@ -33,7 +33,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batched import ClientJob
 from ..options import Option
 from ..errors import ConfigError
 from ..partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
@@ -46,7 +45,7 @@ from .fedavg import FedAvg
 
 
 @register
-class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
+class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
               color="#e377c2", marker="^", reads_device_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
     client_state = ("local",)                        # each client's full model w_i
@@ -135,6 +134,10 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         """w_i: the client's model; a new client's is the global model it first receives."""
         return self.local.get(client_id) or self.global_weights()
 
+    def local_of(self, kept: dict | None) -> dict[str, torch.Tensor]:
+        """w_i from what the client keeps (``kept``); a new client's is the global model."""
+        return kept or self.global_weights()
+
     def cluster_data(self, client):
         """The samples a client's cluster is scored on: the ``cluster_eval`` split (``val``
         falls back to the training data of a client without a validation split)."""
@@ -145,13 +148,14 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
             return client.x_test, client.y_test
         return client.x_train, client.y_train
 
-    def client_cluster(self, client, rates):
-        """CLIENTCLUSTERING (Eq. 8): the fusion of lowest local loss over the rates P_t.
+    def client_cluster(self, client, rates, w_i: dict):
+        """CLIENTCLUSTERING (Eq. 8): the fusion of the client's model ``w_i`` with the
+        global one of lowest local loss over the rates P_t.
 
         Rates are tried in ascending order and a later one replaces the best only if its
         loss is strictly lower. Returns (model, mask, rate, loss).
         """
-        w_g, w_i = self.global_weights(), self.local_weights(client.client_id)
+        w_g = self.global_weights()
         x, y = self.cluster_data(client)
         model, best = clone_model(self.model), None
         for p in sorted(rates):
@@ -165,39 +169,30 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         model.load_state_dict(best[0], strict=False)
         return model, best[1], best[2], best[3]
 
-    def client_job(self, client, plan: ClientPlan,
-                   generator: torch.Generator) -> ClientJob:
-        """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m."""
+    def client_step(self, client, plan: ClientPlan, state, generator: torch.Generator):
+        """Cluster, train every weight (LOCALUPDATE), upload the shared part m * w_i with m;
+        the client keeps w_i (its state)."""
         rates = plan.extra["rates"]
-        model, mask, rate, loss = self.client_cluster(client, rates)
-
-        def finish(results):
-            result = results[0]
-            trained = {n: p.detach().clone()
-                       for n, p in model.named_parameters()}
-            self.local[client.client_id] = trained
-            shared = {n: trained[n] * mask[n] for n in trained}
-            nnz = mask_size(mask)
-            n_eval = len(self.cluster_data(client)[1]) * len(rates)
-            flops = (training_flops(self.costs, result.samples)
-                     + forward_flops(self.costs) * n_eval)
-            up = sparse_bits(nnz, self.d)
-            down = dense_bits(self.d + len(rates))
-            seconds = client_time(self.devices[client.client_id], flops, up,
-                                  down)
-            window = self.options["window"]
-            late = window is not None and seconds > float(window)
-            extra = {"rate": rate, "cluster": sorted(rates).index(rate),
-                     "val_loss": loss, "late": late,
-                     "probs": self.probs.tolist()}
-            time_s = None if window is None else min(seconds, float(window))
-            return ClientReport(client.client_id, client.n_train,
-                                (mask, shared), result.loss, flops=flops,
-                                uplink_bits=up, downlink_bits=down,
-                                local_steps=plan.local_steps,
-                                ratio=nnz / self.d, extra=extra, time_s=time_s)
-        return ClientJob(client, model, generator,
-                         [self.phase(plan.local_steps)], finish)
+        w_i = self.local_of(state.get("local"))
+        model, mask, rate, loss = self.client_cluster(client, rates, w_i)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator)
+        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+        shared = {n: trained[n] * mask[n] for n in trained}
+        nnz = mask_size(mask)
+        n_eval = len(self.cluster_data(client)[1]) * len(rates)
+        flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
+        up = sparse_bits(nnz, self.d)
+        down = dense_bits(self.d + len(rates))
+        seconds = client_time(self.devices[client.client_id], flops, up, down)
+        window = self.options["window"]
+        late = window is not None and seconds > float(window)
+        extra = {"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
+                 "late": late, "probs": self.probs.tolist()}
+        time_s = None if window is None else min(seconds, float(window))
+        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+                            flops=flops, uplink_bits=up, downlink_bits=down,
+                            local_steps=plan.local_steps, ratio=nnz / self.d, extra=extra,
+                            time_s=time_s), {"local": trained}
 
     # -- evaluation ----------------------------------------------------------------
     def personal_model(self, client_id):
@@ -205,4 +200,5 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed", batchable=True,
         if client_id not in self.local:
             return self.model
         client = self.data.clients[client_id]
-        return self.client_cluster(client, [self.walk.rates[x] for x in self.sampled])[0]
+        rates = [self.walk.rates[x] for x in self.sampled]
+        return self.client_cluster(client, rates, self.local_weights(client_id))[0]

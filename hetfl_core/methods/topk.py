@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..batched import ClientJob
-from ..compression import ErrorFeedback, flatten, top_k, unflatten
+from ..compression import ErrorFeedback, error_feedback, flatten, top_k, unflatten
 from ..options import Option
 from ..system import dense_bits, sparse_bits, training_flops
 from ..training import clone_model
@@ -20,7 +19,7 @@ from .fedavg import FedAvg
 
 
 @register
-class TopK(FedAvg, name="topk", label="Top-k", batchable=True, color="#dbdb8d", marker=">"):
+class TopK(FedAvg, name="topk", label="Top-k", color="#dbdb8d", marker=">"):
     """FedAvg with top-k sparsified updates (values + indices on the uplink)"""
 
     option_specs = {"k": Option(0.1, "fraction of update entries uploaded (largest magnitudes)", 0, 1,
@@ -32,25 +31,23 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True, color="#dbdb8d", 
         super().setup(sim)
         self.memory = ErrorFeedback()
 
-    def client_job(self, client, plan, generator):
-        """FedAvg's local update, then the top-k of u = w_local - w_t (with memory for EF;
-        reports are finished in the clients' order, as the sequential engine makes them)."""
+    def client_step(self, client, plan, state, generator):
+        """FedAvg's local update, then the top-k of u = w_local - w_t (with the residual
+        memory e for EF, the client's state)."""
         model = clone_model(self.model)
-
-        def finish(results):
-            result = results[0]
-            start = {n: p.detach() for n, p in self.model.named_parameters()}
-            update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
-            if self.error_feedback:
-                sent, k = self.memory.compress(client.client_id, update, self.options["k"])
-            else:
-                sent, k = top_k(update, self.options["k"])
-            d = update.numel()
-            return ClientReport(client.client_id, client.n_train, sent, result.loss,
-                                flops=training_flops(self.costs, result.samples),
-                                uplink_bits=sparse_bits(k, d), downlink_bits=dense_bits(d),
-                                local_steps=plan.local_steps, extra={"sent_values": k})
-        return ClientJob(client, model, generator, [self.phase(plan.local_steps)], finish)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator)
+        start = {n: p.detach() for n, p in self.model.named_parameters()}
+        update = flatten({n: p.detach() for n, p in model.named_parameters()}) - flatten(start)
+        if self.error_feedback:
+            sent, k, residual = error_feedback(update, state.get("memory"), self.options["k"])
+            state = {"memory": residual}
+        else:
+            sent, k = top_k(update, self.options["k"])
+        d = update.numel()
+        return ClientReport(client.client_id, client.n_train, sent, result.loss,
+                            flops=training_flops(self.costs, result.samples),
+                            uplink_bits=sparse_bits(k, d), downlink_bits=dense_bits(d),
+                            local_steps=plan.local_steps, extra={"sent_values": k}), state
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = w_t + sum_k n_k / n * s_k."""
@@ -63,7 +60,7 @@ class TopK(FedAvg, name="topk", label="Top-k", batchable=True, color="#dbdb8d", 
 
 
 @register
-class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF", batchable=True,
+class TopKErrorFeedback(TopK, name="topk-ef", label="Top-k + EF",
                         color="#b5cf6b", marker="P"):
     """FedAvg with top-k sparsified updates and error feedback (Stich et al. 2018)"""
     state_types = (ErrorFeedback,)

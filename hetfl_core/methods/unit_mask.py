@@ -9,7 +9,6 @@ client's personal model is the global model under its own mask.
 """
 from __future__ import annotations
 
-from ..batched import ClientJob
 from ..options import Option
 from ..masks import kept_fractions_of_units, masked_copy, ordered_units, random_units, unit_masks_to_parameters
 from ..streams import STREAMS
@@ -20,7 +19,7 @@ from .aggregate import average_over_holders, masked_upload
 
 
 @register
-class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=True,
+class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask",
                   color="#969696", marker="<"):
     """Ordered unit mask: first-k units at the client's ratio (FedLPS pattern baseline)"""
 
@@ -43,21 +42,19 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=T
     def configure_round(self, round_idx, client_ids):
         return {k: ClientPlan(self.local_steps(self.data.clients[k]), ratio=self.ratios[k]) for k in client_ids}
 
-    def client_job(self, client, plan, generator):
-        """Train the global model under the client's unit mask; send the kept entries."""
-        units = self.units[client.client_id]
+    def client_step(self, client, plan, state, generator):
+        """Train the global model under the client's unit mask (its state, fixed for the
+        run); send the kept entries."""
+        units = state["units"]
         masks = unit_masks_to_parameters(self.model, units)
-        model = self.personal_model(client.client_id)
-
-        def finish(results):
-            update, kept = masked_upload(model, masks)
-            return ClientReport(client.client_id, client.n_train, update, results[0].loss,
-                                flops=training_flops(self.costs, results[0].samples,
-                                                     keep=kept_fractions_of_units(units)),
-                                uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
-                                local_steps=plan.local_steps, ratio=plan.ratio)
-        phase = self.phase(plan.local_steps, masks=masks)
-        return ClientJob(client, model, generator, [phase], finish)
+        model = masked_copy(self.model, masks)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks)
+        update, kept = masked_upload(model, masks)
+        return ClientReport(client.client_id, client.n_train, update, result.loss,
+                            flops=training_flops(self.costs, result.samples,
+                                                 keep=kept_fractions_of_units(units)),
+                            uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),
+                            local_steps=plan.local_steps, ratio=plan.ratio), state
 
     def aggregate(self, round_idx, reports):
         """Each entry averaged over the clients whose mask holds it."""
@@ -69,7 +66,7 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask", batchable=T
 
 
 @register
-class RandomMask(OrderedMask, name="random-mask", label="Random mask", batchable=True,
+class RandomMask(OrderedMask, name="random-mask", label="Random mask",
                  color="#bdbdbd", marker="v"):
     """Random unit mask at the client's ratio, fixed per client (FedLPS pattern baseline)"""
 

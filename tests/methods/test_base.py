@@ -55,7 +55,7 @@ def test_a_plugin_without_setup_runs_and_gets_the_cost_model(tiny_config):
     config = tiny_config.replace(method="toy-constructor-only")
     sim = build_simulation(config)
     assert sim.method.cost_model is sim.cost_model
-    assert ConstructorOnly.label == "toy-constructor-only" and not ConstructorOnly.batchable
+    assert ConstructorOnly.label == "toy-constructor-only"
     history = run(config)["history"]
     assert len(history) == config.rounds and history[-1]["acc_personal"] is not None
 
@@ -77,20 +77,21 @@ def test_the_constructor_does_no_per_client_work(tiny_config, monkeypatch):
     assert scored == [c.n_train for c in sim.data.clients] and set(fresh.previous_accuracy) == {0, 1, 2, 3}
 
 
-def test_class_keywords_name_label_and_batchability():
-    class Mine(FedAvg, name="toy-mine", label="Mine", batchable=True):
+def test_class_keywords_name_label_and_capabilities():
+    class Mine(FedAvg, name="toy-mine", label="Mine", reads_device_tiers=False):
         """Mine: a toy."""
 
     class Derived(Mine, name="toy-derived"):
         """Derived: a toy that changes nothing yet."""
 
-    assert (Mine.name, Mine.label, Mine.batchable, Mine.summary) == ("toy-mine", "Mine", True, "Mine: a toy.")
-    assert (Derived.name, Derived.label, Derived.batchable) == ("toy-derived", "toy-derived", False)
+    assert (Mine.name, Mine.label, Mine.reads_device_tiers, Mine.summary) == \
+        ("toy-mine", "Mine", False, "Mine: a toy.")
+    assert (Derived.name, Derived.label, Derived.reads_device_tiers) == ("toy-derived", "toy-derived", True)
     register(Mine)
     assert METHODS["toy-mine"] is Mine
 
 
 def test_a_class_keyword_and_a_body_attribute_of_one_name_are_refused():
-    with pytest.raises(TypeError, match="gives batchable twice"):
-        class Twice(FedAvg, name="toy-twice", batchable=True):
-            batchable = True
+    with pytest.raises(TypeError, match="gives marker twice"):
+        class Twice(FedAvg, name="toy-twice", marker="x"):
+            marker = "x"

@@ -121,7 +121,7 @@ def test_contract(method, check, method_config, tmp_path, monkeypatch):
     check(method, method_config, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("missing", ["client_update", "aggregate"])
+@pytest.mark.parametrize("missing", ["client_step", "aggregate"])
 def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(missing, method_config):
     """``Method`` is abstract in its two hooks: a subclass missing one cannot be built."""
     from hetfl_core.engine import build_simulation
@@ -130,7 +130,7 @@ def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(missing,
     def never_called(self, *args):
         raise AssertionError("never called")
 
-    hooks = {hook: never_called for hook in ("client_update", "aggregate") if hook != missing}
+    hooks = {hook: never_called for hook in ("client_step", "aggregate") if hook != missing}
     Partial = type("Partial", (Method,), hooks, name="toy-partial")
     with pytest.raises(TypeError, match=f"abstract method {missing}"):
         Partial(method_config("fedavg"), build_simulation(method_config("fedavg")).data, [])
