@@ -74,7 +74,7 @@ def cache_dir() -> Path:
 #: the chapters share (they only build configs, which the key holds); a method a chapter
 #: defines (the arena's FedAvgM) is keyed by its own code (:func:`method_source_hash`).
 NOT_IN_RUNS = ("book.py", "report.py", "plots.py", "cli.py", "__main__.py", "arena.py", "ladder.py",
-               "ladder_specs.py")
+               "ladder_specs")
 
 
 @functools.cache

@@ -269,7 +269,8 @@ def test_the_lightweight_pfl_claim_judges_opt_against_fedper_in_its_worst_case()
     gap, per seed."""
     import numpy as np
 
-    from hetfl_core.ladder_specs import LPFL_CASES, SPECS, lpfl_worst_case_gap
+    from hetfl_core.ladder_specs import SPECS
+    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, lpfl_worst_case_gap
 
     spec = next(s for s in SPECS["lightweight_pfl"] if s.ref == "Figs. 2–3")
     fedper = ladder.rung_config(spec, "book", "FedPer, alpha=0.1", 1)
