@@ -40,7 +40,7 @@ import numpy as np
 from .config import RunConfig
 from .errors import ConfigError
 from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
-from .report import Bounded, judge, plural
+from .report import Bounded, Judgement, judge, plural
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
@@ -209,7 +209,8 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
               directory=None) -> Path:
     """Write one finished run to ``runs/<key>.json`` of the store, atomically (whole or not
     at all): its configuration, its compact history (:func:`compact_history`) and its
-    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest)."""
+    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest); a run
+    that diverged keeps ``diverged``, the round and client where its loss left the reals."""
     from .book import provenance
     from .experiments import write_atomic
 
@@ -217,6 +218,8 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
     how["equivalence_digest"] = digest
     record = {"key": key, "config": result["config"], "fields": list(HISTORY_FIELDS),
               "history": compact_history(result["history"]), "provenance": how}
+    if result.get("diverged"):
+        record["diverged"] = result["diverged"]
     path = store_dir(directory) / "runs" / f"{key}.json"
     write_atomic(path, json.dumps(record, separators=(",", ":")).encode())
     return path
@@ -295,9 +298,10 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 # -- the ledger -----------------------------------------------------------------------------------
 def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
-    record), or ``None`` when a run it needs is not stored."""
+    record), or ``None`` when a run it needs is not stored. Where a run it needs diverged,
+    ``diverged`` lists them (label, seed, where) and every rival's values are ``None``."""
     results: dict[str, list[dict]] = {}
-    keys = []
+    keys, diverged = [], []
     for label in spec.methods:
         results[label] = []
         for seed in spec.seeds:
@@ -305,7 +309,11 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
             if key not in runs:
                 return None
             keys.append(key)
+            if runs[key].get("diverged"):
+                diverged.append(f"{label}, seed {seed}: {runs[key]['diverged']}")
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
+    if diverged:        # no paired value where a run has none: the rung is not judged
+        return {"keys": keys, "diverged": diverged, "values": {rival: None for rival in spec.rivals}}
     return {"keys": keys, "values": {rival: _per_seed_values(spec.value(results, rival))
                                      for rival in spec.rivals}}
 
@@ -339,13 +347,18 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             stale = [r["key"] for r in records if not is_current(r, digest)]
             config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
             for rival, values in got["values"].items():
-                j = judge(values, spec.criterion)
-                shown = values.shown if isinstance(values, Bounded) else values
+                if values is None:          # a run diverged: nothing to judge
+                    j = Judgement("diverged", "none", 0)
+                    shown = []
+                else:
+                    j = judge(values, spec.criterion)
+                    shown = values.shown if isinstance(values, Bounded) else values
                 rows.setdefault(rival, {})[rung] = {
                     "values": [_json_number(v) for v in map(float, shown)],
                     "bounded": int(j.bounded),
                     "verdict": j.verdict, "method": j.method,
                     "interval": list(j.interval) if j.interval else None,
+                    "diverged": got.get("diverged", []),
                     "stale": bool(stale), "keys": got["keys"],
                     "budget": {"rounds": config.rounds, "local_epochs": config.local_epochs,
                                "local_steps": config.local_steps, "clients": config.clients,
@@ -439,10 +452,15 @@ def ladder_sentence(chapter: str, claim_ref: str, rival: str | None = None, dire
             continue
         rungs = [r for r in claim["rungs"] if r in by_rung]
         means = [_mean(by_rung[r]["values"], claim["log"]) for r in rungs]
-        steps = ", ".join(f"{_fmt(m)} at {r}" + (" (stale)" if by_rung[r]["stale"] else "")
+        steps = ", ".join((f"diverged at {r} ({'; '.join(by_rung[r]['diverged'])})"
+                           if by_rung[r].get("diverged") else f"{_fmt(m)} at {r}")
+                          + (" (stale)" if by_rung[r]["stale"] else "")
                           + f" [{by_rung[r]['verdict']}]" for r, m in zip(rungs, means))
+        rungs_judged = [r for r in rungs if not by_rung[r].get("diverged")]
+        means = [m for r, m in zip(rungs, means) if r in rungs_judged]
+        rungs = rungs_judged
         if len(rungs) < 2:
-            trend = "only one rung is stored, so no trend yet"
+            trend = "only one judged rung is stored, so no trend yet"
         else:
             trend = _trend(means[0], means[-1], claim)
         parts.append(f"{claim['method']} − {name}" if not _is_ratio(claim) else
@@ -517,9 +535,9 @@ def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
             local = (f"{b['local_steps']} step" if b["local_steps"] else f"{b['local_epochs']:g} epoch")
             plural = "" if local.startswith("1 ") else "s"
             budget = f"{b['rounds']} rounds × {local}{plural}, {b['clients']} clients"
-            rows.append([rival, rung, budget, ", ".join(_fmt(v) for v in _as_floats(
-                [math.inf if x == "inf" else -math.inf if x == "-inf" else x for x in row["values"]])),
-                row["verdict"], "stale" if row["stale"] else ""])
+            shown = "; ".join(row["diverged"]) if row.get("diverged") else ", ".join(
+                _fmt(v) for v in _numbers(row["values"]))
+            rows.append([rival, rung, budget, shown, row["verdict"], "stale" if row["stale"] else ""])
     return markdown_table(rows, ["rival", "rung", "budget", "per seed", "verdict", ""])
 
 
@@ -543,9 +561,14 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
             if rung not in by_rung:
                 continue
             row = by_rung[rung]
+            offset = x + 0.08 * (i - (len(claim["results"]) - 1) / 2)
+            if row.get("diverged"):     # no value: named on the axis, no point on the line
+                ax.annotate("diverged", (offset, 0), xycoords=("data", "axes fraction"),
+                            xytext=(0, 4 + 10 * i), textcoords="offset points", ha="center",
+                            fontsize=8, color=f"C{i}")
+                continue
             v = _numbers(row["values"])
             finite = v[np.isfinite(v)]
-            offset = x + 0.08 * (i - (len(claim["results"]) - 1) / 2)
             ax.scatter([offset] * finite.size, finite, s=18, color=f"C{i}",
                        facecolors="none" if row["stale"] else f"C{i}", alpha=0.7)
             xs.append(offset)
@@ -600,7 +623,8 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
         return _nothing_stored(chapter, claim_ref)
     boards = {}
     for rung in claim["rungs"]:
-        scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items() if rung in b}
+        scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items()
+                  if rung in b and not b[rung].get("diverged")}
         if scores:
             boards[rung] = sorted(scores, key=lambda n: -scores[n])
     rows, previous = [], None
@@ -669,11 +693,17 @@ class SpeedBook:
 
 
 def _compute(config: dict, device: str) -> tuple[dict, float]:
-    """One run in a worker process (one torch thread), on ``device``: its result and wall time."""
+    """One run in a worker process (one torch thread), on ``device``: its result and wall
+    time. A run whose training diverges (:class:`~hetfl_core.errors.DivergenceError`) is a
+    result too: no history, and ``diverged`` the message naming its round and client."""
     from .engine import run
+    from .errors import DivergenceError
 
     start = time.perf_counter()
-    result = run(RunConfig.from_dict(config).replace(device=device))
+    try:
+        result = run(RunConfig.from_dict(config).replace(device=device))
+    except DivergenceError as exc:
+        result = {"config": config, "history": [], "diverged": str(exc).split(":")[0]}
     return result, time.perf_counter() - start
 
 
@@ -767,7 +797,10 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 else:
                     store_run(result, planned.key, command, wall, digest, directory)
-                    speeds.learn(planned.config, device, wall)
+                    if result.get("diverged"):
+                        log(f"diverged: {planned.key} ({', '.join(planned.claims)}): {result['diverged']}")
+                    else:
+                        speeds.learn(planned.config, device, wall)
                     counts["done"] += 1
                 bar.update()
     bar.close()

@@ -285,3 +285,32 @@ def test_the_lightweight_pfl_claim_judges_opt_against_fedper_in_its_worst_case()
     runs = {f"{m}, {c}": runs_at([0.8, 0.7]) for m in ("OPT", "FedPer") for c in LPFL_CASES}
     runs["OPT, class-2"] = runs_at([0.75, 0.71])        # -5 and +1 points against FedPer
     assert np.allclose(lpfl_worst_case_gap(runs, "FedPer"), [-5, 0])
+
+
+def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch):
+    """A run whose loss leaves the reals is a result: stored (so it is not run again), and
+    the rung it serves says "diverged", naming the run, instead of a verdict."""
+    from hetfl_core import engine
+    from hetfl_core.errors import DivergenceError
+
+    real = engine.run
+
+    def local_diverges(config, *args, **kwargs):
+        if config.method == "local" and config.seed == 1 and config.rounds == 4:
+            raise DivergenceError("local diverged in round 3 (client 0 loss nan): lower lr (now 0.1)")
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run", local_diverges)
+    counts = ladder.run_pending("toy", workers=1, directory=tmp_path, progress=False, log=lambda *_: None)
+    assert counts == {"done": 12, "skipped": 0, "failed": 0}
+    assert ladder.pending("toy", directory=tmp_path) == []
+    diverged = [r for r in ladder.stored_runs(tmp_path).values() if r.get("diverged")]
+    assert len(diverged) == 1 and diverged[0]["history"] == []
+    rows = ladder.load_ledger("toy", tmp_path)["claims"][0]["results"]["Local"]
+    assert rows["x2"]["verdict"] == "diverged" and rows["x2"]["values"] == []
+    assert rows["x2"]["diverged"] == ["Local, seed 1: local diverged in round 3 (client 0 loss nan)"]
+    assert rows["book"]["verdict"] != "diverged"
+    assert "diverged at x2 (Local, seed 1: local diverged in round 3" in \
+        ladder.ladder_sentence("toy", "Toy 1", directory=tmp_path)
+    assert "| Local | x2 |" in ladder.ladder_markdown("toy", "Toy 1", directory=tmp_path)
+    assert "| x2 |" not in ladder.arena_settling("toy", "Toy 1", tmp_path)
