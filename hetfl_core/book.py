@@ -557,28 +557,48 @@ def planned_result(config) -> dict:
     a planned chapter's ledger is thrown away. Each round's ``clients`` carry the engine's
     own per-client fields (id, tier, time, energy, steps, width, ratio, FLOPs, uplink):
     clients dealt in turn, their tiers those of the config's heterogeneity in turn; each
-    row has the method's own metrics in their shape (its ``planned_metrics``)."""
+    row has the method's own metrics in their shape (its ``planned_metrics``). Configs of
+    one shape (method, rounds, clients, participants, tiers, steps, those metrics) share
+    their rows, read-only (a paper-scale grid holds thousands of rounds per run)."""
     from .methods import METHODS
     from .system import HETEROGENEITY
 
     method = METHODS.get(config.method)
     participants = max(1, round(config.clients * config.participation))
-    tiers = [name for name, *_ in HETEROGENEITY.get(config.heterogeneity, [("high",)])]
+    tiers = tuple(name for name, *_ in HETEROGENEITY.get(config.heterogeneity, [("high",)]))
+    metrics = (lambda acc: method.planned_metrics(config, acc)) if method is not None else (lambda acc: {})
+    shape = (config.rounds, participants, config.clients, tiers, config.local_steps or 1,
+             json.dumps(metrics(0.5), sort_keys=True, default=str))
+    if shape not in _PLANNED_HISTORIES:
+        _PLANNED_HISTORIES[shape] = _planned_history(*shape[:5], metrics)
+    return {"config": config.to_dict(), "history": list(_PLANNED_HISTORIES[shape]), "planned": True}
+
+
+#: plan mode's stand-in histories by shape (:func:`planned_result`)
+_PLANNED_HISTORIES: dict[tuple, list] = {}
+
+
+def _planned_history(rounds: int, participants: int, clients: int, tiers: tuple, steps: int,
+                     metrics) -> list:
+    """The rows of :func:`planned_result`'s stand-in history: ``metrics(acc)`` the method's
+    own per-round entries."""
     history = []
-    for t in range(1, config.rounds + 1):
-        acc = 0.3 + 0.4 * t / config.rounds
-        ids = [((t - 1) * participants + j) % config.clients for j in range(participants)]
-        clients = [PlannedRow({"id": k, "tier": tiers[k % len(tiers)], "time_s": 1.0,
-                               "energy_j": 1.0, "local_steps": config.local_steps or 1,
-                               "width": 1.0, "ratio": 1.0, "flops": 1e9, "uplink_bits": 1e6})
-                   for k in ids]
+    rows_of: dict[int, PlannedRow] = {}      # a client's row is the same every round
+    for t in range(1, rounds + 1):
+        acc = 0.3 + 0.4 * t / rounds
+        ids = [((t - 1) * participants + j) % clients for j in range(participants)]
+        for k in ids:
+            if k not in rows_of:
+                rows_of[k] = PlannedRow({"id": k, "tier": tiers[k % len(tiers)], "time_s": 1.0,
+                                         "energy_j": 1.0, "local_steps": steps,
+                                         "width": 1.0, "ratio": 1.0, "flops": 1e9, "uplink_bits": 1e6})
+        clients_now = [rows_of[k] for k in ids]
         history.append(PlannedRow(
             {"round": t, "time_s": float(t), "round_time_s": 1.0, "idle_s": 0.0, "loss": 1.0 / t,
              "uplink_bits": 1e6 * t, "downlink_bits": 1e6 * t, "flops": 1e9 * t, "energy_j": float(t),
              "acc_global": acc, "loss_global": 1.0 / t, "acc_personal": acc, "loss_personal": 1.0 / t,
-             "acc_clients": [acc] * participants, "clients": clients,
-             **(method.planned_metrics(config, acc) if method is not None else {})}))
-    return {"config": config.to_dict(), "history": history, "planned": True}
+             "acc_clients": [acc] * participants, "clients": clients_now, **metrics(acc)}))
+    return history
 
 
 def _record(configs, where: str) -> list[dict]:
