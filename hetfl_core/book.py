@@ -69,7 +69,7 @@ def with_baselines(config, baselines: str = "authors"):
     if baselines not in BASELINES:
         raise ConfigError(f"baselines must be one of {', '.join(BASELINES)}, got {baselines!r}")
     options = SIMPLIFIED_BASELINES.get(config.method) if baselines == "simplified" else None
-    return config.replace(options=options) if options else config
+    return config.with_options(**options) if options else config
 
 
 def injected_parameters(history: Sequence[str]) -> set[str]:
