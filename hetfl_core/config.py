@@ -179,7 +179,7 @@ def _field(default, help: str, kind, low=None, high=None, *, low_open=False, hig
 class RunConfig:
     """One federated run: the data (``dataset``, a seeded ``train_samples`` subset, its
     ``partition`` among ``clients``, each client's test and validation share), the federation
-    (``participation``, ``rounds``, device ``heterogeneity``, ``time_noise``, the cost model),
+    (``participation``, ``rounds``, the clients' hardware ``heterogeneity``, ``time_noise``, the cost model),
     local SGD (``model``, ``lr``, ``momentum``, ``weight_decay``, ``batch_size``, for
     ``local_epochs`` or exactly ``local_steps`` steps) and evaluation (every ``eval_every``
     rounds and after the last). Each field's meaning, type and range are declared beside it,
@@ -218,8 +218,8 @@ class RunConfig:
     test_fraction: float = _field(0.2, "each client's share held out for personalised testing", float,
                                   0, 1, high_open=True)
     val_fraction: float = _field(0.0, "each client's share held out for validation", float, 0, 1, high_open=True)
-    heterogeneity: str = _field("none", "spread of device speeds", str)
-    system: str | None = _field(None, "the cost model: compute (tiered devices, fixed links) or wireless (a shared "
+    heterogeneity: str = _field("none", "spread of the clients' hardware speeds (tiers)", str)
+    system: str | None = _field(None, "the cost model: compute (tiered hardware, fixed links) or wireless (a shared "
                                 "cell); None: the method's own (wireless for sparse-prune-pfl, else compute)", str,
                                 optional=True)
     bandwidth_mhz: float | None = _field(None, "the wireless cell's uplink band W in MHz (None: 10 MHz per 100 "
@@ -229,7 +229,7 @@ class RunConfig:
     bandwidth_policy: str = _field("equal", "how the wireless band is split when the method does not split it: "
                                    "equal, or min-time (the shares that end the round soonest)", str)
     time_noise: float = _field(0.0, "sd of a seeded log-normal factor (mean 1) on each client's compute time "
-                               "per round under the compute cost model (0: the device model's exact times)", float, 0, 10)
+                               "per round under the compute cost model (0: the hardware model's exact times)", float, 0, 10)
     eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
     eval_global: bool = _field(True, "score the global model on the whole test set", bool)
     eval_global_every: int | None = _field(None, "score the global model every this many rounds (and after "
@@ -237,7 +237,8 @@ class RunConfig:
                                            optional=True)
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
                        high_open=True)
-    device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
+    device: str = _field("cpu", "the torch device models and data live on: cpu, cuda, cuda:N, mps or auto",
+                         str)
     batched_clients: bool | None = _field(
         None, "train a round's clients together as one vectorised batch where the method allows "
         "it (None: on for CUDA, off on CPU)", bool, optional=True)

@@ -142,14 +142,14 @@ def test_ratio_rules_cap_and_fixed():
     m = sim.method
     plans = m.configure_round(1, list(range(6)))
     for k, plan in plans.items():
-        z = m.capability(sim.devices[k])
+        z = m.capability(sim.hardware[k])
         assert plan.ratio == pytest.approx(min(plan.extra["proposed"], z))
         assert 0.5 <= plan.extra["proposed"] <= 1.0
     fixed = build_simulation(small(options={"ratio_rule": "fixed", "ratio": 0.3})).method
     assert all(p.ratio == 0.3 for p in fixed.configure_round(1, list(range(6))).values())
     rcr = build_simulation(small(options={"ratio_rule": "capability"}))
     for k, plan in rcr.method.configure_round(1, list(range(6))).items():
-        assert plan.ratio == pytest.approx(rcr.method.capability(rcr.devices[k]))
+        assert plan.ratio == pytest.approx(rcr.method.capability(rcr.hardware[k]))
 
 
 def test_dynamic_capability_redraws_tiers():

@@ -127,7 +127,7 @@ def test_prunefl_strong_client_prunes_first_and_reconfiguration_costs_traffic():
     assert abs(float(kept) - 0.4) < 0.01
     params = {n: p.detach() for n, p in method.model.named_parameters()}
     assert all(float((params[n] * (1 - m)).abs().sum()) == 0 for n, m in method.masks.items())
-    strong = max(range(4), key=lambda k: (method.devices[k].flops_per_s, -k))
+    strong = max(range(4), key=lambda k: (method.hardware[k].flops_per_s, -k))
     by_id = {r.client_id: r for r in reports}
     others = [r.flops for k, r in by_id.items() if k != strong and r.n_samples == by_id[strong].n_samples]
     assert by_id[strong].flops > max([0.0] + others)  # charged for the initial dense training

@@ -57,7 +57,7 @@ def one_round(method, ids, rounds_done=0, **overrides):
 def test_heterofl_widths_follow_capability():
     sim = build_simulation(RunConfig(method="heterofl", dataset="digits", model="cnn", clients=6,
                                      heterogeneity="medium"))
-    for k, device in enumerate(sim.devices):
+    for k, device in enumerate(sim.hardware):
         assert sim.method.widths[k] == {"high": 1.0, "mid": 0.5, "low": 0.25}[device.tier]
 
 

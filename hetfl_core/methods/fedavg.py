@@ -32,7 +32,7 @@ DROP_LAST = Option(True, "leave each epoch's last partial batch out, as PFLlib's
 
 @register
 class FedAvg(Method, name="fedavg", label="FedAvg",
-             color="#1f77b4", marker="o", reads_device_tiers=False):
+             color="#1f77b4", marker="o", reads_hardware_tiers=False):
     """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
 
     option_specs = {"drop_last": DROP_LAST}
@@ -80,7 +80,7 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
 
 @register
 class FedProx(FedAvg, name="fedprox", label="FedProx",
-              color="#6baed6", marker="s", reads_device_tiers=False):
+              color="#6baed6", marker="s", reads_hardware_tiers=False):
     """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",

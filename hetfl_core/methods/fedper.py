@@ -18,7 +18,7 @@ from .fedavg import DROP_LAST, FedAvg
 
 @register
 class FedPer(FedAvg, name="fedper", label="FedPer",
-             color="#17becf", marker="o", reads_device_tiers=False):
+             color="#17becf", marker="o", reads_hardware_tiers=False):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
     state_types = (PrivateStore,)                    # the clients' private parameters
     client_state = ("private",)                      # each client's head

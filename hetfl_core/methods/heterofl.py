@@ -123,13 +123,13 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
             budget = float(self.options["width_budget"])
-            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, budget)):
+            for k, p in enumerate(heroes_widths(self.config, self.data, self.hardware, P, budget)):
                 self.widths[k] = p / P
         else:
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
             self.levels = sorted(set(levels))
-            for k, device in enumerate(self.devices):
-                self.widths[k] = next((w for w in levels if w <= capability(device, self.devices) + 1e-9), levels[-1])
+            for k, hardware in enumerate(self.hardware):
+                self.widths[k] = next((w for w in levels if w <= capability(hardware, self.hardware) + 1e-9), levels[-1])
         self.assigned = dict(self.widths)    # the capability assignment (rate_mode's shares)
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0

@@ -11,7 +11,7 @@ from .fedavg import FedAvg
 
 @register
 class LocalOnly(FedAvg, name="local", label="Local",
-                color="#08306b", marker="x", reads_device_tiers=False):
+                color="#08306b", marker="x", reads_hardware_tiers=False):
     """Local-only training: no communication, the personalisation floor"""
     state_types = (PrivateStore,)                    # the clients' private parameters
     client_state = ("private",)                      # each client's own model

@@ -94,7 +94,7 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
     def configure_round(self, round_idx, client_ids):
         """Round 1: the most capable sampled client prunes first; then the mask is fixed between reconfigurations."""
         if self.masks is None:
-            strong = max(client_ids, key=lambda k: (self.devices[k].flops_per_s, -k))
+            strong = max(client_ids, key=lambda k: (self.hardware[k].flops_per_s, -k))
             self.initial_pruning(strong)
         plans = super().configure_round(round_idx, client_ids)
         for plan in plans.values():

@@ -46,7 +46,7 @@ from .fedavg import FedAvg
 
 @register
 class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
-              color="#e377c2", marker="^", reads_device_tiers=False):
+              color="#e377c2", marker="^", reads_hardware_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
     client_state = ("local",)                        # each client's full model w_i
     server_state = ("walk",)           # the reinforced walk over the rates
@@ -183,7 +183,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
         up = sparse_bits(nnz, self.d)
         down = dense_bits(self.d + len(rates))
-        seconds = client_time(self.devices[client.client_id], flops, up, down)
+        seconds = client_time(self.hardware[client.client_id], flops, up, down)
         window = self.options["window"]
         late = window is not None and seconds > float(window)
         extra = {"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,

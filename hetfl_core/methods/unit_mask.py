@@ -31,8 +31,8 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask",
     def setup(self, sim):
         super().setup(sim)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.devices)
-                       for k, d in enumerate(self.devices)}
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.hardware)
+                       for k, d in enumerate(self.hardware)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
     def pattern(self, client_id: int, ratio: float) -> dict:

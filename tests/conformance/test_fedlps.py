@@ -222,9 +222,9 @@ def test_tiers_are_redrawn_every_round_from_the_codes_five(tiers, expected):
     sim, _ = build(code_config(tiers=tiers))
     plans = [sim.method.configure_round(t, [0])[0] for t in range(1, 41)]
     assert {p.extra["capability"] for p in plans} == set(expected)
-    fastest = max(sim.method.devices, key=lambda d: d.flops_per_s)
+    fastest = max(sim.method.hardware, key=lambda d: d.flops_per_s)
     for plan in plans:
-        device = plan.device or sim.method.devices[0]
+        device = plan.hardware or sim.method.hardware[0]
         assert device.flops_per_s == pytest.approx(fastest.flops_per_s * plan.extra["capability"])
         if tiers == "code":
             assert (device.uplink_bps, device.downlink_bps) == (fastest.uplink_bps, fastest.downlink_bps)
