@@ -30,8 +30,8 @@ def test_masked_units_stay_zero_and_only_held_entries_move(method):
     slim = [k for k, r in sim.method.ratios.items() if r < 1][:1]
     before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
     sim, reports = rounds(method, 1, slim)
-    held = reports[0].update[1]
-    values = reports[0].update[0]
+    held = reports[0].held
+    values = reports[0].weights
     masks = unit_masks_to_parameters(sim.method.model, sim.method.units[slim[0]])
     for name, m in masks.items():
         assert float((values[name] * (1 - m)).abs().sum()) == 0  # masked weights trained as zero

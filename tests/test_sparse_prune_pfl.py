@@ -74,7 +74,7 @@ def test_one_round_top_k_pruning_latency_and_eq6():
     for rep, charge in zip(reports, charges):
         # top-k sends exactly ceil(k d_B) values
         assert rep.extra["sent_values"] == math.ceil(0.3 * m.d_base)
-        assert int((rep.update != 0).sum()) <= rep.extra["sent_values"]
+        assert int((rep.vector != 0).sum()) <= rep.extra["sent_values"]
         # the private part keeps at most ceil(r d_P) non-zeros after the step (decision (b))
         private = torch.cat([t.flatten() for t in m.private.clients[rep.client_id].values()])
         assert private.numel() == m.d_private
@@ -88,7 +88,7 @@ def test_one_round_top_k_pruning_latency_and_eq6():
                                                 + dev.tx_power_w * rep.uplink_bits / dev.uplink_bps)
     m.aggregate(1, reports)
     total = sum(r.n_samples for r in reports)
-    step = sum(r.update * r.n_samples / total for r in reports)
+    step = sum(r.vector * r.n_samples / total for r in reports)
     after = torch.cat([p.detach().flatten() for n, p in m.model.named_parameters() if n in m.shared_names])
     start = torch.cat([before[n].flatten() for n in m.shared_names])
     assert torch.allclose(after, start - 0.05 * step, atol=1e-6)          # Eq. (6)

@@ -4,8 +4,8 @@ pseudocode, in the spirit of Flower's ``Strategy``) and the registry that names 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from ..system import CostModel, HardwareProfile, profile_model
 from ..training import multistep_factor, run_step, steps_for_epochs
 
 if TYPE_CHECKING:
+    from ..composition import Selection
     from ..config import RunConfig
     from ..data import ClientData, FederatedData
     from ..engine import Simulation
@@ -75,18 +76,37 @@ class ClientPlan:
 
 @dataclass
 class ClientReport:
-    """What a client did and sent back. ``update`` is the method's own payload; ``time_s``
-    is left ``None`` for the run's cost model to charge, or capped by a method whose client
-    stops early (SRP-pFed's semi-asynchronous window)."""
+    """What a client did and sent back, every field after ``n_samples`` by keyword.
+
+    What it sends, each part typed and ``None`` where the method sends none of it:
+    ``weights``, model entries by parameter name in the global model's shapes (its trained
+    state, a part of it, or the change from the global model); ``held``, per entry of
+    ``weights`` where (1) or how much the client holds it (a sub-model's or a mask's cover;
+    ``None``: every entry whole); ``vector``, one flat vector over the model's parameters
+    in place of ``weights`` (a sparsified change); ``importance``, per-parameter scores the
+    server reshapes the model by (PruneFL's squared gradients); ``selection``, the part of
+    a composed model the client trained (Heroes'
+    :class:`~hetfl_core.composition.Selection`).
+
+    What it did: its training ``loss``, ``flops``, the bits it received and sent,
+    ``local_steps``, the ``width`` or ``ratio`` of its model, and ``extra`` (the method's
+    own per-client values, recorded in the history). ``time_s`` is left ``None`` for the
+    run's cost model to charge, or capped by a method whose client stops early (SRP-pFed's
+    semi-asynchronous window)."""
 
     client_id: int
     n_samples: int
-    update: Any
+    _: KW_ONLY
     loss: float
     flops: float
     uplink_bits: float
     downlink_bits: float
     local_steps: int
+    weights: dict[str, torch.Tensor] | None = None
+    held: dict[str, torch.Tensor] | None = None
+    vector: torch.Tensor | None = None
+    importance: dict[str, torch.Tensor] | None = None
+    selection: Selection | None = None
     width: float = 1.0
     ratio: float = 1.0
     extra: dict = field(default_factory=dict)

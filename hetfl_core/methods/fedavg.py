@@ -43,9 +43,10 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
         model = clone_model(self.model)
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
         bits = dense_bits(sum(p.numel() for p in model.parameters()))
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=training_flops(self.costs, result.samples), uplink_bits=bits,
-                            downlink_bits=bits, local_steps=plan.local_steps), state
+        return ClientReport(client.client_id, client.n_train, weights=model.state_dict(),
+                            loss=result.loss, flops=training_flops(self.costs, result.samples),
+                            uplink_bits=bits, downlink_bits=bits,
+                            local_steps=plan.local_steps), state
 
     def local_sgd(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                   prox_mu: float = 0.0, **options) -> LocalSGD:
@@ -74,7 +75,7 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = sum_k n_k / n * w^k_{t+1}, for every tensor the clients sent."""
-        state = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+        state = weighted_average([r.weights for r in reports], [r.n_samples for r in reports])
         self.model.load_state_dict(state, strict=False)
 
 

@@ -158,9 +158,9 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         """Eq. (13), then Alg. 1 lines 9-15: each participant's P-UCBV agent proposes s_k^{r+1}."""
         with torch.no_grad():
             for name, p in self.model.named_parameters():
-                step = sum(r.n_samples * r.update[0][name] for r in reports)
+                step = sum(r.n_samples * r.weights[name] for r in reports)
                 if self.options["aggregation"] == "holders":
-                    weight = sum(r.n_samples * r.update[1][name] for r in reports)
+                    weight = sum(r.n_samples * r.held[name] for r in reports)
                     p.sub_(torch.where(weight > 0, step / weight.clamp_min(1e-12), torch.zeros_like(p)))
                 else:
                     p.sub_(step / sum(r.n_samples for r in reports))
@@ -231,17 +231,19 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         magnitude = top_units(unit_magnitudes(scored.net), plan.ratio)
-        return self.report(client, plan, (residual, held), result.loss, flops, up,
-                           result.correct / max(result.samples, 1), keep,
+        return self.report(client, plan, residual, result.loss, flops, up,
+                           result.correct / max(result.samples, 1), keep, held=held,
                            magnitude_units=pattern_string(magnitude)), state
 
-    def report(self, client, plan, update, loss, flops, up, acc, keep, **extra) -> ClientReport:
-        """The client's report with the local cost T of Eq. (14) and the training accuracy a
-        that P-UCBV's reward reads (Eq. 15)."""
+    def report(self, client, plan, weights, loss, flops, up, acc, keep, held=None,
+               **extra) -> ClientReport:
+        """The client's report of ``weights`` (and where it ``held`` them) with the local
+        cost T of Eq. (14) and the training accuracy a that P-UCBV's reward reads (Eq. 15)."""
         hardware = plan.hardware or self.hardware[client.client_id]
         cost = compute_time(hardware, flops) + self.options["alpha"] * transfer_time(up, hardware.uplink_bps)
         down = dense_bits(sum(p.numel() for p in self.model.parameters()))
-        return ClientReport(client.client_id, client.n_train, update, loss, flops=flops, uplink_bits=up,
+        return ClientReport(client.client_id, client.n_train, weights=weights, held=held, loss=loss,
+                            flops=flops, uplink_bits=up,
                             downlink_bits=down, local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
                                    "train_acc": acc, "cost_s": cost, "units": pattern_string(keep), **extra})

@@ -211,7 +211,7 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
         noise = seeded_generator(self.config.seed, STREAMS["server_noise"], round_idx)
         with torch.no_grad():
             for name, p in self.model.named_parameters():
-                p.add_(sum(r.update[name] for r in reports) / len(reports))
+                p.add_(sum(r.weights[name] for r in reports) / len(reports))
                 if self.options["noise"]:
                     draw = torch.randn(p.shape, generator=noise).to(p.device)
                     p.add_(self.options["noise"] * draw)

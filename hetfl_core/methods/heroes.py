@@ -225,7 +225,8 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
         bits = self.exchange_bits(sel.p)
         flops = training_flops(self.width_costs[sel.p], result.samples) + \
             6.0 * self.model.composition_macs(sel.p) * plan.local_steps
-        return ClientReport(client.client_id, client.n_train, (sel, model.state_dict()), result.loss,
+        return ClientReport(client.client_id, client.n_train, weights=model.state_dict(), selection=sel,
+                            loss=result.loss,
                             flops=flops, uplink_bits=bits, downlink_bits=bits,
                             local_steps=plan.local_steps, width=plan.width, extra=extra), state
 
@@ -233,7 +234,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
     def aggregate(self, round_idx, reports):
         """Eq. (5) (basis over all participants, each block over its trainers), then the
         PS's estimates of F, L and S = G^2 + 18 sigma^2 as client means (Alg. 1 l. 25)."""
-        aggregate_blocks(self.model, [r.update for r in reports])
+        aggregate_blocks(self.model, [(r.selection, r.weights) for r in reports])
         stats = [r.extra for r in reports if "F" in r.extra and math.isfinite(r.extra["L"])]
         if stats:
             self.estimates.append({"F": float(np.mean([s["F"] for s in stats])),

@@ -186,11 +186,12 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         model = self.sub_network(plan.ratio)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=own,
                                       sub_masks=smaller)
-        update, n_held = masked_upload(model, own)
+        values, held, n_held = masked_upload(model, own)
         flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
         news = [r for r in self.mask_news if r <= plan.ratio]
         mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
-        return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
+        return ClientReport(client.client_id, client.n_train, weights=values, held=held, loss=result.loss,
+                            flops=flops,
                             uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
                             local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"losses_per_step": 1 + len(smaller)}), state

@@ -112,7 +112,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         """Eq. 4 over the uploads that arrived, then the memory update of Eq. 6."""
         arrived = [r for r in reports if not r.extra["late"]]
         if arrived:
-            uploads = [(r.n_samples, r.update[0], r.update[1])
+            uploads = [(r.n_samples, r.held, r.weights)
                        for r in arrived]
             new = masked_aggregate(self.global_weights(), uploads,
                                    self.options["agg"])
@@ -189,7 +189,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         extra = {"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
                  "late": late, "probs": self.probs.tolist()}
         time_s = None if window is None else min(seconds, float(window))
-        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+        return ClientReport(client.client_id, client.n_train, weights=shared, held=mask, loss=result.loss,
                             flops=flops, uplink_bits=up, downlink_bits=down,
                             local_steps=plan.local_steps, ratio=nnz / self.d, extra=extra,
                             time_s=time_s), {"local": trained}

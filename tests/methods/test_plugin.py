@@ -35,7 +35,7 @@ PLUGIN = textwrap.dedent('''
 
         def aggregate(self, round_idx, reports):
             """v <- beta v + (w_t - avg_k w^k);  w_{t+1} = w_t - v."""
-            average = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+            average = weighted_average([r.weights for r in reports], [r.n_samples for r in reports])
             state = self.model.state_dict()
             for key, value in average.items():
                 if not torch.is_floating_point(value):
