@@ -1,17 +1,17 @@
 """The arena: every paper's method and the baselines on one benchmark.
 
-Each paper compares its method with baselines it chose, on its own data, device model
+Each paper compares its method with baselines it chose, on its own data, hardware model
 and tuning. The arena runs all of them on one grid of scenarios, through one simulator
 and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone:
 
 * **data**: Fashion-MNIST (14x14) with a small CNN (``wcnn``, the one image model every
   method here can run), and Shakespeare's next character with its natural one client per
   speaking role (``charlstm-s``; methods that cannot run an LSTM are marked, not run);
-* **label skew**: Dirichlet alpha 0.1, 0.5 and near-IID (alpha 100); **device
+* **label skew**: Dirichlet alpha 0.1, 0.5 and near-IID (alpha 100); **hardware
   heterogeneity**: the shared tiers ``low``, ``medium``, ``high``
   (:data:`hetfl_core.system.HETEROGENEITY`);
-* **one cost model**: every run is charged by the ``wireless`` system (tiered devices on
-  one wireless cell), whatever its paper's own device model: the lightweight PFL method's
+* **one cost model**: every run is charged by the ``wireless`` system (tiered hardware on
+  one wireless cell), whatever its paper's own hardware model: the lightweight PFL method's
   allocation needs that cell, so every method runs on it and all times and energies compare;
 * **equal for all**: clients, rounds, local steps, batch size, participation, seeds;
   each method's learning rate is chosen from the same geometric grid by its final
@@ -20,7 +20,7 @@ and one cost model (:mod:`hetfl_core.system`), with the same budget for everyone
   walked outwards while the best rate sits at the edge of those tried (:func:`widen`), and
   a method whose best is at the grid's own edge is flagged (:func:`lr_edges`); every other
   hyperparameter is its paper's default (a run that diverges falls back to the next
-  smaller rate of the grid). OFA-FL serves each client the largest density its device tier
+  smaller rate of the grid). OFA-FL serves each client the largest density its hardware tier
   affords and runs its pruning schedule scaled to the arena's rounds (:func:`method_options`).
 
 :func:`run_arena` runs (or reads from the cache) the whole grid; :func:`leaderboard`
@@ -73,21 +73,21 @@ PAPER_METRIC = {"fedlps": "acc_personal", "heroes": "acc_global", "ofafl": "acc_
                 "srp-pfed": "acc_personal", "sparse-prune-pfl": "acc_personal"}
 #: the one cost model every run is charged by (:mod:`hetfl_core.system`): the wireless cell
 SYSTEM = "wireless"
-#: the registered methods whose training never reads the device tiers (``reads_device_tiers
-#: = False`` on their classes): they use ``self.devices`` for no decision (SRP-pFed only with
+#: the registered methods whose training never reads the hardware tiers (``reads_hardware_tiers
+#: = False`` on their classes): they use ``self.hardware`` for no decision (SRP-pFed only with
 #: its semi-asynchronous ``window``, off by default), so their accuracy is the same at every
 #: heterogeneity level and only their costs change. The others size sub-models (HeteroFL,
 #: FedRolex, FjORD, Heroes, FedLPS), capacities (OFA-FL, via :func:`method_options`) or the
 #: allocation (the lightweight PFL method) by tier
-TIER_BLIND = tuple(name for name, cls in _REGISTERED.items() if not cls.reads_device_tiers)
+TIER_BLIND = tuple(name for name, cls in _REGISTERED.items() if not cls.reads_hardware_tiers)
 #: label skew name -> Dirichlet alpha (``natural`` is a text corpus's own split)
 SKEWS = {"α=0.1": 0.1, "α=0.5": 0.5, "near-IID": 100.0, "natural": None}
 
 
 def tier_blind(method: str) -> bool:
-    """Whether ``method``'s accuracy cannot depend on the device tier: its class declares
-    ``reads_device_tiers = False`` (:data:`TIER_BLIND`; an unknown name counts as tier-aware)."""
-    return method in _REGISTERED and not _REGISTERED[method].reads_device_tiers
+    """Whether ``method``'s accuracy cannot depend on the hardware tier: its class declares
+    ``reads_hardware_tiers = False`` (:data:`TIER_BLIND`; an unknown name counts as tier-aware)."""
+    return method in _REGISTERED and not _REGISTERED[method].reads_hardware_tiers
 
 
 def label(method: str) -> str:
@@ -98,7 +98,7 @@ def label(method: str) -> str:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One cell of the grid: a task (``image`` or ``text``), a label skew and a device
+    """One cell of the grid: a task (``image`` or ``text``), a label skew and a hardware
     heterogeneity level."""
 
     task: str
@@ -149,7 +149,7 @@ def settings(scale: str, seed: int = 0) -> Settings:
     ``paper`` scale is this benchmark's own, documented here: full-resolution Fashion-MNIST
     and Shakespeare with every training sample, 50 clients of which a fifth take part per
     round (as in the papers' partial-participation setups), 200 image and 100 text rounds of
-    10 local steps, every skew and every device tier, 3 seeds in every cell and a wider
+    10 local steps, every skew and every hardware tier, 3 seeds in every cell and a wider
     learning-rate grid. At ``book`` scale every cell has 3 seeds too (the ledger's minimum),
     and the grids are geometric (factor about 3) around the rates that served at that scale.
     The global model, whose final accuracy alone the arena reads, is scored after the last
@@ -197,7 +197,7 @@ def scenarios(s: Settings) -> list[Scenario]:
 def method_options(method: str, config: RunConfig) -> dict:
     """The options a method runs with in the arena: its defaults, except where the method
     says otherwise for the arena's run of ``config`` (:meth:`Method.arena_options
-    <hetfl_core.methods.base.Method.arena_options>`: OFA-FL's capacities by device tier and
+    <hetfl_core.methods.base.Method.arena_options>`: OFA-FL's capacities by hardware tier and
     its schedule scaled to the rounds; the lightweight PFL method's split on the LSTM)."""
     return get_method(method).arena_options(config)
 

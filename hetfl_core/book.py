@@ -69,7 +69,7 @@ def with_baselines(config, baselines: str = "authors"):
     if baselines not in BASELINES:
         raise ConfigError(f"baselines must be one of {', '.join(BASELINES)}, got {baselines!r}")
     options = SIMPLIFIED_BASELINES.get(config.method) if baselines == "simplified" else None
-    return config.replace(options=options) if options else config
+    return config.with_options(**options) if options else config
 
 
 def injected_parameters(history: Sequence[str]) -> set[str]:
@@ -179,7 +179,7 @@ _CAPTION_FIELDS = (("dataset", "", "{}", ""), ("model", "", "{}", ""), ("partiti
                    ("clients", "", "{}", " clients"), ("participation", "", "{:.0%}", " per round"),
                    ("rounds", "", "{}", " rounds"), ("local_steps", "", "{}", " local steps"),
                    ("local_epochs", "", "{}", " local epochs"), ("lr", "lr ", "{}", ""),
-                   ("heterogeneity", "", "{}", " device heterogeneity"))
+                   ("heterogeneity", "", "{}", " hardware heterogeneity"))
 #: a count's noun when the count is one
 _SINGULAR = {" classes per client": " class per client", " clients": " client", " rounds": " round",
              " local steps": " local step", " local epochs": " local epoch"}
@@ -207,7 +207,7 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0, baselines: s
             used = [c for c in used if c.local_steps is None]
         values = [v for v in _values(used, name) if v is not None]
         if name == "heterogeneity" and values == ["none"]:
-            parts.append("identical devices")
+            parts.append("identical hardware")
         elif values:
             if values == [1]:
                 suffix = _SINGULAR.get(suffix, suffix)   # "1 local epoch", not "1 local epochs"

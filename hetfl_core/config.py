@@ -125,12 +125,46 @@ def plain_value(name: str, value):
 
 
 def _json_default(value):
-    """What :meth:`RunConfig.key` writes for a value JSON has no type for (before
-    :meth:`RunConfig.validate` made it plain): its plain form where there is one."""
+    """What :meth:`RunConfig.key` writes for a value JSON has no type for (one a config
+    keeps as given, having no plain form): its plain form where there is one."""
     try:
         return plain_value("value", value)
     except ConfigError:
         return str(value)
+
+
+def _normal(name: str, value, kind):
+    """``value`` of a field of ``kind`` in its plain form (:meth:`RunConfig.__post_init__`):
+    a plain ``str``, ``int``, ``float`` or ``bool``, an int as a float in a float field; as
+    given where it has none (a fraction a float would round)."""
+    if kind is str:
+        return str(value) if isinstance(value, str) else value
+    try:
+        value = _plain_number(name, value)
+    except ConfigError:
+        return value
+    if kind is float and type(value) is int and float(value) == value:
+        return float(value)          # lr=1 and lr=1.0 are one config, with one key
+    return value
+
+
+def _plain_or_given(name: str, value):
+    """:func:`plain_value`, or ``value`` as given where it has no plain form."""
+    try:
+        return plain_value(name, value)
+    except ConfigError:
+        return value
+
+
+def _registered_dataset(name: str) -> str:
+    """The registered name of dataset ``name`` (case and aliases folded), or ``name`` as
+    given where none is registered."""
+    from .data import canonical_dataset_name
+
+    try:
+        return canonical_dataset_name(name)
+    except ConfigError:
+        return name
 
 
 def _field(default, help: str, kind, low=None, high=None, *, low_open=False, high_open=False,
@@ -141,11 +175,11 @@ def _field(default, help: str, kind, low=None, high=None, *, low_open=False, hig
     return field(default=default, metadata={"help": help, "option": option, **option.meta})
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """One federated run: the data (``dataset``, a seeded ``train_samples`` subset, its
     ``partition`` among ``clients``, each client's test and validation share), the federation
-    (``participation``, ``rounds``, device ``heterogeneity``, ``time_noise``, the cost model),
+    (``participation``, ``rounds``, the clients' hardware ``heterogeneity``, ``time_noise``, the cost model),
     local SGD (``model``, ``lr``, ``momentum``, ``weight_decay``, ``batch_size``, for
     ``local_epochs`` or exactly ``local_steps`` steps) and evaluation (every ``eval_every``
     rounds and after the last). Each field's meaning, type and range are declared beside it,
@@ -184,8 +218,8 @@ class RunConfig:
     test_fraction: float = _field(0.2, "each client's share held out for personalised testing", float,
                                   0, 1, high_open=True)
     val_fraction: float = _field(0.0, "each client's share held out for validation", float, 0, 1, high_open=True)
-    heterogeneity: str = _field("none", "spread of device speeds", str)
-    system: str | None = _field(None, "the cost model: compute (tiered devices, fixed links) or wireless (a shared "
+    heterogeneity: str = _field("none", "spread of the clients' hardware speeds (tiers)", str)
+    system: str | None = _field(None, "the cost model: compute (tiered hardware, fixed links) or wireless (a shared "
                                 "cell); None: the method's own (wireless for sparse-prune-pfl, else compute)", str,
                                 optional=True)
     bandwidth_mhz: float | None = _field(None, "the wireless cell's uplink band W in MHz (None: 10 MHz per 100 "
@@ -195,7 +229,7 @@ class RunConfig:
     bandwidth_policy: str = _field("equal", "how the wireless band is split when the method does not split it: "
                                    "equal, or min-time (the shares that end the round soonest)", str)
     time_noise: float = _field(0.0, "sd of a seeded log-normal factor (mean 1) on each client's compute time "
-                               "per round under the compute cost model (0: the device model's exact times)", float, 0, 10)
+                               "per round under the compute cost model (0: the hardware model's exact times)", float, 0, 10)
     eval_every: int = _field(1, "evaluate every this many rounds (and after the last)", int, 1, 1_000_000)
     eval_global: bool = _field(True, "score the global model on the whole test set", bool)
     eval_global_every: int | None = _field(None, "score the global model every this many rounds (and after "
@@ -203,7 +237,8 @@ class RunConfig:
                                            optional=True)
     seed: int = _field(0, "the run's seed (every random choice derives from it)", int, 0, SEED_LIMIT,
                        high_open=True)
-    device: str = _field("cpu", "where models and data live: cpu, cuda, cuda:N, mps or auto", str)
+    device: str = _field("cpu", "the torch device models and data live on: cpu, cuda, cuda:N, mps or auto",
+                         str)
     batched_clients: bool | None = _field(
         None, "train a round's clients together as one vectorised batch where the method allows "
         "it (None: on for CUDA, off on CPU)", bool, optional=True)
@@ -211,10 +246,39 @@ class RunConfig:
     given_indices: list | None = field(default=None, metadata={
         "help": "partition 'given': one list of training-pool indices per client (Python API)"})
 
+    def __post_init__(self) -> None:
+        """Normalise the values up front, once, so that a config is never changed later:
+        numbers in plain Python types (``numpy.int64(3)`` as ``3``; a float field given an
+        int, ``lr=1``, as ``1.0``), names as plain strings, the dataset's registered name
+        (``"FMNIST"`` as ``"fashion-mnist"``), the options in plain types
+        (:func:`plain_value`) and in a dict of the config's own. A value that has no plain
+        form stays as given, for :meth:`validate` to refuse in one line."""
+        for f in dataclasses.fields(self):
+            if "kind" in f.metadata:
+                object.__setattr__(self, f.name, _normal(f.name, getattr(self, f.name), f.metadata["kind"]))
+        if isinstance(self.options, dict) and all(isinstance(k, str) for k in self.options):
+            object.__setattr__(self, "options", {key: _plain_or_given(key, value)
+                                                 for key, value in self.options.items()})
+        if isinstance(self.dataset, str):
+            object.__setattr__(self, "dataset", _registered_dataset(self.dataset))
+
     def validate(self) -> "RunConfig":
         """Check every field's type and range, the names, the model/dataset/partition fit and
-        the method's options, before any data is loaded; raise :class:`ConfigError` with one
-        line naming the first bad field and the values it accepts."""
+        the method's options, before any data is loaded, and return the config itself,
+        unchanged; raise :class:`ConfigError` with one line naming the first bad field and
+        the values it accepts.
+
+        The one point where a config is checked: :func:`~hetfl_core.engine.run`,
+        :func:`~hetfl_core.experiments.run_cached`, :func:`~hetfl_core.experiments.sweep`
+        and the Flower apps call it, and a config that passed is not checked again."""
+        if self.__dict__.get("_valid"):
+            return self
+        self._check()
+        object.__setattr__(self, "_valid", True)     # not a field: equality and key ignore it
+        return self
+
+    def _check(self) -> None:
+        """:meth:`validate`'s checks, in the order their messages are met."""
         from .data import DATASET_INFO, PARTITIONS, canonical_dataset_name
         from .devices import check_device
         from .methods.base import get_method
@@ -223,20 +287,16 @@ class RunConfig:
         for f in dataclasses.fields(self):
             if "kind" in f.metadata:
                 value = getattr(self, f.name)
-                if f.metadata["kind"] is str and isinstance(value, str):
-                    value = str(value)
-                elif f.metadata["kind"] in (int, float, bool):
-                    value = _plain_number(f.name, value)     # numpy scalars, fractions: plain
-                if f.metadata["kind"] is float and type(value) is int and float(value) == value:
-                    value = float(value)          # lr=1 and lr=1.0 are one config, with one key
+                if f.metadata["kind"] in (int, float, bool):
+                    value = _plain_number(f.name, value)     # a fraction a float would round
                 check_value(f.name, value, f.metadata)
-                setattr(self, f.name, value)
         if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
             raise ConfigError(f"options must be a dict of option name: value, got {self.options!r}")
-        self.options = {key: plain_value(key, value) for key, value in self.options.items()}
+        for key, value in self.options.items():
+            plain_value(key, value)
         method_cls = get_method(self.method)
         check_device(self.device)
-        self.dataset = canonical_dataset_name(self.dataset)
+        canonical_dataset_name(self.dataset)
         for name, value, allowed in (("model", self.model, MODEL_INPUTS),
                                      ("partition", self.partition, PARTITIONS + ("given",)),
                                      ("heterogeneity", self.heterogeneity, HETEROGENEITY),
@@ -268,7 +328,6 @@ class RunConfig:
         except (TypeError, ValueError) as exc:   # a method's own check met a value it cannot read
             raise ConfigError(f"{self.method} option value not understood ({exc}); "
                               f"see 'python -m hetfl_core list {self.method}'") from None
-        return self
 
     def _check_fit(self, info) -> None:
         """The model, partition and client count against the dataset's metadata (no loading)."""
@@ -297,17 +356,21 @@ class RunConfig:
             raise ConfigError(f"clients must be at most the {min(pool)} training samples, got {self.clients}")
 
     def replace(self, **changes) -> "RunConfig":
-        """A copy with some fields changed (``options`` merged, not replaced: a dict of the
-        options to change; ``{}`` changes none). An unknown field or an ``options`` that is
-        not a dict is a :class:`ConfigError`."""
+        """A new config with some fields replaced, ``options`` too (``options={}``: none; to
+        change some of the options and keep the others, :meth:`with_options`). An unknown
+        field or an ``options`` that is not a dict is a :class:`ConfigError`."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise ConfigError(f"unknown config field(s): {', '.join(sorted(unknown))}")
-        options = changes.pop("options", {})
-        if not isinstance(options, dict):
-            raise ConfigError(f"replace(options=...) takes a dict of the options to change, "
-                              f"got {options!r:.60}")
-        return dataclasses.replace(self, options={**self.options, **options}, **changes)
+        if "options" in changes and not isinstance(changes["options"], dict):
+            raise ConfigError(f"replace(options=...) takes a dict of the method's options, "
+                              f"got {changes['options']!r:.60}")
+        return dataclasses.replace(self, **changes)
+
+    def with_options(self, **options) -> "RunConfig":
+        """A new config whose options are this one's with ``options`` merged in (each given
+        option set, the others kept): ``base.with_options(mu=0.1)``."""
+        return dataclasses.replace(self, options={**self.options, **options})
 
     def to_dict(self) -> dict:
         """Every field as a plain dict (JSON-ready); ``given_indices`` only when set, so that
@@ -331,8 +394,8 @@ class RunConfig:
 
     def key(self, salt: str = "") -> str:
         """A stable hash of the whole config (and ``salt``), for caching: numbers hash by value,
-        whatever their type (``numpy.int64(3)`` as ``3``; ``alpha=100`` as ``100.0``, as
-        :meth:`validate` stores it), so a config has one key before and after validation."""
+        whatever their type (``numpy.int64(3)`` as ``3``; ``alpha=100`` as ``100.0``, as the
+        config stores it), so equal configs have one key."""
         values = self.to_dict()
         for f in dataclasses.fields(self):
             value = values.get(f.name)

@@ -32,26 +32,32 @@ from .devices import place_data, resolve_device
 from .errors import DivergenceError
 from .methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
 from .streams import STREAMS
-from .system import SYSTEMS, CostModel, DeviceProfile, make_devices, round_time
+from .system import SYSTEMS, CostModel, HardwareProfile, make_hardware, round_time
 from .training import evaluate
 
-__all__ = ["Simulation", "build_data", "build_devices", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
+__all__ = ["Simulation", "build_data", "build_hardware", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
            "single_thread", "evaluation_due", "score_global_model"]
 
 
 @dataclass
 class Simulation:
-    """A built run: data, devices, the cost model and the method, before any round."""
+    """A built run: data, the clients' simulated hardware, the cost model and the method,
+    before any round."""
 
     config: RunConfig
     data: FederatedData
-    devices: list[DeviceProfile]
+    hardware: list[HardwareProfile]
     method: Method
     cost_model: CostModel
     totals: dict = field(default_factory=lambda: dict.fromkeys(("time_s", "uplink_bits", "downlink_bits", "flops",
                                                                  "energy_j"), 0.0))
     plans: dict = field(default_factory=dict)
     reports: list = field(default_factory=list)
+
+    @property
+    def devices(self) -> list[HardwareProfile]:
+        """The earlier name of :attr:`hardware`, kept for code written against it."""
+        return self.hardware
 
     def __post_init__(self):
         self.sampler = np.random.default_rng([self.config.seed, STREAMS["participants"]])
@@ -94,7 +100,7 @@ class Simulation:
             reports.append(report)
         self.plans, self.reports = dict(jobs), reports
         charges = self.cost_model.charge(jobs, reports)
-        records = [{"id": k, "tier": charge.device.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
+        records = [{"id": k, "tier": charge.hardware.tier, "time_s": charge.time_s, "energy_j": charge.energy_j,
                     "local_steps": report.local_steps, "width": report.width, "ratio": report.ratio,
                     "flops": report.flops, "uplink_bits": report.uplink_bits,
                     **({} if charge.share is None else {"share": charge.share}), **report.extra}
@@ -153,21 +159,21 @@ def build_data(config: RunConfig) -> FederatedData:
     return place_data(data, resolve_device(config.device))
 
 
-def build_devices(config: RunConfig) -> list[DeviceProfile]:
-    """The run's simulated hardware: one device profile per client, drawn from the seed."""
-    return make_devices(config.clients, config.heterogeneity,
-                        np.random.default_rng([config.seed, STREAMS["devices"]]))
+def build_hardware(config: RunConfig) -> list[HardwareProfile]:
+    """The run's simulated hardware: one profile per client, drawn from the seed."""
+    return make_hardware(config.clients, config.heterogeneity,
+                         np.random.default_rng([config.seed, STREAMS["hardware"]]))
 
 
 def build_simulation(config: RunConfig) -> Simulation:
-    """Validate ``config`` and build its data, devices, method and cost model, then set the
+    """Validate ``config`` and build its data, hardware, method and cost model, then set the
     method up for them (:meth:`~hetfl_core.methods.base.Method.setup`); no training yet."""
     config.validate()
     data = build_data(config)
-    devices = build_devices(config)
+    hardware = build_hardware(config)
     torch.manual_seed(config.seed)  # model initialisation
-    method = get_method(config.method)(config, data, devices)
-    sim = Simulation(config, data, devices, method, SYSTEMS[system_of(config)].from_run(config, data, method))
+    method = get_method(config.method)(config, data, hardware)
+    sim = Simulation(config, data, hardware, method, SYSTEMS[system_of(config)].from_run(config, data, method))
     method.setup(sim)
     return sim
 

@@ -16,7 +16,7 @@ state (the client's entry of each attribute the method declares in ``client_stat
 personal heads, masks, scores); it never receives another client's state, nor what only
 the server reads (the attributes in ``server_state``: bandit statistics, every client's
 width or ratio, the cost model), and it deals from the config its own client's data and
-device alone (:func:`build_own_client`; the others are dropped). It sends back the report
+hardware alone (:func:`build_own_client`; the others are dropped). It sends back the report
 and its client's new state, which the server keeps for the client's next visit. A round's
 clients therefore train independently: every message of a round leaves before the first
 reply is awaited.
@@ -47,7 +47,7 @@ import torch
 
 from .config import RunConfig
 from .devices import resolve_device
-from .engine import build_data, build_devices, build_simulation, run_rounds
+from .engine import build_data, build_hardware, build_simulation, run_rounds
 from .errors import HetflError
 from .methods.base import ClientPlan, ClientReport, seeded_generator
 
@@ -74,7 +74,7 @@ def _torch_layers() -> list[type]:
 def shipped_types() -> tuple:
     """The classes and functions a Flower message may name besides tensors and plain data
     (``torch.load(weights_only=True)`` admits those by itself): the plan and the report,
-    the run's config, the model's layer costs and a device profile, the classes every
+    the run's config, the model's layer costs and a hardware profile, the classes every
     registered method declares its shared or clients' state holds (its ``state_types``:
     private stores, error feedback, composed models), hetfl's models and torch's layers,
     and numpy's arrays and scalars. What only the server reads (bandits, schedules, the
@@ -89,10 +89,10 @@ def _shipped_types(methods: tuple) -> tuple:
     """:func:`shipped_types` for the registered method classes ``methods``."""
     from . import masks, models, transformer
     from .methods.base import layers_of
-    from .system.devices import DeviceProfile
+    from .system.hardware import HardwareProfile
     from .system.flops import LayerCost
 
-    hetfl = [ClientPlan, ClientReport, RunConfig, DeviceProfile, LayerCost]
+    hetfl = [ClientPlan, ClientReport, RunConfig, HardwareProfile, LayerCost]
     declared = [kind for cls in methods for kind in cls.state_types]
     hetfl_models = [layer for module in (models, masks, transformer) for layer in layers_of(module)]
     dtypes = [kind for kind in vars(np.dtypes).values()
@@ -144,8 +144,8 @@ def _first_line(exc: Exception) -> str:
 
 
 #: what a node derives for itself from the config rather than receives: its own client's
-#: data and device (the other clients' are dropped)
-_DERIVED = ("data", "devices")
+#: data and hardware (the other clients' are dropped)
+_DERIVED = ("data", "hardware")
 #: what no node receives, whatever the method declares: the run's cost model
 _SERVER_ONLY = ("cost_model",)
 
@@ -161,7 +161,7 @@ def _emptied(container):
 
 def shared_state(method) -> dict:
     """What every node receives of ``method``, the same for all: its attributes (the global
-    model, the run's options and constants) but the data and devices (:data:`_DERIVED`),
+    model, the run's options and constants) but the data and hardware (:data:`_DERIVED`),
     ``None`` for each attribute only the server reads (its ``server_state``, and the cost
     model, :data:`_SERVER_ONLY`) and an empty container for each that holds the clients'
     own state (its ``client_state``), of which a node receives its own client's entry
@@ -181,7 +181,7 @@ def shared_state(method) -> dict:
 def build_own_client(config: RunConfig, client_id: int):
     """Client ``client_id``'s data (a :class:`~hetfl_core.data.FederatedData` that holds that
     client alone, under its id, and the dataset's shapes but none of its samples) and its
-    device (``{client_id: profile}``), dealt from ``config`` as the server deals them."""
+    hardware (``{client_id: profile}``), dealt from ``config`` as the server deals them."""
     data = build_data(config)
     dataset = dataclasses.replace(
         data.dataset, groups=None, **{name: getattr(data.dataset, name)[:0]
@@ -189,7 +189,7 @@ def build_own_client(config: RunConfig, client_id: int):
     own = dataclasses.replace(data, dataset=dataset, clients={client_id: data.clients[client_id]},
                               partition_indices={client_id: data.partition_indices[client_id]},
                               styles=None)
-    return own, {client_id: build_devices(config)[client_id]}
+    return own, {client_id: build_hardware(config)[client_id]}
 
 
 @functools.lru_cache(maxsize=64)
@@ -211,7 +211,7 @@ def _check_state(state: dict, method_class, what: str) -> dict:
 def _train(task, node_id: int) -> dict:
     """A node's side of a train message: the method rebuilt from the shared state (neither
     its constructor nor ``setup`` runs on the node) with the node's own client's data,
-    device and state, that client trained, and the reply's ``{"report", "state"}`` archives
+    hardware and state, that client trained, and the reply's ``{"report", "state"}`` archives
     (the client's new state); a message naming a type not shipped is refused unread."""
     from .methods import get_method
 
@@ -229,8 +229,8 @@ def _train(task, node_id: int) -> dict:
     state = _check_state(_loads(task["state"], device, dict, sent.format("state")), cls,
                          sent.format("state"))
     plan = _loads(task["plan"], device, ClientPlan, sent.format("plan"))
-    data, devices = _node_client(config_json, k)
-    vars(method).update(shared, data=data, devices=devices, device=device)
+    data, hardware = _node_client(config_json, k)
+    vars(method).update(shared, data=data, hardware=hardware, device=device)
     method.set_client_state(k, state)
     generator = seeded_generator(config.seed, round_idx, k)
     report = method.client_update(data.clients[k], plan, generator)

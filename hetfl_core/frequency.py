@@ -133,7 +133,7 @@ def waiting_time(times) -> float:
     return float((t.max() - t).mean())
 
 
-# -- the width each device affords (Alg. 1 l. 6-11, Eq. 17) --------------------------------
+# -- the width each client's hardware affords (Alg. 1 l. 6-11, Eq. 17) ----------------------
 def width_profiles(config, data, max_width: int) -> dict[int, list]:
     """The layer profiles of the dense width-p/P twin of the run's model, p = 1..P: a
     composed width-p model computes exactly its dense twin's products (Eq. 4)."""
@@ -148,18 +148,18 @@ def step_flops(profile, batch_size: int, composition_macs: float = 0.0) -> float
     return training_flops(profile, batch_size) + 6.0 * composition_macs
 
 
-def budget_widths(step_cost, devices, width_budget: float, max_width: int) -> list[int]:
-    """Alg. 1 l. 6-11 for every device: the widest p in 1..P whose step time
+def budget_widths(step_cost, hardware, width_budget: float, max_width: int) -> list[int]:
+    """Alg. 1 l. 6-11 for every client's ``hardware``: the widest p in 1..P whose step time
     ``step_cost(p) / q_n`` (Eq. 17) fits mu_max = ``width_budget`` x the full model's step
-    time on the fastest device; 1 if none does. Heroes and, with their ``width_budget``
+    time on the fastest hardware; 1 if none does. Heroes and, with their ``width_budget``
     option, the width baselines take their widths from this one rule."""
-    fastest = max(d.flops_per_s for d in devices)
+    fastest = max(d.flops_per_s for d in hardware)
     mu_max = width_budget * step_cost(max_width) / fastest
-    return [width_for_budget(lambda p: step_cost(p) / d.flops_per_s, mu_max, max_width) for d in devices]
+    return [width_for_budget(lambda p: step_cost(p) / d.flops_per_s, mu_max, max_width) for d in hardware]
 
 
-def heroes_widths(config, data, devices, max_width: int, width_budget: float) -> list[int]:
-    """Each device's Heroes width p (:func:`budget_widths`) with the step cost of Eq. (17)
+def heroes_widths(config, data, hardware, max_width: int, width_budget: float) -> list[int]:
+    """Each client's Heroes width p (:func:`budget_widths`) with the step cost of Eq. (17)
     for the run's model: the composed model's where it has one, else the dense twin's."""
     with torch.random.fork_rng(devices=[]):   # building the twins leaves the run's random state alone
         profiles = width_profiles(config, data, max_width)
@@ -167,4 +167,4 @@ def heroes_widths(config, data, devices, max_width: int, width_budget: float) ->
             if config.model in COMPOSED_MODELS else None
     return budget_widths(
         lambda p: step_flops(profiles[p], config.batch_size, composed.composition_macs(p) if composed else 0.0),
-        devices, width_budget, max_width)
+        hardware, width_budget, max_width)

@@ -115,9 +115,9 @@ def _plain(exc: BaseException) -> str:
 
 #: class attributes ``Method.__init_subclass__`` resets on a subclass that does not set them;
 #: cloudpickle leaves out of a class it sends by value any attribute that *is* its parent's
-#: (``reads_device_tiers = False`` under a parent that declares the same), so they travel
+#: (``reads_hardware_tiers = False`` under a parent that declares the same), so they travel
 #: beside it
-_OWN_DECLARATIONS = ("label", "color", "marker", "reads_device_tiers")
+_OWN_DECLARATIONS = ("label", "color", "marker", "reads_hardware_tiers")
 
 
 def _method_by_value(cls) -> bytes:

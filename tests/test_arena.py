@@ -208,7 +208,7 @@ def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
 
 def test_ofa_capacities_follow_the_device_tiers():
     from hetfl_core.engine import build_simulation
-    from hetfl_core.system import REFERENCE_DEVICE
+    from hetfl_core.system import REFERENCE_HARDWARE
 
     s = arena.settings("book")
     for het in ("low", "medium", "high"):
@@ -217,10 +217,10 @@ def test_ofa_capacities_follow_the_device_tiers():
         assert options["capacities"] == "by-tier" and options["warmup"] == config.rounds // 5
         method = build_simulation(config.replace(options=options)).method
         caps = [method.capacity[k] for k in range(config.clients)]
-        by_tier = {d.tier: c for d, c in zip(method.devices, caps)}
+        by_tier = {d.tier: c for d, c in zip(method.hardware, caps)}
         assert by_tier["high"] == 1.0 and by_tier["mid"] >= by_tier["low"]
-        for d, c in zip(method.devices, caps):  # never more than the device affords, but the smallest ratio
-            assert c <= d.flops_per_s / REFERENCE_DEVICE.flops_per_s + 1e-9 or c == 0.2
+        for d, c in zip(method.hardware, caps):  # never more than the device affords, but the smallest ratio
+            assert c <= d.flops_per_s / REFERENCE_HARDWARE.flops_per_s + 1e-9 or c == 0.2
         if het == "medium":
             assert sorted(set(caps)) == [0.2, 0.4, 1.0] and caps.count(1.0) == 4    # tiers 1, 1/2, 1/4
     assert arena.method_options("sparse-prune-pfl", s.text.replace(method="sparse-prune-pfl")) == \

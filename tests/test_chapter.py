@@ -50,7 +50,7 @@ def test_a_caption_names_the_settings_and_the_rerun_command():
     configs = [base.replace(method=m, seed=s) for m in ("fedavg", "heterofl") for s in (0, 1, 2)]
     text = caption_text(configs, "heroes", "book", seed=0)
     assert text.startswith("Ran at scale book with digits, cnn, dirichlet, α=0.5, 10 clients, 50% per round, "
-                           "5 rounds, 3 local steps, lr 0.05, identical devices, seeds 0–2; methods: fedavg, heterofl.")
+                           "5 rounds, 3 local steps, lr 0.05, identical hardware, seeds 0–2; methods: fedavg, heterofl.")
     command = "jupytext --to ipynb -o - book/heroes.md | papermill - out.ipynb -p scale {} -p seed {}"
     assert f"Rerun as shown: `{command.format('book', 0)}`" in text
     shown = caption_text([c.replace(seed=c.seed + 5) for c in configs], "heroes", "smoke", seed=5)

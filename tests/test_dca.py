@@ -15,7 +15,7 @@ D_BASE, D_PRIVATE = 50_692, 11_014   # LeNet-5: conv1-3 / fc1-2 (Table III)
 def rounds(n, seed=0, band_per_client=0.1e6, d_base=D_BASE, d_private=D_PRIVATE, gamma=None, **deadline):
     """Successive rounds of the wireless cell a run of ``n`` clients is charged on
     (``WirelessCost``, C calibrated on the base), as the server sees them when it allocates."""
-    cost = system.WirelessCost(system.make_devices(n, "none", np.random.default_rng(0)), seed=seed,
+    cost = system.WirelessCost(system.make_hardware(n, "none", np.random.default_rng(0)), seed=seed,
                                bandwidth_hz=band_per_client * n, flops_per_sample=1.0, d_reference=d_base, batch=32)
     gamma = np.random.default_rng([seed, 7]).uniform(0.5, 1.5, n) if gamma is None else np.asarray(gamma)
     mean = dca.RoundSystem.mean_of(cost, gamma / gamma.sum(), d_base, d_private, 32, seed=seed, **deadline)
@@ -66,11 +66,11 @@ def test_the_allocation_sees_the_cell_the_run_is_charged_on():
     share, r = np.array([0.5, 0.2, 0.3]), 0.6
     flops = m.flops_per_sample * m.samples_per_round() * (m.d_base + r * m.d_private) / (m.d_base + m.d_private)
     for i, c in enumerate(ids):
-        device = cost.device(c, share[i])
+        device = cost.hardware_of(c, share[i])
         assert s.rates(share)[i] == pytest.approx(device.uplink_bps, rel=1e-12)
         assert s.compute_time(r)[i] == pytest.approx(system.compute_time(device, flops), rel=1e-9)
         assert s.compute_energy(r)[i] == pytest.approx(system.compute_energy(device, flops), rel=1e-9)
-    assert len({d.tier for d in sim.devices}) > 1        # the tiers' CPU scaling is part of the view
+    assert len({d.tier for d in sim.hardware}) > 1        # the tiers' CPU scaling is part of the view
 
 
 def test_upload_bits_eq9_and_exact_eq8():

@@ -35,7 +35,7 @@ def test_lambda_zero_personal_is_local_training_from_the_initial_model():
     mine = dict(sim.method.personal_model(0).named_parameters())
     assert all(torch.allclose(mine[n], p) for n, p in model.named_parameters())
     # ... which is also the global update it uploaded (same batches, no pull)
-    assert all(torch.allclose(mine[n], reports[0].update[n]) for n in mine)
+    assert all(torch.allclose(mine[n], reports[0].weights[n]) for n in mine)
 
 
 def test_large_lambda_pulls_personal_to_global():
@@ -56,7 +56,7 @@ def test_costs_and_global_model_is_fedavg():
     plans = fedavg.method.configure_round(1, [0])
     single = fedavg.method.client_update(fedavg.data.clients[0], plans[0], seeded_generator(0, 1, 0))
     assert reports[0].flops == 2 * single.flops  # global and personal training
-    assert all(torch.allclose(reports[0].update[k], v) for k, v in single.update.items())
+    assert all(torch.allclose(reports[0].weights[k], v) for k, v in single.weights.items())
     # a client that has not taken part yet is scored with the initial model w^0 (Alg. 1's v_k^0)
     partial = build_simulation(sim.config)
     partial.round(1, clients=[0, 1], evaluate=False)

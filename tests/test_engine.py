@@ -44,10 +44,10 @@ def test_one_round_changes_the_global_model(tiny_config):
     reports = sim.reports
     after = sim.method.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    expected = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+    expected = weighted_average([r.weights for r in reports], [r.n_samples for r in reports])
     n0, n1 = reports[0].n_samples, reports[1].n_samples
     for k in after:
-        hand = (n0 * reports[0].update[k] + n1 * reports[1].update[k]) / (n0 + n1)
+        hand = (n0 * reports[0].weights[k] + n1 * reports[1].weights[k]) / (n0 + n1)
         assert torch.allclose(after[k], hand, atol=1e-6) and torch.allclose(expected[k], hand, atol=1e-6)
 
 
@@ -57,7 +57,7 @@ def distance_to_global(config):
     plan = sim.method.configure_round(1, [0])[0]
     report = sim.method.client_update(client, plan, seeded_generator(0, 1, 0))
     start = sim.method.model.state_dict()
-    return sum(float(((report.update[k] - start[k]) ** 2).sum()) for k in start)
+    return sum(float(((report.weights[k] - start[k]) ** 2).sum()) for k in start)
 
 
 def test_fedprox_keeps_local_model_closer(tiny_config):

@@ -124,17 +124,17 @@ def test_aggregation_eq13_and_holders_by_hand():
         method.aggregate(1, reports)
         n = [r.n_samples for r in reports]
         for name, p in method.model.named_parameters():
-            step = sum(nk * r.update[0][name] for nk, r in zip(n, reports))
+            step = sum(nk * r.weights[name] for nk, r in zip(n, reports))
             if aggregation == "eq13":   # omega^r - sum_k p_k w_hat_k
                 expected = before[name] - step / sum(n)
             else:
-                weight = sum(nk * r.update[1][name] for nk, r in zip(n, reports))
+                weight = sum(nk * r.held[name] for nk, r in zip(n, reports))
                 expected = before[name] - torch.where(weight > 0, step / weight.clamp_min(1e-12), 0.0)
             torch.testing.assert_close(p.detach(), expected)
         # Eq. (12): the residual is zero outside the entries a client trained
         for r in reports:
-            for name, res in r.update[0].items():
-                assert (res[r.update[1][name] == 0] == 0).all()
+            for name, res in r.weights.items():
+                assert (res[r.held[name] == 0] == 0).all()
 
 
 def test_ratio_rules_cap_and_fixed():
@@ -142,14 +142,14 @@ def test_ratio_rules_cap_and_fixed():
     m = sim.method
     plans = m.configure_round(1, list(range(6)))
     for k, plan in plans.items():
-        z = m.capability(sim.devices[k])
+        z = m.capability(sim.hardware[k])
         assert plan.ratio == pytest.approx(min(plan.extra["proposed"], z))
         assert 0.5 <= plan.extra["proposed"] <= 1.0
     fixed = build_simulation(small(options={"ratio_rule": "fixed", "ratio": 0.3})).method
     assert all(p.ratio == 0.3 for p in fixed.configure_round(1, list(range(6))).values())
     rcr = build_simulation(small(options={"ratio_rule": "capability"}))
     for k, plan in rcr.method.configure_round(1, list(range(6))).items():
-        assert plan.ratio == pytest.approx(rcr.method.capability(rcr.devices[k]))
+        assert plan.ratio == pytest.approx(rcr.method.capability(rcr.hardware[k]))
 
 
 def test_dynamic_capability_redraws_tiers():

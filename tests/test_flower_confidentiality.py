@@ -77,13 +77,13 @@ def tensors(value):
 
 def watch_the_node(monkeypatch, cls, seen: list):
     """Wrap ``cls.client_update`` so that each call records what the method it runs on
-    holds: the clients of its data and devices, the samples of its dataset, whose entries
+    holds: the clients of its data and hardware, the samples of its dataset, whose entries
     its client-state attributes hold, and its server-only attributes."""
     update = cls.client_update
 
     def watched(self, client, plan, generator):
         seen.append({"client": client.client_id, "data": sorted(self.data.clients),
-                     "devices": sorted(self.devices),
+                     "hardware": sorted(self.hardware),
                      "samples": len(self.data.dataset.y_train) + len(self.data.dataset.y_test),
                      "states": {name: sorted(client_entries(getattr(self, name)))
                                 for name in cls.client_state},
@@ -133,6 +133,6 @@ def test_a_node_receives_no_other_clients_state_or_data(method, flower_task, mon
     assert len(seen) == len(grid.received) == 2 * 3
     for node in seen:
         k = node["client"]
-        assert node["data"] == node["devices"] == [k] and node["samples"] == 0
+        assert node["data"] == node["hardware"] == [k] and node["samples"] == 0
         assert all(keys in ([], [k]) for keys in node["states"].values()), node["states"]
         assert all(value is None for value in node["server"].values()), node["server"]

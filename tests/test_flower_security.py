@@ -154,7 +154,7 @@ def test_a_crafted_train_message_is_refused_by_the_node_and_runs_nothing(tmp_pat
 def test_an_honest_reply_is_read_and_a_wrong_shape_is_refused(flower_task):
     reply = _honest_reply()
     assert _server_reads(reply).client_id == 0
-    other = ClientReport(1, 10, None, 0.0, flops=0.0, uplink_bits=0.0, downlink_bits=0.0,
+    other = ClientReport(1, 10, loss=0.0, flops=0.0, uplink_bits=0.0, downlink_bits=0.0,
                          local_steps=1)
     for part, value, words in [("report", {"loss": 0.0}, "is a dict, not a ClientReport"),
                                ("report", other, "is client 1's; refused"),

@@ -15,7 +15,7 @@ from hetfl_core.frequency import (block_variance, completion_times, frequency_wi
                                   tau_calibrated, tau_raw, variance_minimising_tau, waiting_time,
                                   width_for_budget)
 from hetfl_core.models import build_model, count_parameters
-from hetfl_core.system import make_devices, profile_model
+from hetfl_core.system import make_hardware, profile_model
 
 
 # --------------------------------------------------------------------------- composition
@@ -148,7 +148,7 @@ def test_tau_rules():
 
 def fig2_clients():
     """Twelve clients of the four edge tiers, each at its width's iteration time."""
-    devices = make_devices(12, "edge", np.random.default_rng(0))
+    devices = make_hardware(12, "edge", np.random.default_rng(0))
     speed = np.array([d.flops_per_s for d in devices]) / 1e9
     return speed
 
@@ -289,7 +289,7 @@ def test_width_methods_share_heroes_width_rule(method):
         plans = sim.method.configure_round(1, list(range(config.clients)))
         widths = {}
         for k, plan in plans.items():
-            widths.setdefault(sim.devices[k].tier, set()).add(round(plan.width, 6))
+            widths.setdefault(sim.hardware[k].tier, set()).add(round(plan.width, 6))
         return widths
 
     budget = {"width_budget": 1.2, "max_width": 4}

@@ -172,7 +172,7 @@ def test_client_trains_inside_its_mask_and_aggregation_leaves_the_rest():
     before = {n: p.detach().clone() for n, p in m.model.named_parameters()}
     _, reports = one_round(sim, 6)
     small = [r for r in reports if r.client_id == 9]
-    values, held = small[0].update
+    values, held = small[0].weights, small[0].held
     for n, mask in own.items():
         assert float((values[n] * (1 - mask)).abs().sum()) == 0      # zero outside its budget
     m.aggregate(6, small)                                              # only the smallest client
@@ -188,7 +188,7 @@ def test_aggregation_of_full_clients_is_fedavg():
     sim.method.aggregate(1, reports)
     n = [r.n_samples for r in reports]
     for name, p in sim.method.model.named_parameters():
-        expected = sum(k * r.update[0][name] for k, r in zip(n, reports)) / sum(n)
+        expected = sum(k * r.weights[name] for k, r in zip(n, reports)) / sum(n)
         assert torch.allclose(p.detach(), expected, atol=1e-6)
 
 

@@ -45,7 +45,7 @@ def test_fedper_shares_bodies_keeps_heads():
     sim, before, reports = one_round("fedper")
     method = sim.method
     body = method.shared_names
-    assert all(set(r.update) == set(body) for r in reports)
+    assert all(set(r.weights) == set(body) for r in reports)
     assert all(r.uplink_bits == dense_bits(numel(method.model, body)) for r in reports)
     m0, m1 = method.personal_model(0), method.personal_model(1)
     p0, p1 = dict(m0.named_parameters()), dict(m1.named_parameters())
@@ -59,7 +59,7 @@ def test_fedper_shares_bodies_keeps_heads():
 def test_lg_fedavg_never_uploads_its_body():
     sim, before, reports = one_round("lg-fedavg")
     head = head_parameter_names(sim.method.model)
-    assert all(set(r.update) == set(head) for r in reports)
+    assert all(set(r.weights) == set(head) for r in reports)
     assert all(r.uplink_bits == dense_bits(numel(sim.method.model, head)) for r in reports)
     after = sim.method.model.state_dict()
     for name in body_parameter_names(sim.method.model):
@@ -100,7 +100,7 @@ def test_lg_fedavg_warm_start_rounds_upload_everything():
     sim = build_simulation(config)
     assert sim.method.fedavg_rounds == 4                # 0.8 of 5 rounds
     sim.round(1, clients=[0, 1], evaluate=False)
-    assert all(set(r.update) == set(sim.method.model.state_dict()) for r in sim.reports)
+    assert all(set(r.weights) == set(sim.method.model.state_dict()) for r in sim.reports)
     with pytest.raises(ConfigError, match="fedavg_share"):
         RunConfig(method="lg-fedavg", dataset="digits", options={"fedavg_share": 1.0}).validate()
 
@@ -119,7 +119,7 @@ def test_topk_sends_exactly_k_values(method):
     d = sum(p.numel() for p in sim.method.model.parameters())
     k = int(np.ceil(0.05 * d))
     for r in reports:
-        assert int((r.update != 0).sum()) == k
+        assert int((r.vector != 0).sum()) == k
         assert r.uplink_bits == sparse_bits(k, d) and r.downlink_bits == dense_bits(d)
     changed = sum(int((sim.method.model.state_dict()[n] != before[n]).sum()) for n in before)
     assert 0 < changed <= len(reports) * k

@@ -30,8 +30,8 @@ def test_masked_units_stay_zero_and_only_held_entries_move(method):
     slim = [k for k, r in sim.method.ratios.items() if r < 1][:1]
     before = {k: v.clone() for k, v in sim.method.model.state_dict().items()}
     sim, reports = rounds(method, 1, slim)
-    held = reports[0].update[1]
-    values = reports[0].update[0]
+    held = reports[0].held
+    values = reports[0].weights
     masks = unit_masks_to_parameters(sim.method.model, sim.method.units[slim[0]])
     for name, m in masks.items():
         assert float((values[name] * (1 - m)).abs().sum()) == 0  # masked weights trained as zero
@@ -127,7 +127,7 @@ def test_prunefl_strong_client_prunes_first_and_reconfiguration_costs_traffic():
     assert abs(float(kept) - 0.4) < 0.01
     params = {n: p.detach() for n, p in method.model.named_parameters()}
     assert all(float((params[n] * (1 - m)).abs().sum()) == 0 for n, m in method.masks.items())
-    strong = max(range(4), key=lambda k: (method.devices[k].flops_per_s, -k))
+    strong = max(range(4), key=lambda k: (method.hardware[k].flops_per_s, -k))
     by_id = {r.client_id: r for r in reports}
     others = [r.flops for k, r in by_id.items() if k != strong and r.n_samples == by_id[strong].n_samples]
     assert by_id[strong].flops > max([0.0] + others)  # charged for the initial dense training

@@ -150,13 +150,13 @@ def test_a_bad_ray_address_fails_fast_with_one_line(address, needle, tmp_path):
 
 def test_a_plug_in_sent_by_value_keeps_its_own_declarations(tmp_path):
     """cloudpickle leaves out of a class sent by value the attributes that are its parent's
-    objects (``reads_device_tiers = False`` under FedAvg's own); the worker's copy keeps them."""
+    objects (``reads_hardware_tiers = False`` under FedAvg's own); the worker's copy keeps them."""
     script = tmp_path / "plug.py"
     script.write_text(
         "import sys\n"
         "from hetfl_core.methods.fedavg import FedAvg\n"
         "from hetfl_core.ray_executor import _method_by_value\n"
-        "class Mine(FedAvg, name='mine-by-value', label='Mine', reads_device_tiers=False):\n"
+        "class Mine(FedAvg, name='mine-by-value', label='Mine', reads_hardware_tiers=False):\n"
         "    '''A plug-in defined in __main__.'''\n"
         "open(sys.argv[1], 'wb').write(_method_by_value(Mine))\n")
     sent = tmp_path / "mine.bin"
@@ -165,5 +165,5 @@ def test_a_plug_in_sent_by_value_keeps_its_own_declarations(tmp_path):
     from hetfl_core.ray_executor import _load_method
 
     cls = _load_method(sent.read_bytes())
-    assert (cls.name, cls.label, cls.reads_device_tiers) == ("mine-by-value", "Mine", False)
+    assert (cls.name, cls.label, cls.reads_hardware_tiers) == ("mine-by-value", "Mine", False)
     assert issubclass(cls, FedAvg) and cls is not FedAvg

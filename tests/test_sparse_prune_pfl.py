@@ -74,13 +74,13 @@ def test_one_round_top_k_pruning_latency_and_eq6():
     for rep, charge in zip(reports, charges):
         # top-k sends exactly ceil(k d_B) values
         assert rep.extra["sent_values"] == math.ceil(0.3 * m.d_base)
-        assert int((rep.update != 0).sum()) <= rep.extra["sent_values"]
+        assert int((rep.vector != 0).sum()) <= rep.extra["sent_values"]
         # the private part keeps at most ceil(r d_P) non-zeros after the step (decision (b))
         private = torch.cat([t.flatten() for t in m.private.clients[rep.client_id].values()])
         assert private.numel() == m.d_private
         assert int((private != 0).sum()) <= math.ceil(0.5 * m.d_private)
         # latency and energy from the wireless cost model's formulas (Eqs. 7, 10-14), equal shares
-        dev = charge.device
+        dev = charge.hardware
         assert charge.share == pytest.approx(0.25)
         assert rep.uplink_bits == pytest.approx(float(dca.upload_bits(0.3, m.d_base)))
         assert charge.time_s == pytest.approx(rep.flops / dev.flops_per_s + rep.uplink_bits / dev.uplink_bps)
@@ -88,7 +88,7 @@ def test_one_round_top_k_pruning_latency_and_eq6():
                                                 + dev.tx_power_w * rep.uplink_bits / dev.uplink_bps)
     m.aggregate(1, reports)
     total = sum(r.n_samples for r in reports)
-    step = sum(r.update * r.n_samples / total for r in reports)
+    step = sum(r.vector * r.n_samples / total for r in reports)
     after = torch.cat([p.detach().flatten() for n, p in m.model.named_parameters() if n in m.shared_names])
     start = torch.cat([before[n].flatten() for n in m.shared_names])
     assert torch.allclose(after, start - 0.05 * step, atol=1e-6)          # Eq. (6)
@@ -104,7 +104,7 @@ def test_compute_time_follows_eq12():
     cycles = 32 * sim.cost_model.cycles_per_sample * (m.d_base + 0.5 * m.d_private) / d
     assert rep.flops / sim.cost_model.flops_per_cycle == pytest.approx(cycles)
     compute_s = cycles / sim.cost_model.cpu_hz(0)
-    assert charge.time_s == pytest.approx(compute_s + rep.uplink_bits / charge.device.uplink_bps)
+    assert charge.time_s == pytest.approx(compute_s + rep.uplink_bits / charge.hardware.uplink_bps)
 
 
 def test_every_split_computes_on_the_same_devices():
@@ -122,7 +122,7 @@ def test_every_split_computes_on_the_same_devices():
         assert other.method.d_base != fedper.method.d_base
         assert other.cost_model.cycles_per_sample == fedper.cost_model.cycles_per_sample
         assert report.flops == pytest.approx(fedper_report.flops)
-        assert charge.device.flops_per_s == fedper_charge.device.flops_per_s
+        assert charge.hardware.flops_per_s == fedper_charge.hardware.flops_per_s
     resnet = build_model("resnet", (1, 14, 14), 10)
     assert paper_split("resnet", resnet) == "last-block" and paper_split("lenet5", lenet()) == "conv"
 

@@ -171,7 +171,7 @@ def test_clustered_model_is_the_fusion_and_upload_holds_exactly_the_masked_entri
     for n, p in model.named_parameters():
         assert torch.equal(p.detach(), mask[n] * w_g[n] + (1 - mask[n]) * w_i[n])
     for r in reports:
-        sent_mask, values = r.update
+        sent_mask, values = r.held, r.weights
         nnz = mask_size(sent_mask)
         local = method.local[r.client_id]
         for n in values:

@@ -71,22 +71,36 @@ def test_bits():
 
 
 def test_client_and_round_time_by_hand():
-    device = system.DeviceProfile("x", flops_per_s=2e9, uplink_bps=1e6, downlink_bps=4e6)
+    device = system.HardwareProfile("x", flops_per_s=2e9, uplink_bps=1e6, downlink_bps=4e6)
     assert system.client_time(device, 4e9, 3e6, 8e6) == pytest.approx(2 + 3 + 2)
     assert system.round_time([1.0, 7.0, 3.0]) == 7.0
     assert system.round_time([]) == 0.0
 
 
-def test_devices_dealt_in_equal_tiers_and_seeded():
-    devices = system.make_devices(12, "medium", np.random.default_rng(0))
-    tiers = [d.tier for d in devices]
+def test_hardware_dealt_in_equal_tiers_and_seeded():
+    hardware = system.make_hardware(12, "medium", np.random.default_rng(0))
+    tiers = [d.tier for d in hardware]
     assert sorted(tiers.count(t) for t in ("high", "mid", "low")) == [4, 4, 4]
-    speeds = {d.tier: d.flops_per_s for d in devices}
+    speeds = {d.tier: d.flops_per_s for d in hardware}
     assert speeds["high"] == 2 * speeds["mid"] == 4 * speeds["low"]
-    assert tiers == [d.tier for d in system.make_devices(12, "medium", np.random.default_rng(0))]
-    assert tiers != [d.tier for d in system.make_devices(12, "medium", np.random.default_rng(1))]
+    assert tiers == [d.tier for d in system.make_hardware(12, "medium", np.random.default_rng(0))]
+    assert tiers != [d.tier for d in system.make_hardware(12, "medium", np.random.default_rng(1))]
     with pytest.raises(ConfigError):
-        system.make_devices(3, "extreme", np.random.default_rng(0))
+        system.make_hardware(3, "extreme", np.random.default_rng(0))
+
+
+def test_the_earlier_device_names_of_the_hardware_still_work(tiny_config):
+    """Code written against the earlier names (``DeviceProfile``, ``make_devices``,
+    ``REFERENCE_DEVICE``, ``sim.devices``, ``method.devices``) reads the same objects."""
+    from hetfl_core.engine import build_simulation
+
+    assert system.DeviceProfile is system.HardwareProfile
+    assert system.REFERENCE_DEVICE is system.REFERENCE_HARDWARE
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    assert system.make_devices(6, "medium", rng()) == system.make_hardware(6, "medium", rng())
+    sim = build_simulation(tiny_config.replace(heterogeneity="medium"))
+    assert sim.devices is sim.hardware is sim.method.devices is sim.method.hardware
+    assert len({h.tier for h in sim.hardware}) == 3
 
 
 def test_wireless_formulas_by_hand():
@@ -100,7 +114,7 @@ def test_wireless_formulas_by_hand():
 
 
 def test_energy_by_hand():
-    device = system.DeviceProfile("x", flops_per_s=2e9, uplink_bps=1, downlink_bps=1, energy_coeff=1e-28,
+    device = system.HardwareProfile("x", flops_per_s=2e9, uplink_bps=1, downlink_bps=1, energy_coeff=1e-28,
                                   tx_power_w=0.5)
     # 2e9 FLOPs = 1e9 cycles at 1 GHz: zeta f^2 cycles = 1e-28 * 1e18 * 1e9 = 0.1 J
     assert system.compute_energy(device, 2e9) == pytest.approx(0.1)

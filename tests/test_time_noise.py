@@ -22,7 +22,7 @@ def times(result):
 def test_no_noise_charges_the_device_model_exactly():
     result = run(BASE.replace(time_noise=0.0))
     assert result["history"] == run(BASE)["history"]
-    devices = build_simulation(BASE).devices
+    devices = build_simulation(BASE).hardware
     for row in result["history"]:
         for c in row["clients"]:
             expected = client_time(devices[c["id"]], c["flops"], c["uplink_bits"],

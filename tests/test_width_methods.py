@@ -57,7 +57,7 @@ def one_round(method, ids, rounds_done=0, **overrides):
 def test_heterofl_widths_follow_capability():
     sim = build_simulation(RunConfig(method="heterofl", dataset="digits", model="cnn", clients=6,
                                      heterogeneity="medium"))
-    for k, device in enumerate(sim.devices):
+    for k, device in enumerate(sim.hardware):
         assert sim.method.widths[k] == {"high": 1.0, "mid": 0.5, "low": 0.25}[device.tier]
 
 
@@ -71,14 +71,14 @@ def test_heterofl_averages_over_holders_and_leaves_the_rest(weighting):
     assert reports[0].n_samples != reports[1].n_samples
     after = sim.method.model.state_dict()
     for name in after:
-        held = sum(r.update[1][name] for r in reports)
+        held = sum(r.held[name] for r in reports)
         assert torch.equal(after[name][held == 0], before[name][held == 0])  # nobody holds: unchanged
         a = [1.0 if weighting == "count" else r.n_samples for r in reports]
-        total = sum(w * r.update[1][name] for w, r in zip(a, reports))
-        hand = sum(w * r.update[1][name] * r.update[0][name] for w, r in zip(a, reports))
+        total = sum(w * r.held[name] for w, r in zip(a, reports))
+        hand = sum(w * r.held[name] * r.weights[name] for w, r in zip(a, reports))
         mask = held > 0
         assert torch.allclose(after[name][mask], (hand / total.clamp_min(1e-12))[mask], atol=1e-6)
-    assert any((sum(r.update[1][n] for r in reports) == 0).any() for n in after)
+    assert any((sum(r.held[n] for r in reports) == 0).any() for n in after)
 
 
 def test_masking_trick_neither_trains_nor_sends_absent_labels_rows():
@@ -87,9 +87,9 @@ def test_masking_trick_neither_trains_nor_sends_absent_labels_rows():
     for r in reports:
         absent = ~sim.method.present_labels(r.client_id)
         assert absent.sum() == 8
-        assert not r.update[1]["classifier.weight"][absent].any()
-        assert not r.update[1]["classifier.bias"][absent].any()
-        assert r.update[1]["classifier.bias"][~absent].all()
+        assert not r.held["classifier.weight"][absent].any()
+        assert not r.held["classifier.bias"][absent].any()
+        assert r.held["classifier.bias"][~absent].all()
     # rows of a label no participant holds keep their value; the others moved
     nobody = ~torch.stack([sim.method.present_labels(r.client_id) for r in reports]).any(0)
     after = sim.method.model.state_dict()
@@ -182,7 +182,7 @@ def test_fjord_trains_only_within_the_clients_max_width():
                                      heterogeneity="medium"))
     slim = [k for k, w in sim.method.widths.items() if w == 0.5][:1]
     sim, before, reports, _ = one_round("fjord", slim)
-    held = reports[0].update[1]
+    held = reports[0].held
     after = sim.method.model.state_dict()
     for name in after:
         assert torch.equal(after[name][held[name] == 0], before[name][held[name] == 0])

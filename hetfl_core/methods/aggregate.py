@@ -17,7 +17,7 @@ def weighted_average(states: list[dict], weights: list[float]) -> dict:
 def average_over_holders(model, reports, weights: list[float] | None = None) -> None:
     """Set each entry of ``model`` to the weighted mean over the reports that hold it.
 
-    Each report's ``update`` is ``(values, held)`` in the global shapes (see
+    Each report sends ``weights`` and where it ``held`` them, in the global shapes (see
     ``submodel.embed``); entries no report holds keep their value. ``weights`` gives each
     report's weight (default: its ``n_samples``; all ones: the plain mean over holders).
     """
@@ -26,16 +26,16 @@ def average_over_holders(model, reports, weights: list[float] | None = None) -> 
     weights = [r.n_samples for r in reports] if weights is None else weights
     with torch.no_grad():
         for name, p in model.named_parameters():
-            total = sum(w * r.update[1][name] for r, w in zip(reports, weights))
-            weighted = sum(w * r.update[1][name] * r.update[0][name]
+            total = sum(w * r.held[name] for r, w in zip(reports, weights))
+            weighted = sum(w * r.held[name] * r.weights[name]
                            for r, w in zip(reports, weights))
             p.copy_(torch.where(total > 0, weighted / total.clamp_min(1e-12), p))
 
 
-def masked_upload(model, masks: dict) -> tuple[tuple[dict, dict], int]:
-    """A client's ``(values, held)`` update under parameter ``masks`` (unmasked tensors are
-    held whole), and the number of entries it holds."""
+def masked_upload(model, masks: dict) -> tuple[dict, dict, int]:
+    """What a client sends under parameter ``masks``: its values, where it holds them
+    (unmasked tensors are held whole), and the number of entries it holds."""
     params = dict(model.named_parameters())
     held = {n: masks.get(n, torch.ones_like(p)) for n, p in params.items()}
     values = {n: p.detach().clone() for n, p in params.items()}
-    return (values, held), int(sum(h.sum() for h in held.values()))
+    return values, held, int(sum(h.sum() for h in held.values()))

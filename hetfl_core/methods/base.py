@@ -4,8 +4,8 @@ pseudocode, in the spirit of Flower's ``Strategy``) and the registry that names 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,10 +15,11 @@ from ..devices import resolve_device
 from ..errors import ConfigError
 from ..models import build_model
 from ..options import Option
-from ..system import CostModel, DeviceProfile, profile_model
+from ..system import CostModel, HardwareProfile, profile_model
 from ..training import multistep_factor, run_step, steps_for_epochs
 
 if TYPE_CHECKING:
+    from ..composition import Selection
     from ..config import RunConfig
     from ..data import ClientData, FederatedData
     from ..engine import Simulation
@@ -70,23 +71,42 @@ class ClientPlan:
     ratio: float = 1.0   # fraction of weights the client keeps (density)
     extra: dict = field(default_factory=dict)
     bandwidth_share: float | None = None   # the client's share of a wireless band (None: the cost model's)
-    device: DeviceProfile | None = None    # the device the client runs on this round (None: its own)
+    hardware: HardwareProfile | None = None    # the hardware the client runs on this round (None: its own)
 
 
 @dataclass
 class ClientReport:
-    """What a client did and sent back. ``update`` is the method's own payload; ``time_s``
-    is left ``None`` for the run's cost model to charge, or capped by a method whose client
-    stops early (SRP-pFed's semi-asynchronous window)."""
+    """What a client did and sent back, every field after ``n_samples`` by keyword.
+
+    What it sends, each part typed and ``None`` where the method sends none of it:
+    ``weights``, model entries by parameter name in the global model's shapes (its trained
+    state, a part of it, or the change from the global model); ``held``, per entry of
+    ``weights`` where (1) or how much the client holds it (a sub-model's or a mask's cover;
+    ``None``: every entry whole); ``vector``, one flat vector over the model's parameters
+    in place of ``weights`` (a sparsified change); ``importance``, per-parameter scores the
+    server reshapes the model by (PruneFL's squared gradients); ``selection``, the part of
+    a composed model the client trained (Heroes'
+    :class:`~hetfl_core.composition.Selection`).
+
+    What it did: its training ``loss``, ``flops``, the bits it received and sent,
+    ``local_steps``, the ``width`` or ``ratio`` of its model, and ``extra`` (the method's
+    own per-client values, recorded in the history). ``time_s`` is left ``None`` for the
+    run's cost model to charge, or capped by a method whose client stops early (SRP-pFed's
+    semi-asynchronous window)."""
 
     client_id: int
     n_samples: int
-    update: Any
+    _: KW_ONLY
     loss: float
     flops: float
     uplink_bits: float
     downlink_bits: float
     local_steps: int
+    weights: dict[str, torch.Tensor] | None = None
+    held: dict[str, torch.Tensor] | None = None
+    vector: torch.Tensor | None = None
+    importance: dict[str, torch.Tensor] | None = None
+    selection: Selection | None = None
     width: float = 1.0
     ratio: float = 1.0
     extra: dict = field(default_factory=dict)
@@ -112,7 +132,7 @@ def seeded_generator(*keys: int) -> torch.Generator:
 
 
 #: the class facts a subclass does not inherit, and their defaults (``label``: the ``name``)
-NOT_INHERITED = {"label": None, "color": None, "marker": "o", "reads_device_tiers": True}
+NOT_INHERITED = {"label": None, "color": None, "marker": "o", "reads_hardware_tiers": True}
 
 
 class Method(ABC):
@@ -123,7 +143,7 @@ class Method(ABC):
     :class:`~hetfl_core.methods.fedavg.FedAvg` implements the two, and most methods
     subclass it and override what their paper changes. A method names itself in its class
     keywords, ``class FedAvg(Method, name="fedavg", label="FedAvg",
-    color="#1f77b4", marker="o", reads_device_tiers=False)`` (or as class attributes; these
+    color="#1f77b4", marker="o", reads_hardware_tiers=False)`` (or as class attributes; these
     facts are the method's own, not inherited), and gives a docstring whose first line is its ``summary`` (what
     ``list`` shows) and ``option_specs`` (each option an :class:`~hetfl_core.options.Option`;
     a plug-in may give ``defaults`` alone, its options then typed like their defaults).
@@ -148,11 +168,11 @@ class Method(ABC):
     #: and draws in its own (none: a spare colour picked by its name)
     color: str | None = None
     marker = "o"
-    #: whether the method's training reads the clients' device tiers (to size sub-models,
+    #: whether the method's training reads the clients' hardware tiers (to size sub-models,
     #: capacities or an allocation); ``False`` says its accuracy is the same at every
     #: heterogeneity level and only its costs change (the arena runs it once). Never
     #: inherited: a subclass that does not declare it counts as reading them
-    reads_device_tiers = True
+    reads_hardware_tiers = True
     #: the classes besides tensors and plain data that the state a Flower node receives
     #: holds (the shared state or a client's own, not ``server_state``), which a Flower
     #: message may therefore carry (:func:`hetfl_core.flower.shipped_types`); inherited
@@ -176,13 +196,13 @@ class Method(ABC):
 
     def __init_subclass__(cls, name: str | None = None, label: str | None = None,
                           color: str | None = None,
-                          marker: str | None = None, reads_device_tiers: bool | None = None, **kwargs):
+                          marker: str | None = None, reads_hardware_tiers: bool | None = None, **kwargs):
         """Take the class keywords, reset the facts a subclass does not inherit
         (:data:`NOT_INHERITED`) unless the class gives them, derive ``defaults`` from
         ``option_specs`` (or specs from ``defaults``) and ``summary`` from the docstring."""
         super().__init_subclass__(**kwargs)
         given = {"name": name, "label": label, "color": color, "marker": marker,
-                 "reads_device_tiers": reads_device_tiers}
+                 "reads_hardware_tiers": reads_hardware_tiers}
         for key, value in given.items():
             if value is not None:
                 if key in cls.__dict__:
@@ -198,13 +218,13 @@ class Method(ABC):
         elif "defaults" in cls.__dict__:
             cls.option_specs = {key: Option(value) for key, value in cls.defaults.items()}
 
-    def __init__(self, config: RunConfig, data: FederatedData, devices: list[DeviceProfile]):
+    def __init__(self, config: RunConfig, data: FederatedData, hardware: list[HardwareProfile]):
         """Store the run's parameters and draw w^0 from the torch seed the engine has just set."""
         self.config = config
         self.options = {**self.defaults, **config.options}
         self.data = data
-        self.devices = devices
-        self.device = resolve_device(config.device)
+        self.hardware = hardware          # each client's simulated hardware
+        self.device = resolve_device(config.device)   # the torch device the run computes on
         self.cost_model: CostModel | None = None   # the run's, from :meth:`setup`
         #: the learning rate of the round in progress (:meth:`lr_at`, set by the engine)
         self.round_lr = config.lr
@@ -212,6 +232,11 @@ class Method(ABC):
         self.round_momentum = config.momentum
         self.model = self.build_model()
         self.costs = profile_model(self.model, data.input_shape, dtype=data.dataset.x_train.dtype)
+
+    @property
+    def devices(self) -> list[HardwareProfile]:
+        """The earlier name of :attr:`hardware`, kept for plug-ins written against it."""
+        return self.hardware
 
     def setup(self, sim: Simulation) -> None:
         """Build the method's state for the built run ``sim`` (a

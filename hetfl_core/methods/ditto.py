@@ -39,7 +39,7 @@ from .fedavg import FedAvg
 
 
 @register
-class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", reads_device_tiers=False):
+class Ditto(FedAvg, name="ditto", label="Ditto", color="#4292c6", marker="P", reads_hardware_tiers=False):
     """Ditto: FedAvg global model plus personal models pulled to it (Li et al. 2021)
 
     A visit trains two models, the global copy, then v_k on the same minibatches: two

@@ -32,7 +32,7 @@ DROP_LAST = Option(True, "leave each epoch's last partial batch out, as PFLlib's
 
 @register
 class FedAvg(Method, name="fedavg", label="FedAvg",
-             color="#1f77b4", marker="o", reads_device_tiers=False):
+             color="#1f77b4", marker="o", reads_hardware_tiers=False):
     """FedAvg: local SGD, data-weighted model averaging (McMahan et al. 2017)"""
 
     option_specs = {"drop_last": DROP_LAST}
@@ -43,9 +43,10 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
         model = clone_model(self.model)
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
         bits = dense_bits(sum(p.numel() for p in model.parameters()))
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
-                            flops=training_flops(self.costs, result.samples), uplink_bits=bits,
-                            downlink_bits=bits, local_steps=plan.local_steps), state
+        return ClientReport(client.client_id, client.n_train, weights=model.state_dict(),
+                            loss=result.loss, flops=training_flops(self.costs, result.samples),
+                            uplink_bits=bits, downlink_bits=bits,
+                            local_steps=plan.local_steps), state
 
     def local_sgd(self, model: nn.Module, client, steps: int, generator: torch.Generator,
                   prox_mu: float = 0.0, **options) -> LocalSGD:
@@ -74,13 +75,13 @@ class FedAvg(Method, name="fedavg", label="FedAvg",
 
     def aggregate(self, round_idx, reports):
         """w_{t+1} = sum_k n_k / n * w^k_{t+1}, for every tensor the clients sent."""
-        state = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+        state = weighted_average([r.weights for r in reports], [r.n_samples for r in reports])
         self.model.load_state_dict(state, strict=False)
 
 
 @register
 class FedProx(FedAvg, name="fedprox", label="FedProx",
-              color="#6baed6", marker="s", reads_device_tiers=False):
+              color="#6baed6", marker="s", reads_hardware_tiers=False):
     """FedProx: FedAvg plus a proximal term mu/2 ||w - w_t||^2 (Li et al. 2020)"""
 
     option_specs = {"mu": Option(0.01, "proximal coefficient mu of (mu/2)||w - w_t||^2 (FedProx, Eq. 2)",

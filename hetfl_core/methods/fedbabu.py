@@ -94,7 +94,7 @@ class FedBABU(FedPer, name="fedbabu", label="FedBABU", color="#66c2a4", marker="
         note the round."""
         counts = self.options["weighting"] == "count"
         weights = [1.0 if counts else r.n_samples for r in reports]
-        self.model.load_state_dict(weighted_average([r.update for r in reports], weights), strict=False)
+        self.model.load_state_dict(weighted_average([r.weights for r in reports], weights), strict=False)
         self.rounds_done = round_idx
 
     def global_model(self):

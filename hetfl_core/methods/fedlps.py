@@ -73,7 +73,7 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         "ratio_rule": Option("pucbv", "how each client's sparse ratio is chosen",
                              choices=("pucbv", "capability", "fixed")),
         "ratio": Option(0.5, "every client's ratio under ratio_rule fixed", 0, 1, low_open=True),
-        "capability": Option("fixed", "device tiers fixed or redrawn every round", choices=("fixed", "dynamic")),
+        "capability": Option("fixed", "hardware tiers fixed or redrawn every round", choices=("fixed", "dynamic")),
         "aggregation": Option("eq13", "Eq. (13), or each entry averaged over its holders",
                               choices=("eq13", "holders")),
         "q_grad": Option("all", "units whose scores get the straight-through gradient", choices=("all", "kept")),
@@ -106,18 +106,18 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         o = self.options
         self.layers = [name for name, _, _ in structured_units(self.model)]
         self.consumers = {c.input_layer: c.name for c in self.costs if c.input_layer in self.layers}
-        self.tiers = list({d.tier: d for d in self.devices}.values())
+        self.tiers = list({d.tier: d for d in self.hardware}.values())
         self.scores = {}
         if o["pattern"] == "learned":
             target = unit_magnitudes(self.model)
-            for k in range(len(self.devices)):
+            for k in range(len(self.hardware)):
                 g = seeded_generator(self.config.seed, STREAMS["learned_scores"], k)
                 self.scores[k] = {n: torch.sigmoid(t)
                                   + 1e-3 * torch.randn(t.shape, generator=g).to(t.device)
                                   for n, t in target.items()}
         horizon = o["ucb_xi"] or pucbv_horizon(self.config)
         self.agents, self.proposed = {}, {}
-        for k, d in enumerate(self.devices):
+        for k, d in enumerate(self.hardware):
             if o["ratio_rule"] == "pucbv":
                 self.agents[k] = PUCBV(*o["arm_range"], n_intervals=int(o["intervals"]), horizon=horizon,
                                        rho=o["rho"], delta=o["delta"], explore=o["explore"],
@@ -129,38 +129,38 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         self.previous_accuracy = {c.client_id: evaluate(self.model, c.x_train, c.y_train)[0] / max(c.n_train, 1)
                                   for c in self.data.clients}
         self.ratios = {k: min(self.proposed[k], self.capability(d)) if o["ratio_rule"] == "pucbv"
-                       else self.proposed[k] for k, d in enumerate(self.devices)}
+                       else self.proposed[k] for k, d in enumerate(self.hardware)}
         self.personal: dict[int, dict] = {}
 
-    def capability(self, device) -> float:
-        """z_k: the device's FLOP/s relative to the fastest device."""
-        return capability(device, self.devices)
+    def capability(self, hardware) -> float:
+        """z_k: ``hardware``'s FLOP/s relative to the fastest client's."""
+        return capability(hardware, self.hardware)
 
     # -- server ------------------------------------------------------------------------------
     def configure_round(self, round_idx, client_ids):
         """Alg. 1 lines 3-4 and the client's cap s = min(s, z) (Sec. III-B)."""
         plans = {}
         for k in client_ids:
-            device = self.devices[k]
+            hardware = self.hardware[k]
             if self.options["capability"] == "dynamic":   # resources change between rounds
                 rng = np.random.default_rng([self.config.seed, STREAMS["dynamic_tiers"], round_idx, k])
-                device = self.tiers[int(rng.integers(len(self.tiers)))]
-            z, rule = self.capability(device), self.options["ratio_rule"]
+                hardware = self.tiers[int(rng.integers(len(self.tiers)))]
+            z, rule = self.capability(hardware), self.options["ratio_rule"]
             proposed = z if rule == "capability" else self.proposed[k]
             ratio = {"pucbv": min(proposed, z), "capability": z, "fixed": proposed}[rule]
             self.ratios[k] = ratio
             plans[k] = ClientPlan(self.local_steps(self.data.clients[k]), ratio=ratio,
                                   extra={"proposed": proposed, "capability": z},
-                                  device=None if device is self.devices[k] else device)   # the engine charges it
+                                  hardware=None if hardware is self.hardware[k] else hardware)   # the engine charges it
         return plans
 
     def aggregate(self, round_idx, reports):
         """Eq. (13), then Alg. 1 lines 9-15: each participant's P-UCBV agent proposes s_k^{r+1}."""
         with torch.no_grad():
             for name, p in self.model.named_parameters():
-                step = sum(r.n_samples * r.update[0][name] for r in reports)
+                step = sum(r.n_samples * r.weights[name] for r in reports)
                 if self.options["aggregation"] == "holders":
-                    weight = sum(r.n_samples * r.update[1][name] for r in reports)
+                    weight = sum(r.n_samples * r.held[name] for r in reports)
                     p.sub_(torch.where(weight > 0, step / weight.clamp_min(1e-12), torch.zeros_like(p)))
                 else:
                     p.sub_(step / sum(r.n_samples for r in reports))
@@ -231,17 +231,19 @@ class FedLPS(FedAvg, name="fedlps", label="FedLPS", color="#d62728", marker="o")
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_units(keep))
         up = dense_bits(int(sum(h.sum() for h in held.values()))) + sum(len(v) for v in keep.values())
         magnitude = top_units(unit_magnitudes(scored.net), plan.ratio)
-        return self.report(client, plan, (residual, held), result.loss, flops, up,
-                           result.correct / max(result.samples, 1), keep,
+        return self.report(client, plan, residual, result.loss, flops, up,
+                           result.correct / max(result.samples, 1), keep, held=held,
                            magnitude_units=pattern_string(magnitude)), state
 
-    def report(self, client, plan, update, loss, flops, up, acc, keep, **extra) -> ClientReport:
-        """The client's report with the local cost T of Eq. (14) and the training accuracy a
-        that P-UCBV's reward reads (Eq. 15)."""
-        device = plan.device or self.devices[client.client_id]
-        cost = compute_time(device, flops) + self.options["alpha"] * transfer_time(up, device.uplink_bps)
+    def report(self, client, plan, weights, loss, flops, up, acc, keep, held=None,
+               **extra) -> ClientReport:
+        """The client's report of ``weights`` (and where it ``held`` them) with the local
+        cost T of Eq. (14) and the training accuracy a that P-UCBV's reward reads (Eq. 15)."""
+        hardware = plan.hardware or self.hardware[client.client_id]
+        cost = compute_time(hardware, flops) + self.options["alpha"] * transfer_time(up, hardware.uplink_bps)
         down = dense_bits(sum(p.numel() for p in self.model.parameters()))
-        return ClientReport(client.client_id, client.n_train, update, loss, flops=flops, uplink_bits=up,
+        return ClientReport(client.client_id, client.n_train, weights=weights, held=held, loss=loss,
+                            flops=flops, uplink_bits=up,
                             downlink_bits=down, local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"proposed": plan.extra["proposed"], "capability": plan.extra["capability"],
                                    "train_acc": acc, "cost_s": cost, "units": pattern_string(keep), **extra})

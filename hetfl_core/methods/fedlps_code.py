@@ -30,9 +30,9 @@ this variant computes each one as the released code does:
 * **Tiers redrawn every round** (``model_split_mode='dynamic'``, options.py:95;
   FedLPS.py:34-45, 178; Sec. III-B fixes them): ``capability="dynamic"``, uniformly from
   the code's five tiers (``tiers="code"``, the default): capabilities 1/16, 1/8, 1/4, 1/2
-  and 1 of the run's fastest device, with its links (FedLPS.py ``mask_rate_list`` with
+  and 1 of the run's fastest hardware, with its links (FedLPS.py ``mask_rate_list`` with
   equal ``proportion``, and ``FLOPS_capacity`` 46528..744448 MFLOP/s, one link rate for
-  all). ``tiers="run"`` draws from the run's distinct device tiers instead (e.g. 1, 1/4,
+  all). ``tiers="run"`` draws from the run's distinct hardware tiers instead (e.g. 1, 1/4,
   1/16 under ``heterogeneity="high"``): it changes the share of visits above 1/4, which
   alone refresh a kept model (2 in 5 with the code's tiers, 1 in 3 there).
 * **Five local epochs** per visit (script/*_FedLPS.sh ``--local_ep 5``,
@@ -91,11 +91,11 @@ def released_units(q: torch.Tensor, ratio: float) -> torch.Tensor:
     return s > torch.topk(s, k).values.min()
 
 
-def code_tiers(devices) -> list:
-    """The released code's five tiers as devices: the fastest of ``devices`` with its compute
+def code_tiers(hardware) -> list:
+    """The released code's five tiers as hardware profiles: the fastest of ``hardware`` with its compute
     scaled by each of :data:`CODE_TIERS` (its links unchanged: the code gives every client
     the same link rates)."""
-    fastest = max(devices, key=lambda d: d.flops_per_s)
+    fastest = max(hardware, key=lambda d: d.flops_per_s)
     return [dataclasses.replace(fastest, tier=f"code-{Fraction(z)}", flops_per_s=fastest.flops_per_s * z)
             for z in CODE_TIERS]
 
@@ -122,8 +122,8 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
         "lr_decay": Option(0.998, "the learning rate is lr x lr_decay^(round - 1)", 0, 1,
                            low_open=True),
         "tiers": Option("code", "the tiers a dynamic round draws from: code (the released "
-                                "code's capabilities 1/16, 1/8, 1/4, 1/2, 1 of the fastest device) "
-                                "or run (the run's device tiers)", choices=("code", "run")),
+                                "code's capabilities 1/16, 1/8, 1/4, 1/2, 1 of the fastest hardware) "
+                                "or run (the run's hardware tiers)", choices=("code", "run")),
         "noise": Option(1e-3, "sd of the Gaussian noise the server adds to every parameter", 0, 1),
         "keep_above": Option(0.25, "a visit refreshes the kept model only above this ratio", 0, 1),
     }
@@ -133,7 +133,7 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
         super().setup(sim)
         self.units = {n: k for n, _, k in structured_units(self.model)}
         if self.options["tiers"] == "code":
-            self.tiers = code_tiers(self.devices)
+            self.tiers = code_tiers(self.hardware)
 
     def local_steps(self, client) -> int:
         """``epochs`` passes over the client's data, unless the run sets ``local_steps`` or
@@ -211,7 +211,7 @@ class FedLPSCode(FedLPS, name="fedlps-code", label="FedLPS (released code)", col
         noise = seeded_generator(self.config.seed, STREAMS["server_noise"], round_idx)
         with torch.no_grad():
             for name, p in self.model.named_parameters():
-                p.add_(sum(r.update[name] for r in reports) / len(reports))
+                p.add_(sum(r.weights[name] for r in reports) / len(reports))
                 if self.options["noise"]:
                     draw = torch.randn(p.shape, generator=noise).to(p.device)
                     p.add_(self.options["noise"] * draw)

@@ -18,7 +18,7 @@ from .fedavg import DROP_LAST, FedAvg
 
 @register
 class FedPer(FedAvg, name="fedper", label="FedPer",
-             color="#17becf", marker="o", reads_device_tiers=False):
+             color="#17becf", marker="o", reads_hardware_tiers=False):
     """FedPer: shared body, private head (Arivazhagan et al. 2019)"""
     state_types = (PrivateStore,)                    # the clients' private parameters
     client_state = ("private",)                      # each client's head
@@ -60,7 +60,7 @@ class FedPer(FedAvg, name="fedper", label="FedPer",
         params = dict(model.named_parameters())
         shared = {n: params[n].detach().clone() for n in self.shared_names}
         bits = dense_bits(sum(t.numel() for t in shared.values()))
-        return ClientReport(client.client_id, client.n_train, shared, loss, flops=flops, uplink_bits=bits,
+        return ClientReport(client.client_id, client.n_train, weights=shared, loss=loss, flops=flops, uplink_bits=bits,
                             downlink_bits=bits, local_steps=plan.local_steps)
 
     def global_model(self):

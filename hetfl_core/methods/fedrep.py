@@ -18,7 +18,7 @@ from .fedper import FedPer
 
 @register
 class FedRep(FedPer, name="fedrep", label="FedRep",
-             color="#1b9e77", marker="s", reads_device_tiers=False):
+             color="#1b9e77", marker="s", reads_hardware_tiers=False):
     """FedRep: private head trained first, then the shared body (Collins et al. 2021)"""
 
     option_specs = {**FedPer.option_specs,

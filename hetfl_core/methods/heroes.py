@@ -107,7 +107,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
         self.tau0 = int(self.options["tau0"] or self.config.local_steps or steps_for_epochs(
             int(np.median([c.n_train for c in self.data.clients])), self.config.batch_size, self.config.local_epochs))
         self.tau_max = int(self.options["tau_max"] or 2 * self.tau0)
-        self.widths = heroes_widths(self.config, self.data, self.devices, P, float(self.options["width_budget"]))
+        self.widths = heroes_widths(self.config, self.data, self.hardware, P, float(self.options["width_budget"]))
         self.estimates: list[dict] = []   # per round: means of F, L, S = G^2 + 18 sigma^2
         self.round_info: dict = {}
 
@@ -164,11 +164,11 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
         """Alg. 1 l. 5-22: widths, the deadline client's tau, then blocks and taus of the others."""
         tau_l, raw = self.deadline_tau(round_idx)
         widths = [self.widths[k] for k in client_ids]
-        devices = [self.devices[k] for k in client_ids]
+        hardware = [self.hardware[k] for k in client_ids]
         mu = [step_flops(self.width_costs[p], self.config.batch_size, self.model.composition_macs(p))
-              / d.flops_per_s for p, d in zip(widths, devices)]                   # Eq. (17)
+              / d.flops_per_s for p, d in zip(widths, hardware)]                   # Eq. (17)
         nu = [transfer_time(bits, d.uplink_bps) + transfer_time(bits, d.downlink_bps)
-              for bits, d in zip(map(self.exchange_bits, widths), devices)]     # Eq. (18), download added
+              for bits, d in zip(map(self.exchange_bits, widths), hardware)]     # Eq. (18), download added
         taus, sels, l = plan_frequencies(
             mu, nu, widths, tau_l, float(self.options["rho"]), self.block_counts,
             select=lambda n: self.select(widths[n], round_idx, client_ids[n]),
@@ -225,7 +225,8 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
         bits = self.exchange_bits(sel.p)
         flops = training_flops(self.width_costs[sel.p], result.samples) + \
             6.0 * self.model.composition_macs(sel.p) * plan.local_steps
-        return ClientReport(client.client_id, client.n_train, (sel, model.state_dict()), result.loss,
+        return ClientReport(client.client_id, client.n_train, weights=model.state_dict(), selection=sel,
+                            loss=result.loss,
                             flops=flops, uplink_bits=bits, downlink_bits=bits,
                             local_steps=plan.local_steps, width=plan.width, extra=extra), state
 
@@ -233,7 +234,7 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
     def aggregate(self, round_idx, reports):
         """Eq. (5) (basis over all participants, each block over its trainers), then the
         PS's estimates of F, L and S = G^2 + 18 sigma^2 as client means (Alg. 1 l. 25)."""
-        aggregate_blocks(self.model, [r.update for r in reports])
+        aggregate_blocks(self.model, [(r.selection, r.weights) for r in reports])
         stats = [r.extra for r in reports if "F" in r.extra and math.isfinite(r.extra["L"])]
         if stats:
             self.estimates.append({"F": float(np.mean([s["F"] for s in stats])),

@@ -123,13 +123,13 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
             P = int(self.options["max_width"])
             self.levels = [p / P for p in range(1, P + 1)]
             budget = float(self.options["width_budget"])
-            for k, p in enumerate(heroes_widths(self.config, self.data, self.devices, P, budget)):
+            for k, p in enumerate(heroes_widths(self.config, self.data, self.hardware, P, budget)):
                 self.widths[k] = p / P
         else:
             levels = sorted((float(w) for w in self.options["widths"]), reverse=True)
             self.levels = sorted(set(levels))
-            for k, device in enumerate(self.devices):
-                self.widths[k] = next((w for w in levels if w <= capability(device, self.devices) + 1e-9), levels[-1])
+            for k, hardware in enumerate(self.hardware):
+                self.widths[k] = next((w for w in levels if w <= capability(hardware, self.hardware) + 1e-9), levels[-1])
         self.assigned = dict(self.widths)    # the capability assignment (rate_mode's shares)
         self.classifier = structured_units(self.model, include_output=True)[-1][0]
         self.round_idx = 0
@@ -175,7 +175,8 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
         return {k: levels[i] for k, i in zip(sorted(self.assigned), drawn)}
 
     def report(self, client, plan, model: nn.Module, idx: dict, loss: float, flops: float) -> ClientReport:
-        """The trained sub-model sent back in global shapes, ``(values, held)``; under
+        """The trained sub-model sent back in global shapes (its ``weights`` and where the
+        client ``held`` them); under
         ``label_mask`` the classifier rows of labels absent from the client's data are not held."""
         values, held = embed(self.model, model.state_dict(), idx)
         if self.options["label_mask"]:
@@ -185,7 +186,7 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
                 if name in held:
                     held[name][absent] = 0
         bits = dense_bits(sum(p.numel() for p in model.parameters()))
-        return ClientReport(client.client_id, client.n_train, (values, held), loss, flops=flops,
+        return ClientReport(client.client_id, client.n_train, weights=values, held=held, loss=loss, flops=flops,
                             uplink_bits=bits, downlink_bits=bits, local_steps=plan.local_steps,
                             width=plan.width)
 

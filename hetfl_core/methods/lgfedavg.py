@@ -40,7 +40,7 @@ from .fedper import FedPer
 
 @register
 class LGFedAvg(FedPer, name="lg-fedavg", label="LG-FedAvg",
-               color="#005a32", marker="^", reads_device_tiers=False):
+               color="#005a32", marker="^", reads_hardware_tiers=False):
     """LG-FedAvg: private local body, shared global head (Liang et al. 2020)"""
 
     option_specs = {"head_layers": Option(1, "layers shared by all (the rest stays local)", 1, 1000),

@@ -11,7 +11,7 @@ from .fedavg import FedAvg
 
 @register
 class LocalOnly(FedAvg, name="local", label="Local",
-                color="#08306b", marker="x", reads_device_tiers=False):
+                color="#08306b", marker="x", reads_hardware_tiers=False):
     """Local-only training: no communication, the personalisation floor"""
     state_types = (PrivateStore,)                    # the clients' private parameters
     client_state = ("private",)                      # each client's own model
@@ -27,7 +27,7 @@ class LocalOnly(FedAvg, name="local", label="Local",
         """The client's own model trained and kept; nothing sent."""
         model = load_parameters(clone_model(self.model), state.get("private"))
         result = yield self.local_sgd(model, client, plan.local_steps, generator)
-        report = ClientReport(client.client_id, client.n_train, None, result.loss,
+        report = ClientReport(client.client_id, client.n_train, loss=result.loss,
                               flops=training_flops(self.costs, result.samples),
                               uplink_bits=0.0, downlink_bits=0.0, local_steps=plan.local_steps)
         return report, {"private": copy_parameters(model, self.names)}

@@ -76,10 +76,10 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
             changed = True
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask,
                                       alone=True)   # not checked against the batched trainer
-        update, n_kept = masked_upload(model, mask)
+        values, held, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())
-        report = ClientReport(k, client.n_train, update, result.loss,
+        report = ClientReport(k, client.n_train, weights=values, held=held, loss=result.loss,
                               flops=training_flops(self.costs, result.samples, density=layer_densities(mask)),
                               uplink_bits=dense_bits(n_kept) + mask_bits, downlink_bits=dense_bits(n_kept),
                               local_steps=plan.local_steps, ratio=n_kept / n_params)

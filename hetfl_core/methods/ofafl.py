@@ -46,18 +46,18 @@ def default_capacities(ratios: list[float], n_clients: int) -> list[float]:
     return [ratios[i * len(ratios) // n_clients] for i in range(n_clients)]
 
 
-def capacities_by_tier(ratios: list[float], devices) -> list[float]:
-    """Each client's capacity: the largest ratio not above its device's FLOP/s over the
-    reference device's (else the smallest), the fastest client holding the full model when
-    no device reaches it (the warm-up needs one full-model client)."""
-    from ..system import REFERENCE_DEVICE
+def capacities_by_tier(ratios: list[float], hardware) -> list[float]:
+    """Each client's capacity: the largest ratio not above its hardware's FLOP/s over the
+    reference hardware's (else the smallest), the fastest client holding the full model when
+    no client reaches it (the warm-up needs one full-model client)."""
+    from ..system import REFERENCE_HARDWARE
 
     caps = []
-    for d in devices:
-        fits = [r for r in ratios if r <= d.flops_per_s / REFERENCE_DEVICE.flops_per_s + 1e-9]
+    for d in hardware:
+        fits = [r for r in ratios if r <= d.flops_per_s / REFERENCE_HARDWARE.flops_per_s + 1e-9]
         caps.append(max(fits) if fits else min(ratios))
     if 1.0 not in caps:
-        caps[max(range(len(devices)), key=lambda i: devices[i].flops_per_s)] = 1.0
+        caps[max(range(len(hardware)), key=lambda i: hardware[i].flops_per_s)] = 1.0
     return caps
 
 
@@ -70,7 +70,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         "ratios": Option([1.0, 0.8, 0.6, 0.4, 0.2], "R: the density ladder, from 1.0 strictly down", 0, 1,
                          low_open=True),
         "capacities": Option(None, "each client's capacity C[i], one of the ratios; by-tier: from its "
-                             "device's speed; None: spread evenly"),
+                             "hardware's speed; None: spread evenly"),
         "scope": Option("global", "prune over the whole model or layer by layer", choices=("global", "layer")),
         "schedule": Option("fixed", "prune on a fixed schedule or when the validation loss converges",
                            choices=("fixed", "convergence")),
@@ -88,7 +88,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
 
     @classmethod
     def arena_options(cls, config) -> dict:
-        """Capacities by device tier, and the paper's schedule (W=200, P=50 of a 500-round
+        """Capacities by hardware tier, and the paper's schedule (W=200, P=50 of a 500-round
         run) scaled to the run's rounds, W = rounds/5 and P = rounds/10, so every ratio is
         pruned by half-way."""
         return {"capacities": "by-tier", "warmup": max(1, config.rounds // 5),
@@ -119,7 +119,7 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         super().setup(sim)
         o = self.options
         self.ratios = check_ratios(o["ratios"])
-        caps = capacities_by_tier(self.ratios, self.devices) if o["capacities"] == "by-tier" else \
+        caps = capacities_by_tier(self.ratios, self.hardware) if o["capacities"] == "by-tier" else \
             o["capacities"] or default_capacities(self.ratios, self.config.clients)
         self.capacity = {k: float(c) for k, c in enumerate(caps)}
         self.initial = {n: p.detach().clone() for n, p in self.model.named_parameters()}
@@ -186,11 +186,12 @@ class OFAFL(FedAvg, name="ofafl", label="OFA-FL", color="#2ca02c", marker="D"):
         model = self.sub_network(plan.ratio)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=own,
                                       sub_masks=smaller)
-        update, n_held = masked_upload(model, own)
+        values, held, n_held = masked_upload(model, own)
         flops = training_cost(self.costs, [own, *smaller], result.samples, self.options["flops_model"])
         news = [r for r in self.mask_news if r <= plan.ratio]
         mask_bits = float(sum(m.numel() for m in own.values())) if news else 0.0
-        return ClientReport(client.client_id, client.n_train, update, result.loss, flops=flops,
+        return ClientReport(client.client_id, client.n_train, weights=values, held=held, loss=result.loss,
+                            flops=flops,
                             uplink_bits=dense_bits(n_held), downlink_bits=dense_bits(n_held) + mask_bits,
                             local_steps=plan.local_steps, ratio=plan.ratio,
                             extra={"losses_per_step": 1 + len(smaller)}), state

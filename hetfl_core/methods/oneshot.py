@@ -53,7 +53,7 @@ class OneShotPruning(FedAvg, name="oneshot", label="One-shot pruning",
             kept = n_params - int(sum(m.numel() - m.sum() for m in self.masks.values()))
             density = layer_densities(self.masks)
             mask_bits = float(sum(m.numel() for m in self.masks.values())) if self.mask_news else 0.0
-        return ClientReport(client.client_id, client.n_train, model.state_dict(), result.loss,
+        return ClientReport(client.client_id, client.n_train, weights=model.state_dict(), loss=result.loss,
                             flops=training_flops(self.costs, result.samples, density=density),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept) + mask_bits,
                             local_steps=plan.local_steps, ratio=kept / n_params), state

@@ -94,7 +94,7 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
     def configure_round(self, round_idx, client_ids):
         """Round 1: the most capable sampled client prunes first; then the mask is fixed between reconfigurations."""
         if self.masks is None:
-            strong = max(client_ids, key=lambda k: (self.devices[k].flops_per_s, -k))
+            strong = max(client_ids, key=lambda k: (self.hardware[k].flops_per_s, -k))
             self.initial_pruning(strong)
         plans = super().configure_round(round_idx, client_ids)
         for plan in plans.values():
@@ -133,7 +133,8 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
             importance, samples = self.squared_gradients(model, client, generator)
             flops += training_flops(self.costs, samples)
             uplink += dense_bits(sum(v.numel() for v in importance.values()))
-        report = ClientReport(k, client.n_train, (model.state_dict(), importance), result.loss, flops=flops,
+        report = ClientReport(k, client.n_train, weights=model.state_dict(), importance=importance,
+                              loss=result.loss, flops=flops,
                               uplink_bits=uplink, downlink_bits=dense_bits(kept) + mask_bits,
                               local_steps=plan.local_steps, ratio=kept / n_params)
         return report, {}   # the initial pruning is charged once
@@ -141,10 +142,10 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
     def aggregate(self, round_idx, reports):
         """FedAvg on the sparse model; on a reconfiguration round, the new mask of Eq. (8)."""
         weights = [r.n_samples for r in reports]
-        self.model.load_state_dict(weighted_average([r.update[0] for r in reports], weights), strict=False)
+        self.model.load_state_dict(weighted_average([r.weights for r in reports], weights), strict=False)
         self.mask_news = False
-        if reports and reports[0].update[1] is not None:
-            importance = weighted_average([r.update[1] for r in reports], weights)
+        if reports and reports[0].importance is not None:
+            importance = weighted_average([r.importance for r in reports], weights)
             self.masks = adaptive_mask(importance, float(self.options["overhead"]), float(self.options["min_density"]))
             self.mask_news = True
         apply_mask(self.model, self.masks)   # pruned weights are zero; rejoining ones restart from zero

@@ -222,8 +222,8 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
                  / (self.d_base + self.d_private))
         extra = {"k": k, "r": r, "sent_values": nnz,
                  "relaxed": plan.extra["relaxed"], **measured, **theta}
-        report = ClientReport(client.client_id, client.n_train, sent,
-                              result.loss, flops=flops, uplink_bits=bits,
+        report = ClientReport(client.client_id, client.n_train, vector=sent,
+                              loss=result.loss, flops=flops, uplink_bits=bits,
                               downlink_bits=float(self.d_base * FLOAT_BITS),
                               local_steps=plan.local_steps, ratio=r, extra=extra)
         return report, self.kept(model)
@@ -241,7 +241,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
     def aggregate(self, round_idx, reports):
         """Eq. (6): w^B_{t+1} = w^B_t - eta sum_n gamma_n g~^B_n (no renormalisation by k)."""
         total = float(sum(r.n_samples for r in reports))
-        step = sum(r.update * (r.n_samples / total) for r in reports)
+        step = sum(r.vector * (r.n_samples / total) for r in reports)
         params = dict(self.model.named_parameters())
         shared = {n: params[n] for n in self.shared_names}
         with torch.no_grad():

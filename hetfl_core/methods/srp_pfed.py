@@ -46,7 +46,7 @@ from .fedavg import FedAvg
 
 @register
 class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
-              color="#e377c2", marker="^", reads_device_tiers=False):
+              color="#e377c2", marker="^", reads_hardware_tiers=False):
     """SRP-pFed: random partial updates, reinforced-memory rate walk, clustering (Hu et al. 2024)"""
     client_state = ("local",)                        # each client's full model w_i
     server_state = ("walk",)           # the reinforced walk over the rates
@@ -112,7 +112,7 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         """Eq. 4 over the uploads that arrived, then the memory update of Eq. 6."""
         arrived = [r for r in reports if not r.extra["late"]]
         if arrived:
-            uploads = [(r.n_samples, r.update[0], r.update[1])
+            uploads = [(r.n_samples, r.held, r.weights)
                        for r in arrived]
             new = masked_aggregate(self.global_weights(), uploads,
                                    self.options["agg"])
@@ -183,13 +183,13 @@ class SRPpFed(FedAvg, name="srp-pfed", label="SRP-pFed",
         flops = training_flops(self.costs, result.samples) + forward_flops(self.costs) * n_eval
         up = sparse_bits(nnz, self.d)
         down = dense_bits(self.d + len(rates))
-        seconds = client_time(self.devices[client.client_id], flops, up, down)
+        seconds = client_time(self.hardware[client.client_id], flops, up, down)
         window = self.options["window"]
         late = window is not None and seconds > float(window)
         extra = {"rate": rate, "cluster": sorted(rates).index(rate), "val_loss": loss,
                  "late": late, "probs": self.probs.tolist()}
         time_s = None if window is None else min(seconds, float(window))
-        return ClientReport(client.client_id, client.n_train, (mask, shared), result.loss,
+        return ClientReport(client.client_id, client.n_train, weights=shared, held=mask, loss=result.loss,
                             flops=flops, uplink_bits=up, downlink_bits=down,
                             local_steps=plan.local_steps, ratio=nnz / self.d, extra=extra,
                             time_s=time_s), {"local": trained}

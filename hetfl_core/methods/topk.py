@@ -44,7 +44,7 @@ class TopK(FedAvg, name="topk", label="Top-k", color="#dbdb8d", marker=">"):
         else:
             sent, k = top_k(update, self.options["k"])
         d = update.numel()
-        return ClientReport(client.client_id, client.n_train, sent, result.loss,
+        return ClientReport(client.client_id, client.n_train, vector=sent, loss=result.loss,
                             flops=training_flops(self.costs, result.samples),
                             uplink_bits=sparse_bits(k, d), downlink_bits=dense_bits(d),
                             local_steps=plan.local_steps, extra={"sent_values": k}), state
@@ -52,7 +52,7 @@ class TopK(FedAvg, name="topk", label="Top-k", color="#dbdb8d", marker=">"):
     def aggregate(self, round_idx, reports):
         """w_{t+1} = w_t + sum_k n_k / n * s_k."""
         total = float(sum(r.n_samples for r in reports))
-        step = sum(r.update * (r.n_samples / total) for r in reports)
+        step = sum(r.vector * (r.n_samples / total) for r in reports)
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, delta in unflatten(step, params).items():

@@ -31,8 +31,8 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask",
     def setup(self, sim):
         super().setup(sim)
         fixed = self.options["ratio"]
-        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.devices)
-                       for k, d in enumerate(self.devices)}
+        self.ratios = {k: float(fixed) if fixed is not None else capability(d, self.hardware)
+                       for k, d in enumerate(self.hardware)}
         self.units = {k: self.pattern(k, r) for k, r in self.ratios.items()}
 
     def pattern(self, client_id: int, ratio: float) -> dict:
@@ -49,8 +49,8 @@ class OrderedMask(FedAvg, name="ordered-mask", label="Ordered mask",
         masks = unit_masks_to_parameters(self.model, units)
         model = masked_copy(self.model, masks)
         result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks)
-        update, kept = masked_upload(model, masks)
-        return ClientReport(client.client_id, client.n_train, update, result.loss,
+        values, held, kept = masked_upload(model, masks)
+        return ClientReport(client.client_id, client.n_train, weights=values, held=held, loss=result.loss,
                             flops=training_flops(self.costs, result.samples,
                                                  keep=kept_fractions_of_units(units)),
                             uplink_bits=dense_bits(kept), downlink_bits=dense_bits(kept),

@@ -2,7 +2,7 @@
 slowest participant."""
 from __future__ import annotations
 
-from .devices import DeviceProfile
+from .hardware import HardwareProfile
 
 __all__ = ["compute_seconds", "compute_time", "transfer_time", "client_time", "round_time"]
 
@@ -15,9 +15,9 @@ def compute_seconds(work, speed, computed=1, total=1):
     return work * computed / (speed * total)
 
 
-def compute_time(device: DeviceProfile, flops: float) -> float:
-    """Seconds to compute ``flops`` on ``device`` (:func:`compute_seconds` at its FLOP/s)."""
-    return compute_seconds(flops, device.flops_per_s)
+def compute_time(hardware: HardwareProfile, flops: float) -> float:
+    """Seconds to compute ``flops`` on ``hardware`` (:func:`compute_seconds` at its FLOP/s)."""
+    return compute_seconds(flops, hardware.flops_per_s)
 
 
 def transfer_time(bits: float, rate_bps: float) -> float:
@@ -25,10 +25,10 @@ def transfer_time(bits: float, rate_bps: float) -> float:
     return bits / rate_bps if bits else 0.0
 
 
-def client_time(device: DeviceProfile, flops: float, uplink_bits: float, downlink_bits: float) -> float:
+def client_time(hardware: HardwareProfile, flops: float, uplink_bits: float, downlink_bits: float) -> float:
     """A client's round: download, compute, upload (FLOPs / capacity + bits / bandwidth)."""
-    return (transfer_time(downlink_bits, device.downlink_bps) + compute_time(device, flops)
-            + transfer_time(uplink_bits, device.uplink_bps))
+    return (transfer_time(downlink_bits, hardware.downlink_bps) + compute_time(hardware, flops)
+            + transfer_time(uplink_bits, hardware.uplink_bps))
 
 
 def round_time(client_times) -> float:

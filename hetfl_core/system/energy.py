@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .clock import compute_time
-from .devices import DeviceProfile
+from .hardware import HardwareProfile
 
 __all__ = ["cpu_energy", "compute_energy", "transmit_energy"]
 
@@ -12,11 +12,11 @@ def cpu_energy(energy_coeff, cpu_hz, seconds):
     return energy_coeff * cpu_hz ** 3 * seconds
 
 
-def compute_energy(device: DeviceProfile, flops: float) -> float:
-    """Joules to compute ``flops`` on ``device``: Eq. (13) over its compute time."""
-    return cpu_energy(device.energy_coeff, device.cpu_hz, compute_time(device, flops))
+def compute_energy(hardware: HardwareProfile, flops: float) -> float:
+    """Joules to compute ``flops`` on ``hardware``: Eq. (13) over its compute time."""
+    return cpu_energy(hardware.energy_coeff, hardware.cpu_hz, compute_time(hardware, flops))
 
 
-def transmit_energy(device: DeviceProfile, seconds: float) -> float:
-    """Joules of transmitting for ``seconds`` at the device's power (Tan et al. 2025, Eq. 11)."""
-    return device.tx_power_w * seconds
+def transmit_energy(hardware: HardwareProfile, seconds: float) -> float:
+    """Joules of transmitting for ``seconds`` at the hardware's power (Tan et al. 2025, Eq. 11)."""
+    return hardware.tx_power_w * seconds

@@ -182,7 +182,7 @@ def test_only_weight_rows_are_masked():
             bits = report.extra["units"][start:start + n]
             dropped = [j for j, bit in enumerate(bits) if bit == "0"]
             start += n
-            update = report.update
+            update = report.weights
             assert all(float(update[f"{name}.weight"][j].abs().max()) == 0.0 for j in dropped)
             moved += sum(float(update[f"{name}.bias"][j].abs()) > 0 for j in dropped)
             dropped_total += len(dropped)
@@ -192,10 +192,10 @@ def test_only_weight_rows_are_masked():
 def test_aggregation_is_the_unweighted_mean_plus_seeded_noise():
     sim, start = build(code_config(noise=0.0))
     sim.round(1, clients=[0, 1, 2, 3], evaluate=False)
-    mean = {n: start[n] + sum(r.update[n] for r in sim.reports) / 4 for n in start}
+    mean = {n: start[n] + sum(r.weights[n] for r in sim.reports) / 4 for n in start}
     assert_state_close(dict(sim.method.model.named_parameters()), mean)
     total = sum(r.n_samples for r in sim.reports)
-    weighted = {n: start[n] + sum(r.n_samples * r.update[n] for r in sim.reports) / total
+    weighted = {n: start[n] + sum(r.n_samples * r.weights[n] for r in sim.reports) / total
                 for n in start}
     assert max(float((mean[n] - weighted[n]).abs().max()) for n in start) > 1e-4
     noisy, _ = build(code_config())
@@ -222,9 +222,9 @@ def test_tiers_are_redrawn_every_round_from_the_codes_five(tiers, expected):
     sim, _ = build(code_config(tiers=tiers))
     plans = [sim.method.configure_round(t, [0])[0] for t in range(1, 41)]
     assert {p.extra["capability"] for p in plans} == set(expected)
-    fastest = max(sim.method.devices, key=lambda d: d.flops_per_s)
+    fastest = max(sim.method.hardware, key=lambda d: d.flops_per_s)
     for plan in plans:
-        device = plan.device or sim.method.devices[0]
+        device = plan.hardware or sim.method.hardware[0]
         assert device.flops_per_s == pytest.approx(fastest.flops_per_s * plan.extra["capability"])
         if tiers == "code":
             assert (device.uplink_bps, device.downlink_bps) == (fastest.uplink_bps, fastest.downlink_bps)

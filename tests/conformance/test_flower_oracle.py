@@ -144,9 +144,9 @@ def flower_average_over_holders(model, reports, examples) -> dict:
     """Flower has no holder-wise fold; composed from two of its weighted averages, the
     masked values' and the masks', whose common denominator cancels:
     sum_k n_k h_k x_k / sum_k n_k h_k; entries no report holds keep the model's value."""
-    values = flower_aggregate([{k: r.update[1][k] * r.update[0][k] for k in r.update[0]}
+    values = flower_aggregate([{k: r.held[k] * r.weights[k] for k in r.weights}
                                for r in reports], examples)
-    shares = flower_aggregate([r.update[1] for r in reports], examples)
+    shares = flower_aggregate([r.held for r in reports], examples)
     params = [p.detach().numpy() for p in model.parameters()]
     return {name: np.where(s > 0, v / np.where(s > 0, s, 1), p)
             for name, v, s, p in zip(dict(model.named_parameters()), values, shares, params)}
@@ -157,7 +157,7 @@ def test_average_over_holders_with_every_entry_held_is_flowers_fedavg():
     reports = holder_reports(held_fraction=1.0)
     average_over_holders(model, reports)
     assert gap(dict(model.named_parameters()),
-               flower_aggregate([r.update[0] for r in reports], EXAMPLES)) <= FOLD_TOL
+               flower_aggregate([r.weights for r in reports], EXAMPLES)) <= FOLD_TOL
 
 
 @pytest.mark.parametrize("weighting", ["examples", "plain"])
@@ -167,7 +167,7 @@ def test_average_over_holders_matches_flowers_fold_per_entry(weighting):
     model, reports = holder_model(), holder_reports(held_fraction=0.4)
     weights = EXAMPLES if weighting == "examples" else [1] * len(reports)
     expected = flower_average_over_holders(model, reports, weights)
-    assert any((s == 0).any() for s in flower_aggregate([r.update[1] for r in reports], weights))
+    assert any((s == 0).any() for s in flower_aggregate([r.held for r in reports], weights))
     average_over_holders(model, reports, None if weighting == "examples" else weights)
     assert gap(dict(model.named_parameters()), list(expected.values())) <= FOLD_TOL
 
@@ -217,7 +217,7 @@ class InProcessGrid(Grid):
             self.trained.setdefault(round_idx, []).append(k)
             state = msg.content["arrays"].to_torch_state_dict()
             report = train_client(self.sim, round_idx, k, state)
-            content = RecordDict({"arrays": ArrayRecord(report.update),
+            content = RecordDict({"arrays": ArrayRecord(report.weights),
                                   "metrics": MetricRecord({"num-examples": report.n_samples,
                                                            "train_loss": report.loss})})
             replies.append(Message(content, reply_to=msg))
@@ -288,7 +288,7 @@ def legacy_fedavg(inplace: bool) -> list[dict]:
         for k in range(len(SIZES)):
             report = train_client(sim, t, k, broadcast)
             proxy = GridClientProxy(NODE_BASE + k, grid=None, run_id=0)
-            results.append((proxy, fit_res(report.update, report.n_samples)))
+            results.append((proxy, fit_res(report.weights, report.n_samples)))
         parameters, _ = strategy.aggregate_fit(t, results, [])
         states.append({n: torch.from_numpy(a.copy())
                        for n, a in zip(names, parameters_to_ndarrays(parameters))})
@@ -301,7 +301,7 @@ def engine_fedavg(equal_weights: bool = False) -> list[dict]:
     sim, _ = build(oracle_config())
     if equal_weights:
         def plain_mean(round_idx, reports):
-            state = weighted_average([r.update for r in reports], [1.0] * len(reports))
+            state = weighted_average([r.weights for r in reports], [1.0] * len(reports))
             sim.method.model.load_state_dict(state, strict=False)
         sim.method.aggregate = plain_mean
     states = []

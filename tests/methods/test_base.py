@@ -71,22 +71,22 @@ def test_the_constructor_does_no_per_client_work(tiny_config, monkeypatch):
     sim = build_simulation(tiny_config.replace(method="fedlps"))
     assert scored == [c.n_train for c in sim.data.clients]
     scored.clear()
-    fresh = fedlps.FedLPS(sim.config, sim.data, sim.devices)
+    fresh = fedlps.FedLPS(sim.config, sim.data, sim.hardware)
     assert scored == [] and not hasattr(fresh, "previous_accuracy") and fresh.cost_model is None
     fresh.setup(sim)
     assert scored == [c.n_train for c in sim.data.clients] and set(fresh.previous_accuracy) == {0, 1, 2, 3}
 
 
 def test_class_keywords_name_label_and_capabilities():
-    class Mine(FedAvg, name="toy-mine", label="Mine", reads_device_tiers=False):
+    class Mine(FedAvg, name="toy-mine", label="Mine", reads_hardware_tiers=False):
         """Mine: a toy."""
 
     class Derived(Mine, name="toy-derived"):
         """Derived: a toy that changes nothing yet."""
 
-    assert (Mine.name, Mine.label, Mine.reads_device_tiers, Mine.summary) == \
+    assert (Mine.name, Mine.label, Mine.reads_hardware_tiers, Mine.summary) == \
         ("toy-mine", "Mine", False, "Mine: a toy.")
-    assert (Derived.name, Derived.label, Derived.reads_device_tiers) == ("toy-derived", "toy-derived", True)
+    assert (Derived.name, Derived.label, Derived.reads_hardware_tiers) == ("toy-derived", "toy-derived", True)
     register(Mine)
     assert METHODS["toy-mine"] is Mine
 

@@ -24,7 +24,7 @@ PLUGIN = textwrap.dedent('''
 
     @register
     class ServerMomentum(FedAvg, name="toy-fedavgm", label="FedAvgM (toy)",
-                         color="#123456", marker="*", reads_device_tiers=False):
+                         color="#123456", marker="*", reads_hardware_tiers=False):
         """FedAvgM: FedAvg with server momentum beta on the averaged update (Hsu et al. 2019)"""
         option_specs = {"beta": Option(0.9, "server momentum", 0, 1, high_open=True)}
         state_types = (Velocity,)
@@ -35,7 +35,7 @@ PLUGIN = textwrap.dedent('''
 
         def aggregate(self, round_idx, reports):
             """v <- beta v + (w_t - avg_k w^k);  w_{t+1} = w_t - v."""
-            average = weighted_average([r.update for r in reports], [r.n_samples for r in reports])
+            average = weighted_average([r.weights for r in reports], [r.n_samples for r in reports])
             state = self.model.state_dict()
             for key, value in average.items():
                 if not torch.is_floating_point(value):
@@ -69,14 +69,14 @@ def test_a_plugin_declares_its_style_and_capabilities_on_its_class(plugin):
     assert plots.method_style("FedAvgM (toy)") == plots.method_style("toy-fedavgm")
     assert plots.METHOD_STYLES[plots.method_key("toy-fedavgm")] == ("#123456", "*")
     assert arena.tier_blind("toy-fedavgm") and not arena.tier_blind("heterofl")
-    assert plugin.reads_device_tiers is False
+    assert plugin.reads_hardware_tiers is False
     velocity = plugin.state_types[0]
     assert velocity.__name__ == "Velocity" and velocity in flower.shipped_types()
 
 
 def test_a_subclass_of_the_plugin_inherits_none_of_its_facts(plugin):
     child = type("Child", (plugin,), {}, name="toy-child")
-    assert (child.label, child.color, child.marker, child.reads_device_tiers) == \
+    assert (child.label, child.color, child.marker, child.reads_hardware_tiers) == \
         ("toy-child", None, "o", True)
     assert child.state_types == plugin.state_types       # its state is its parent's
 

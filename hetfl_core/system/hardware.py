@@ -1,4 +1,6 @@
-"""Devices: a client's compute and links, the heterogeneity tiers, and a device's capability."""
+"""Hardware: the simulated compute and links of a client, the heterogeneity tiers, and a
+client's capability. ("Device" in the package means the torch device a run computes on,
+:mod:`hetfl_core.devices`.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -7,11 +9,12 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["DeviceProfile", "REFERENCE_DEVICE", "HETEROGENEITY", "make_devices", "capability"]
+__all__ = ["HardwareProfile", "REFERENCE_HARDWARE", "HETEROGENEITY", "make_hardware", "capability",
+           "DeviceProfile", "REFERENCE_DEVICE", "make_devices"]
 
 @dataclass(frozen=True)
-class DeviceProfile:
-    """A client device.
+class HardwareProfile:
+    """A client's simulated hardware.
 
     ``flops_per_s``: sustained training throughput; ``uplink_bps``/``downlink_bps``: link
     rates; ``energy_coeff``: effective switched capacitance zeta (J s^2), so that a cycle at
@@ -32,10 +35,10 @@ class DeviceProfile:
         return self.flops_per_s / self.flops_per_cycle
 
 
-#: The fastest device of every scenario: 1 GFLOP/s of training, 10 Mbit/s up, 40 Mbit/s down.
-REFERENCE_DEVICE = DeviceProfile("high", 1e9, 10e6, 40e6)
+#: The fastest hardware of every scenario: 1 GFLOP/s of training, 10 Mbit/s up, 40 Mbit/s down.
+REFERENCE_HARDWARE = HardwareProfile("high", 1e9, 10e6, 40e6)
 
-#: Heterogeneity level -> tiers as (name, compute scale, bandwidth scale) of the reference device.
+#: Heterogeneity level -> tiers as (name, compute scale, bandwidth scale) of the reference hardware.
 HETEROGENEITY = {
     "none": [("high", 1.0, 1.0)],
     "low": [("high", 1.0, 1.0), ("mid", 0.7, 0.7), ("low", 0.5, 0.5)],
@@ -46,9 +49,10 @@ HETEROGENEITY = {
 }
 
 
-def make_devices(n_clients: int, heterogeneity: str, rng: np.random.Generator,
-                 reference: DeviceProfile = REFERENCE_DEVICE) -> list[DeviceProfile]:
-    """Assign each client a tier of ``HETEROGENEITY[heterogeneity]`` in equal proportions, shuffled."""
+def make_hardware(n_clients: int, heterogeneity: str, rng: np.random.Generator,
+                  reference: HardwareProfile = REFERENCE_HARDWARE) -> list[HardwareProfile]:
+    """Each client's hardware: a tier of ``HETEROGENEITY[heterogeneity]`` in equal
+    proportions, shuffled."""
     if heterogeneity not in HETEROGENEITY:
         raise ConfigError(f"unknown heterogeneity {heterogeneity!r}; choose one of: {', '.join(HETEROGENEITY)}")
     tiers = HETEROGENEITY[heterogeneity]
@@ -58,9 +62,16 @@ def make_devices(n_clients: int, heterogeneity: str, rng: np.random.Generator,
             for name, compute, bandwidth in (tiers[t] for t in order)]
 
 
-def capability(device: DeviceProfile, devices) -> float:
-    """The device's training throughput over the fastest of ``devices`` (1 for the fastest).
+def capability(hardware: HardwareProfile, fleet) -> float:
+    """``hardware``'s training throughput over the fastest of ``fleet`` (1 for the fastest).
 
     Width methods (HeteroFL, FjORD, Heroes' budget) and ratio methods (FedLPS, the unit
     mask) size a client's model by it."""
-    return device.flops_per_s / max(d.flops_per_s for d in devices)
+    return hardware.flops_per_s / max(h.flops_per_s for h in fleet)
+
+
+#: the earlier names of :class:`HardwareProfile`, :data:`REFERENCE_HARDWARE` and
+#: :func:`make_hardware`, kept for code written against them
+DeviceProfile = HardwareProfile
+REFERENCE_DEVICE = REFERENCE_HARDWARE
+make_devices = make_hardware
