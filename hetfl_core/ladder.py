@@ -54,8 +54,17 @@ FACTORS = {"book": 1, "x2": 2, "x4": 4, "x8": 8}
 STORE_ENV = "HETFL_LADDER_STORE"
 #: a Python file whose :func:`register` calls add claims to :data:`SPECS` (tests use it)
 SPECS_ENV = "HETFL_LADDER_SPECS"
-#: the history fields a stored run keeps (what the claims' queries read)
-HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
+#: the history fields a stored run keeps (what the claims' queries read); a run stored
+#: before a field was added lacks it (its record names its own ``fields``), which only a
+#: claim that reads it (:attr:`ClaimSpec.fields`) minds
+HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits",
+                  "idle_s", "participants")
+#: stored fields computed from a whole history row: ``participants`` is the number of the
+#: round's participants (its ``clients`` list, which is not stored)
+STORED_DERIVED = {
+    "participants": lambda row: len(row["clients"]) if row.get("clients") is not None
+    else row.get("participants"),
+}
 
 
 _LOADED_EXTRA: set[str] = set()
@@ -113,6 +122,7 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
                           f"rungs: {', '.join(spec.rungs)}")
     name, options, *level = spec.methods[label]
+    level = level[0] if level else {}
     if rung == "paper":
         config = spec.setting("paper")
         if spec.paper_eval_every is not None:
@@ -128,18 +138,21 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         elif paper.local_epochs > base.local_epochs:
             changes["local_epochs"] = min(base.local_epochs * k, paper.local_epochs)
         config = base.replace(**changes)
-    return config.replace(method=name, options=dict(options), seed=seed, device="cpu",
-                          **(level[0] if level else {}))
+    if callable(level):            # changes that follow the rung's setting (half its rounds)
+        level = level(config)
+    return config.replace(method=name, options=dict(options), seed=seed, device="cpu", **level)
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run the ladder needs: its key, configuration, and the claims and rung it serves."""
+    """One run the ladder needs: its key, configuration, the claims and rung it serves, and
+    the history fields beyond every stored run's that those claims read (:attr:`ClaimSpec.fields`)."""
 
     key: str
     config: RunConfig
     rung: str
     claims: tuple[str, ...]
+    fields: tuple[str, ...] = ()
 
 
 def run_key(config: RunConfig) -> str:
@@ -171,9 +184,11 @@ def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[Pl
                     claim = f"{spec.chapter}: {spec.ref}"
                     if key in order:
                         if claim not in order[key].claims:
-                            order[key] = PlannedRun(key, config, r, order[key].claims + (claim,))
+                            known = order[key]
+                            order[key] = PlannedRun(key, config, r, known.claims + (claim,),
+                                                    tuple(dict.fromkeys(known.fields + spec.fields)))
                     else:
-                        order[key] = PlannedRun(key, config, r, (claim,))
+                        order[key] = PlannedRun(key, config, r, (claim,), tuple(spec.fields))
     return list(order.values())
 
 
@@ -194,9 +209,17 @@ def _rounded(value):
 
 
 def compact_history(history: list[dict], fields=HISTORY_FIELDS) -> list[list]:
-    """A run's history as rows of ``fields`` (a list per round), floats to 6 significant
-    digits: a few kilobytes where the whole history (per-client rows) is megabytes."""
-    return [[_rounded(row.get(f)) for f in fields] for row in history]
+    """A run's history as rows of ``fields`` (a list per round; a field of
+    :data:`STORED_DERIVED` computed from the row), floats to 6 significant digits: a few
+    kilobytes where the whole history (per-client rows) is megabytes."""
+    return [[_rounded(STORED_DERIVED[f](row) if f in STORED_DERIVED else row.get(f)) for f in fields]
+            for row in history]
+
+
+def has_fields(record: dict, fields) -> bool:
+    """Whether a stored run keeps every history field of ``fields`` (a run stored before a
+    field was added to :data:`HISTORY_FIELDS` lacks it)."""
+    return set(fields) <= set(record.get("fields", ()))
 
 
 def expand_history(stored: dict) -> list[dict]:
@@ -302,7 +325,7 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
         results[label] = []
         for seed in spec.seeds:
             key = run_key(rung_config(spec, rung, label, seed))
-            if key not in runs:
+            if key not in runs or not has_fields(runs[key], spec.fields):
                 return None
             keys.append(key)
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
@@ -614,11 +637,13 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
 # -- computing the pending runs ---------------------------------------------------------------
 def pending(chapter: str | None = None, rung: str | None = None, directory=None,
             digest: str | None = None) -> list[PlannedRun]:
-    """The planned runs (:func:`planned_runs`) not stored, or stored under code whose
-    results may differ (:func:`is_current`), in the order they will run."""
+    """The planned runs (:func:`planned_runs`) not stored, stored under code whose results
+    may differ (:func:`is_current`), or stored without a history field one of their claims
+    reads (:func:`has_fields`), in the order they will run."""
     runs = stored_runs(directory)
     return [p for p in planned_runs(chapter, rung)
-            if p.key not in runs or not is_current(runs[p.key], digest)]
+            if p.key not in runs or not is_current(runs[p.key], digest)
+            or not has_fields(runs[p.key], p.fields)]
 
 
 def _shape(config: RunConfig, device: str) -> str:
@@ -787,7 +812,7 @@ def status_rows(directory=None) -> list[list[str]]:
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
-            if any(k not in runs for k in keys):
+            if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
                 state["stale"].append(rung)
