@@ -46,6 +46,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
+           "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
            "kendall_tau", "STORE_ENV", "SPECS_ENV"]
 
 #: the rounds each rung below the paper's runs, as a multiple of the book scale's
@@ -597,6 +598,88 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     return fig
 
 
+# -- the plan's cost, for a chapter to state ---------------------------------------------------
+def plan_path(chapter: str, directory=None) -> Path:
+    """Where ``tools/ladder.py plan`` records a chapter's estimated cost: ``plans/<chapter>.json``
+    of the store."""
+    return store_dir(directory) / "plans" / f"{chapter}.json"
+
+
+def write_plan(chapter: str, speeds: "SpeedBook", device: str = "cpu", directory=None) -> Path:
+    """Record the estimated cost of every run of ``chapter``'s ladder, stored or not (what
+    ``tools/ladder.py plan`` estimates, :class:`SpeedBook`): per run key its rung, method,
+    seed, training samples and estimated hours on ``device`` (one thread; ``None`` where
+    unknown), with the date and device, in :func:`plan_path`. A chapter reads it
+    (:func:`ladder_cost`) and never trains."""
+    from .book import training_samples
+    from .experiments import write_atomic
+
+    runs = {}
+    for p in planned_runs(chapter):
+        seconds = speeds.seconds(p.config, device)
+        runs[p.key] = {"rung": p.rung, "method": p.config.method, "seed": p.config.seed,
+                       "samples": training_samples(p.config),
+                       "hours": None if math.isnan(seconds) else round(seconds / 3600, 5),
+                       "claims": list(p.claims)}
+    record = {"chapter": chapter, "device": device,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
+    path = plan_path(chapter, directory)
+    write_atomic(path, json.dumps(record, indent=1).encode())
+    return path
+
+
+def load_plan(chapter: str, directory=None) -> dict | None:
+    """A chapter's recorded plan (:func:`write_plan`), or ``None`` when none is recorded."""
+    path = plan_path(chapter, directory)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:.1f}" if hours < 100 else f"{hours:,.0f}"
+
+
+def ladder_cost(chapter: str, claim_ref: str, directory=None) -> str:
+    """One sentence on what the claim's ladder costs: its runs (methods x seeds at each
+    rung), their training samples (computed from the specs) and the CPU hours that
+    ``tools/ladder.py plan`` estimated for them (:func:`load_plan`), per rung; the runs it
+    shares with the chapter's other claims; or, where the plan has not estimated every run
+    of the current specs, the command that does."""
+    from .book import training_samples
+
+    _find_claim(chapter, claim_ref, directory)          # a claim not on the ladder: ConfigError
+    spec = next(s for s in specs_of(chapter) if s.ref == claim_ref)
+    configs = {r: [rung_config(spec, r, label, seed) for label in spec.methods for seed in spec.seeds]
+               for r in spec.rungs}
+    keys = {r: [run_key(c) for c in cs] for r, cs in configs.items()}
+    n = sum(len(k) for k in keys.values())
+    samples = sum(training_samples(c) for cs in configs.values() for c in cs)
+    claim = f"{chapter}: {claim_ref}"
+    shared = {p.key for p in planned_runs(chapter) if claim in p.claims and len(p.claims) > 1}
+    text = (f"The ladder of {claim_ref} is {plural(n, 'run')}: {plural(len(spec.methods), 'method')} × "
+            f"{plural(len(spec.seeds), 'seed')} at each of its {len(spec.rungs)} rungs "
+            f"({', '.join(spec.rungs)}), {samples / 1e6:.1f} million training samples in all")
+    if shared:
+        text += (f" ({'all' if len(shared) == n else len(shared)} of them serve other claims of the "
+                 "chapter too)")
+    record = load_plan(chapter, directory) or {"runs": {}}
+    known = record["runs"]
+    hours = {r: [known.get(k, {}).get("hours") for k in ks] for r, ks in keys.items()}
+    command = f"`python tools/ladder.py plan --chapter {chapter}`"
+    if any(h is None for hs in hours.values() for h in hs):
+        return text + f"; their CPU time is not estimated yet ({command} estimates it)."
+    per_rung = {r: sum(hs) for r, hs in hours.items()}
+    return (text + f"; about {_hours(sum(per_rung.values()))} CPU-hours on one thread ("
+            + ", ".join(f"{r} {_hours(h)}" for r, h in per_rung.items())
+            + f"), as {command} estimated them ({record['device']}, {record['date']}).")
+
+
+def show_ladder_cost(chapter: str, claim_ref: str, directory=None) -> None:
+    """Display :func:`ladder_cost` as Markdown."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(ladder_cost(chapter, claim_ref, directory)))
+
+
 # -- the arena: does the ranking settle? ------------------------------------------------------
 def kendall_tau(first: list[str], second: list[str]) -> float:
     """Kendall's tau between two rankings of the same names (1: same order, -1: reversed)."""
@@ -833,7 +916,9 @@ COMMAND_LINE = """The ladder of training budgets behind each headline claim (:mo
     python tools/ladder.py ledger [--chapter C] [--store DIR]
 
 ``plan`` lists the pending runs in the order ``run`` computes them (cheapest rung first, a
-claim's methods and seeds together) with their training samples and estimated CPU hours;
+claim's methods and seeds together) with their training samples and estimated CPU hours,
+and (timed, for every rung) records each chapter's whole ladder's estimated cost in
+``results/ladder/plans/<chapter>.json``, which the chapter states (``ladder_cost``);
 ``run`` computes them, each stored the moment it finishes (``results/ladder/runs``), never
 starting one it cannot expect to finish before ``--until-s``; a later call, here or on
 another machine, continues from the stored runs. ``status`` says per claim which rungs are
@@ -903,6 +988,9 @@ def _plan(args) -> int:
               + (f"  ({plural(unknown, 'run')} not timed)" if unknown else ""))
     print(f"{'all':6s} {sum(t[0] for t in totals.values()):5d} "
           f"{sum(t[1] for t in totals.values()) / 1e6:10.2f} {sum(t[2] for t in totals.values()):22.2f}")
+    if not args.no_timing and args.rung is None:      # the whole ladder's cost, for the chapters
+        for chapter in [args.chapter] if args.chapter else ladder.chapters():
+            print(f"wrote {ladder.write_plan(chapter, speeds, device, args.store)}")
     return 0
 
 
