@@ -10,11 +10,12 @@ chapter computes it and judged by the same rule (:func:`hetfl_core.report.judge`
 
 The runs are computed once, by ``tools/ladder.py``, and stored in the repository with
 their provenance (:func:`store_dir`): ``runs/<key>.json`` per finished run, written
-atomically the moment it finishes, and ``<chapter>.json``, the chapter's ladder ledger.
-The chapters only read the store (:func:`show_ladder`, :func:`ladder_sentence`): a result
-whose package source has changed since it ran is marked stale (unless the golden
-histories of every method are unchanged, :func:`equivalence_digest`), with the command
-that refreshes it.
+atomically the moment it finishes, ``<chapter>.json``, the chapter's ladder ledger, and
+``plans/<chapter>.json``, the estimated cost of its runs (``tools/ladder.py plan``).
+The chapters only read the store (:func:`show_ladder`, :func:`ladder_sentence`,
+:func:`ladder_cost`): a result whose package source has changed since it ran is marked
+stale (unless the golden histories of every method are unchanged,
+:func:`equivalence_digest`), with the command that refreshes it.
 
 A claim's rivals are fixed here, in :data:`SPECS`, before any ladder run: where the chapter
 pairs the method with the best of many, the book-scale best and the paper's strongest
