@@ -362,7 +362,9 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             records = [runs[k] for k in got["keys"]]
             how = [r["provenance"] for r in records]
             stale = [r["key"] for r in records if not is_current(r, digest)]
-            config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
+            # the budget: the claim's method's run (the first run where no label is the method)
+            label = spec.method if spec.method in spec.methods else next(iter(spec.methods))
+            config = rung_config(spec, rung, label, spec.seeds[0])
             for rival, values in got["values"].items():
                 j = judge(values, spec.criterion)
                 shown = values.shown if isinstance(values, Bounded) else values
