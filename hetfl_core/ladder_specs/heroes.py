@@ -8,7 +8,7 @@ import numpy as np
 from ..config import ALL, RunConfig, by_scale
 from ..report import (at_least, first_reach, mean_finite, more_than, paired, per_seed, ratio,
                       total, value_at)
-from . import PTS, ClaimSpec, register
+from .claims import PTS, ClaimSpec, register
 
 #: what every accuracy of the chapter reads: the full-width global model
 Y = "acc_global"
