@@ -10,11 +10,12 @@ chapter computes it and judged by the same rule (:func:`hetfl_core.report.judge`
 
 The runs are computed once, by ``tools/ladder.py``, and stored in the repository with
 their provenance (:func:`store_dir`): ``runs/<key>.json`` per finished run, written
-atomically the moment it finishes, and ``<chapter>.json``, the chapter's ladder ledger.
-The chapters only read the store (:func:`show_ladder`, :func:`ladder_sentence`): a result
-whose package source has changed since it ran is marked stale (unless the golden
-histories of every method are unchanged, :func:`equivalence_digest`), with the command
-that refreshes it.
+atomically the moment it finishes, ``<chapter>.json``, the chapter's ladder ledger, and
+``plans/<chapter>.json``, the estimated cost of its runs (``tools/ladder.py plan``).
+The chapters only read the store (:func:`show_ladder`, :func:`ladder_sentence`,
+:func:`ladder_cost`): a result whose package source has changed since it ran is marked
+stale (unless the golden histories of every method are unchanged,
+:func:`equivalence_digest`), with the command that refreshes it.
 
 A claim's rivals are fixed here, in :data:`SPECS`, before any ladder run: where the chapter
 pairs the method with the best of many, the book-scale best and the paper's strongest
@@ -46,6 +47,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
+           "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
            "kendall_tau", "STORE_ENV", "SPECS_ENV"]
 
 #: the rounds each rung below the paper's runs, as a multiple of the book scale's
@@ -54,8 +56,17 @@ FACTORS = {"book": 1, "x2": 2, "x4": 4, "x8": 8}
 STORE_ENV = "HETFL_LADDER_STORE"
 #: a Python file whose :func:`register` calls add claims to :data:`SPECS` (tests use it)
 SPECS_ENV = "HETFL_LADDER_SPECS"
-#: the history fields a stored run keeps (what the claims' queries read)
-HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
+#: the history fields a stored run keeps (what the claims' queries read); a run stored
+#: before a field was added lacks it (its record names its own ``fields``), which only a
+#: claim that reads it (:attr:`ClaimSpec.fields`) minds
+HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits",
+                  "idle_s", "participants")
+#: stored fields computed from a whole history row: ``participants`` is the number of the
+#: round's participants (its ``clients`` list, which is not stored)
+STORED_DERIVED = {
+    "participants": lambda row: len(row["clients"]) if row.get("clients") is not None
+    else row.get("participants"),
+}
 
 
 _LOADED_EXTRA: set[str] = set()
@@ -113,6 +124,7 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
                           f"rungs: {', '.join(spec.rungs)}")
     name, options, *level = spec.methods[label]
+    level = level[0] if level else {}
     if rung == "paper":
         config = spec.setting("paper")
         if spec.paper_eval_every is not None:
@@ -128,18 +140,21 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         elif paper.local_epochs > base.local_epochs:
             changes["local_epochs"] = min(base.local_epochs * k, paper.local_epochs)
         config = base.replace(**changes)
-    return config.replace(method=name, options=dict(options), seed=seed, device="cpu",
-                          **(level[0] if level else {}))
+    if callable(level):            # changes that follow the rung's setting (half its rounds)
+        level = level(config)
+    return config.replace(method=name, options=dict(options), seed=seed, device="cpu", **level)
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run the ladder needs: its key, configuration, and the claims and rung it serves."""
+    """One run the ladder needs: its key, configuration, the claims and rung it serves, and
+    the history fields beyond every stored run's that those claims read (:attr:`ClaimSpec.fields`)."""
 
     key: str
     config: RunConfig
     rung: str
     claims: tuple[str, ...]
+    fields: tuple[str, ...] = ()
 
 
 def run_key(config: RunConfig) -> str:
@@ -171,9 +186,11 @@ def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[Pl
                     claim = f"{spec.chapter}: {spec.ref}"
                     if key in order:
                         if claim not in order[key].claims:
-                            order[key] = PlannedRun(key, config, r, order[key].claims + (claim,))
+                            known = order[key]
+                            order[key] = PlannedRun(key, config, r, known.claims + (claim,),
+                                                    tuple(dict.fromkeys(known.fields + spec.fields)))
                     else:
-                        order[key] = PlannedRun(key, config, r, (claim,))
+                        order[key] = PlannedRun(key, config, r, (claim,), tuple(spec.fields))
     return list(order.values())
 
 
@@ -194,9 +211,17 @@ def _rounded(value):
 
 
 def compact_history(history: list[dict], fields=HISTORY_FIELDS) -> list[list]:
-    """A run's history as rows of ``fields`` (a list per round), floats to 6 significant
-    digits: a few kilobytes where the whole history (per-client rows) is megabytes."""
-    return [[_rounded(row.get(f)) for f in fields] for row in history]
+    """A run's history as rows of ``fields`` (a list per round; a field of
+    :data:`STORED_DERIVED` computed from the row), floats to 6 significant digits: a few
+    kilobytes where the whole history (per-client rows) is megabytes."""
+    return [[_rounded(STORED_DERIVED[f](row) if f in STORED_DERIVED else row.get(f)) for f in fields]
+            for row in history]
+
+
+def has_fields(record: dict, fields) -> bool:
+    """Whether a stored run keeps every history field of ``fields`` (a run stored before a
+    field was added to :data:`HISTORY_FIELDS` lacks it)."""
+    return set(fields) <= set(record.get("fields", ()))
 
 
 def expand_history(stored: dict) -> list[dict]:
@@ -306,7 +331,7 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
         results[label] = []
         for seed in spec.seeds:
             key = run_key(rung_config(spec, rung, label, seed))
-            if key not in runs:
+            if key not in runs or not has_fields(runs[key], spec.fields):
                 return None
             keys.append(key)
             if runs[key].get("diverged"):
@@ -345,7 +370,9 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             records = [runs[k] for k in got["keys"]]
             how = [r["provenance"] for r in records]
             stale = [r["key"] for r in records if not is_current(r, digest)]
-            config = rung_config(spec, rung, next(iter(spec.methods)), spec.seeds[0])   # the budget
+            # the budget: the claim's method's run (the first run where no label is the method)
+            label = spec.method if spec.method in spec.methods else next(iter(spec.methods))
+            config = rung_config(spec, rung, label, spec.seeds[0])
             for rival, values in got["values"].items():
                 if values is None:          # a run diverged: nothing to judge
                     j = Judgement("diverged", "none", 0)
@@ -597,6 +624,88 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     return fig
 
 
+# -- the plan's cost, for a chapter to state ---------------------------------------------------
+def plan_path(chapter: str, directory=None) -> Path:
+    """Where ``tools/ladder.py plan`` records a chapter's estimated cost: ``plans/<chapter>.json``
+    of the store."""
+    return store_dir(directory) / "plans" / f"{chapter}.json"
+
+
+def write_plan(chapter: str, speeds: "SpeedBook", device: str = "cpu", directory=None) -> Path:
+    """Record the estimated cost of every run of ``chapter``'s ladder, stored or not (what
+    ``tools/ladder.py plan`` estimates, :class:`SpeedBook`): per run key its rung, method,
+    seed, training samples and estimated hours on ``device`` (one thread; ``None`` where
+    unknown), with the date and device, in :func:`plan_path`. A chapter reads it
+    (:func:`ladder_cost`) and never trains."""
+    from .book import training_samples
+    from .experiments import write_atomic
+
+    runs = {}
+    for p in planned_runs(chapter):
+        seconds = speeds.seconds(p.config, device)
+        runs[p.key] = {"rung": p.rung, "method": p.config.method, "seed": p.config.seed,
+                       "samples": training_samples(p.config),
+                       "hours": None if math.isnan(seconds) else round(seconds / 3600, 5),
+                       "claims": list(p.claims)}
+    record = {"chapter": chapter, "device": device,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
+    path = plan_path(chapter, directory)
+    write_atomic(path, json.dumps(record, indent=1).encode())
+    return path
+
+
+def load_plan(chapter: str, directory=None) -> dict | None:
+    """A chapter's recorded plan (:func:`write_plan`), or ``None`` when none is recorded."""
+    path = plan_path(chapter, directory)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:.1f}" if hours < 100 else f"{hours:,.0f}"
+
+
+def ladder_cost(chapter: str, claim_ref: str, directory=None) -> str:
+    """One sentence on what the claim's ladder costs: its runs (methods x seeds at each
+    rung), their training samples (computed from the specs) and the CPU hours that
+    ``tools/ladder.py plan`` estimated for them (:func:`load_plan`), per rung; the runs it
+    shares with the chapter's other claims; or, where the plan has not estimated every run
+    of the current specs, the command that does."""
+    from .book import training_samples
+
+    _find_claim(chapter, claim_ref, directory)          # a claim not on the ladder: ConfigError
+    spec = next(s for s in specs_of(chapter) if s.ref == claim_ref)
+    configs = {r: [rung_config(spec, r, label, seed) for label in spec.methods for seed in spec.seeds]
+               for r in spec.rungs}
+    keys = {r: [run_key(c) for c in cs] for r, cs in configs.items()}
+    n = sum(len(k) for k in keys.values())
+    samples = sum(training_samples(c) for cs in configs.values() for c in cs)
+    claim = f"{chapter}: {claim_ref}"
+    shared = {p.key for p in planned_runs(chapter) if claim in p.claims and len(p.claims) > 1}
+    text = (f"The ladder of {claim_ref} is {plural(n, 'run')}: {plural(len(spec.methods), 'method')} × "
+            f"{plural(len(spec.seeds), 'seed')} at each of its {len(spec.rungs)} rungs "
+            f"({', '.join(spec.rungs)}), {samples / 1e6:.1f} million training samples in all")
+    if shared:
+        text += (f" ({'all' if len(shared) == n else len(shared)} of them serve other claims of the "
+                 "chapter too)")
+    record = load_plan(chapter, directory) or {"runs": {}}
+    known = record["runs"]
+    hours = {r: [known.get(k, {}).get("hours") for k in ks] for r, ks in keys.items()}
+    command = f"`python tools/ladder.py plan --chapter {chapter}`"
+    if any(h is None for hs in hours.values() for h in hs):
+        return text + f"; their CPU time is not estimated yet ({command} estimates it)."
+    per_rung = {r: sum(hs) for r, hs in hours.items()}
+    return (text + f"; about {_hours(sum(per_rung.values()))} CPU-hours on one thread ("
+            + ", ".join(f"{r} {_hours(h)}" for r, h in per_rung.items())
+            + f"), as {command} estimated them ({record['device']}, {record['date']}).")
+
+
+def show_ladder_cost(chapter: str, claim_ref: str, directory=None) -> None:
+    """Display :func:`ladder_cost` as Markdown."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(ladder_cost(chapter, claim_ref, directory)))
+
+
 # -- the arena: does the ranking settle? ------------------------------------------------------
 def kendall_tau(first: list[str], second: list[str]) -> float:
     """Kendall's tau between two rankings of the same names (1: same order, -1: reversed)."""
@@ -638,11 +747,13 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
 # -- computing the pending runs ---------------------------------------------------------------
 def pending(chapter: str | None = None, rung: str | None = None, directory=None,
             digest: str | None = None) -> list[PlannedRun]:
-    """The planned runs (:func:`planned_runs`) not stored, or stored under code whose
-    results may differ (:func:`is_current`), in the order they will run."""
+    """The planned runs (:func:`planned_runs`) not stored, stored under code whose results
+    may differ (:func:`is_current`), or stored without a history field one of their claims
+    reads (:func:`has_fields`), in the order they will run."""
     runs = stored_runs(directory)
     return [p for p in planned_runs(chapter, rung)
-            if p.key not in runs or not is_current(runs[p.key], digest)]
+            if p.key not in runs or not is_current(runs[p.key], digest)
+            or not has_fields(runs[p.key], p.fields)]
 
 
 def _shape(config: RunConfig, device: str) -> str:
@@ -820,7 +931,7 @@ def status_rows(directory=None) -> list[list[str]]:
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
-            if any(k not in runs for k in keys):
+            if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
                 state["stale"].append(rung)
@@ -841,7 +952,9 @@ COMMAND_LINE = """The ladder of training budgets behind each headline claim (:mo
     python tools/ladder.py ledger [--chapter C] [--store DIR]
 
 ``plan`` lists the pending runs in the order ``run`` computes them (cheapest rung first, a
-claim's methods and seeds together) with their training samples and estimated CPU hours;
+claim's methods and seeds together) with their training samples and estimated CPU hours,
+and (timed, for every rung) records each chapter's whole ladder's estimated cost in
+``results/ladder/plans/<chapter>.json``, which the chapter states (``ladder_cost``);
 ``run`` computes them, each stored the moment it finishes (``results/ladder/runs``), never
 starting one it cannot expect to finish before ``--until-s``; a later call, here or on
 another machine, continues from the stored runs. ``status`` says per claim which rungs are
@@ -911,6 +1024,9 @@ def _plan(args) -> int:
               + (f"  ({plural(unknown, 'run')} not timed)" if unknown else ""))
     print(f"{'all':6s} {sum(t[0] for t in totals.values()):5d} "
           f"{sum(t[1] for t in totals.values()) / 1e6:10.2f} {sum(t[2] for t in totals.values()):22.2f}")
+    if not args.no_timing and args.rung is None:      # the whole ladder's cost, for the chapters
+        for chapter in [args.chapter] if args.chapter else ladder.chapters():
+            print(f"wrote {ladder.write_plan(chapter, speeds, device, args.store)}")
     return 0
 
 

@@ -161,9 +161,10 @@ def test_the_plan_runs_the_cheapest_rung_first_and_a_claims_seeds_together():
 def test_a_run_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
     result = {"config": {"rounds": 1}, "history": [{"round": 1, "time_s": 0.123456789,
                                                     "acc_personal": 0.5, "acc_global": None,
-                                                    "uplink_bits": 8, "downlink_bits": 8}]}
+                                                    "uplink_bits": 8, "downlink_bits": 8,
+                                                    "idle_s": 0.25, "clients": [{}, {}]}]}
     path = ladder.store_run(result, "k1", "cmd", 1.0, None, tmp_path)
-    assert json.loads(path.read_text())["history"] == [[1, 0.123457, 0.5, None, 8, 8]]
+    assert json.loads(path.read_text())["history"] == [[1, 0.123457, 0.5, None, 8, 8, 0.25, 2]]
 
     def broken(src, dst):
         raise OSError(28, "No space left on device")

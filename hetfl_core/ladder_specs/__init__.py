@@ -8,9 +8,11 @@ many baselines, the ladder judges it against the book-scale best (as the chapter
 names it) and against the paper's strongest of the chapter's baselines (by the paper's
 own table), each on its own.
 
-One module per chapter (``fedlps``, ``srp_pfed``, ...) registers its claims on import;
-this package imports them all, in the book's order.
+One module per chapter (``fedlps``, ``srp_pfed``, ...) registers its claims on import,
+with :class:`ClaimSpec` and :func:`register` of :mod:`.claims`; this package imports them
+all, in the book's order.
 """
-from .base import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401
+from __future__ import annotations
 
-from . import fedlps, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers its claims)
+from .claims import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401
+from . import fedlps, heroes, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers its claims)

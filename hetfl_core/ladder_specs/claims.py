@@ -1,5 +1,6 @@
-"""A headline claim on the ladder (:class:`ClaimSpec`), the registry of claims
-(:data:`SPECS`) and the ladder's rungs (:data:`RUNGS`)."""
+"""What a claim on the ladder is (:class:`ClaimSpec`), where the claims are kept
+(:data:`SPECS`, :func:`register`) and the ladder's rungs (:data:`RUNGS`): the chapters'
+modules of :mod:`hetfl_core.ladder_specs` import them from here."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -23,7 +24,8 @@ class ClaimSpec:
 
     ``methods`` maps each label the claim needs (the method, its rivals, any run its value
     reads, e.g. the run that sets a target) to ``(registered name, options)`` or
-    ``(registered name, options, changes to the setting)`` (a level of a sweep);
+    ``(registered name, options, changes to the setting)`` (a level of a sweep; the changes
+    may be a function of the rung's configuration, e.g. half its rounds);
     ``setting(scale)`` is the chapter's configuration at ``"book"`` and ``"paper"`` scale
     (``"smoke"`` for a test's toy); ``value(runs, rival)`` is the claim's per-seed paired
     value from ``runs`` (label -> the results of :attr:`seeds`, in order) against one rival,
@@ -33,7 +35,9 @@ class ClaimSpec:
     as the chapter's paper scale does); ``paper_global_last_two`` scores the global model on
     the whole test set after the last two rounds only at the paper rung (the final global
     accuracy, a mean of the last two, stays defined; no claim on the ladder reads it
-    earlier), where every round's scoring is a sixth of a paper-scale run's time."""
+    earlier), where every round's scoring is a sixth of a paper-scale run's time.
+    ``fields`` names the history fields ``value`` reads that a run stored before they were
+    kept may lack (:data:`hetfl_core.ladder.HISTORY_FIELDS`): such a run is computed again."""
 
     chapter: str
     ref: str
@@ -54,6 +58,7 @@ class ClaimSpec:
     base_scale: str = "book"
     paper_eval_every: int | None = None
     paper_global_last_two: bool = True
+    fields: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
