@@ -44,7 +44,13 @@ class ClaimSpec:
     as the chapter's paper scale does); ``paper_global_last_two`` scores the global model on
     the whole test set after the last two rounds only at the paper rung (the final global
     accuracy, a mean of the last two, stays defined; no claim on the ladder reads it
-    earlier), where every round's scoring is a sixth of a paper-scale run's time."""
+    earlier), where every round's scoring is a sixth of a paper-scale run's time.
+
+    A claim the chapter judges case by case (``book.state(..., cases=...)``, judged by
+    :func:`~hetfl_core.report.judge_cases`) has ``per_case=True``: its ``value(runs,
+    rival)`` returns a dict from each case's name (as the chapter names it) to that case's
+    per-seed paired values, and it holds when at least ``k`` cases hold (``None``: every
+    case, the chapter's default)."""
 
     chapter: str
     ref: str
@@ -65,6 +71,8 @@ class ClaimSpec:
     base_scale: str = "book"
     paper_eval_every: int | None = None
     paper_global_last_two: bool = True
+    per_case: bool = False
+    k: int | None = None
 
     @property
     def name(self) -> str:
