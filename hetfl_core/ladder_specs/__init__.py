@@ -6,7 +6,10 @@ default parameters) and the query and criterion of the chapter cell it names; th
 are fixed here, before any ladder run. Where a chapter pairs its method with the best of
 many baselines, the ladder judges it against the book-scale best (as the chapter's text
 names it) and against the paper's strongest of the chapter's baselines (by the paper's
-own table), each on its own.
+own table), each on its own; where the chapter's claim cell picks its comparator by a rule
+fixed before the seeds are paired (the best on average in each case), the ladder applies
+that rule to each rung's own runs, and names the paper's strongest apart where the paper
+gives numbers to name it by.
 
 One module per chapter (``fedlps``, ``srp_pfed``, ...) registers its claims on import;
 this package imports them all, in the book's order.
@@ -62,7 +65,7 @@ class ClaimSpec:
     rivals: tuple[str, ...]
     methods: Mapping[str, tuple[str, dict]]
     setting: Callable[[str], RunConfig]
-    value: Callable[[dict, str], np.ndarray]
+    value: Callable[[dict, str], np.ndarray | dict]
     criterion: Criterion
     unit: str = PTS
     digits: int = 1
