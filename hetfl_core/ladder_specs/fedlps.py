@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import ALL, RunConfig, by_scale
 from ..report import at_least, best_on_average, costs_to_target, final, more_than, per_seed, ratio
-from . import PTS, ClaimSpec, register
+from .claims import PTS, ClaimSpec, register
 
 
 def fedlps_setting(scale: str) -> RunConfig:

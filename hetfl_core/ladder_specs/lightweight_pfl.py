@@ -12,7 +12,7 @@ import numpy as np
 from ..config import ALL, RunConfig, by_scale
 from ..report import (at_least, at_most, best_on_average, costs_to_target, final, first_reach,
                       ratio)
-from . import PTS, ClaimSpec, register
+from .claims import PTS, ClaimSpec, register
 
 
 def lpfl_setting(scale: str) -> RunConfig:
