@@ -28,6 +28,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import textwrap
@@ -41,7 +42,7 @@ import numpy as np
 from .config import RunConfig
 from .errors import ConfigError
 from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  (the claims, registered)
-from .report import Bounded, Judgement, judge, plural
+from .report import Bounded, judge, judge_cases, plural
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
@@ -323,8 +324,10 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 # -- the ledger -----------------------------------------------------------------------------------
 def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
-    record), or ``None`` when a run it needs is not stored. Where a run it needs diverged,
-    ``diverged`` lists them (label, seed, where) and every rival's values are ``None``."""
+    record), or ``None`` when a run it needs is not stored; for a claim judged case by case
+    (:attr:`ClaimSpec.per_case`), per rival a dict from each case to its per-seed values.
+    Where a run it needs diverged, ``diverged`` lists them (label, seed, where) and every
+    rival's values are ``None``."""
     results: dict[str, list[dict]] = {}
     keys, diverged = [], []
     for label in spec.methods:
@@ -339,8 +342,17 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
     if diverged:        # no paired value where a run has none: the rung is not judged
         return {"keys": keys, "diverged": diverged, "values": {rival: None for rival in spec.rivals}}
-    return {"keys": keys, "values": {rival: _per_seed_values(spec.value(results, rival))
-                                     for rival in spec.rivals}}
+    values = {}
+    for rival in spec.rivals:
+        got = spec.value(results, rival)
+        if not spec.per_case:
+            values[rival] = _per_seed_values(got)
+            continue
+        if not isinstance(got, Mapping) or not got:
+            raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} is judged case by case, but "
+                              f"its value against {rival} is not a dict of cases")
+        values[rival] = {case: _per_seed_values(v) for case, v in got.items()}
+    return {"keys": keys, "values": values}
 
 
 def _per_seed_values(values):
@@ -354,11 +366,52 @@ def _json_number(v: float):
     return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
 
 
+def _shown(values) -> list:
+    """Per-seed values as the ledger stores them (JSON numbers; a bound's shown value)."""
+    shown = values.shown if isinstance(values, Bounded) else values
+    return [_json_number(v) for v in map(float, shown)]
+
+
+def _judged_row(spec: ClaimSpec, values) -> dict:
+    """One rival's judgement at one rung: the verdict by the chapter's rule and what it
+    rests on. A plain claim: its per-seed values, :func:`~hetfl_core.report.judge`'s
+    verdict and interval. A claim judged case by case: per case its per-seed values, verdict
+    and interval (:func:`~hetfl_core.report.judge_cases`'s, at its Bonferroni levels), and
+    as the row's values, per seed, the number of cases whose value passes the criterion (as
+    the chapter's ledger shows them)."""
+    if not spec.per_case:
+        j = judge(values, spec.criterion)
+        return {"values": _shown(values), "bounded": int(j.bounded), "verdict": j.verdict,
+                "method": j.method, "interval": list(j.interval) if j.interval else None}
+    k = len(values) if spec.k is None else spec.k
+    j = judge_cases(values, k, spec.criterion)
+    cases = {}
+    for name, v in values.items():
+        info = j.cases[name]
+        cases[name] = {"values": _shown(v),
+                       "bounded": int((v.low != v.high).sum()) if isinstance(v, Bounded) else 0,
+                       "verdict": info["verdict"],
+                       "interval": [_json_number(float(b)) for b in info["interval"]]
+                       if info["interval"] else None}
+    shown = [v.shown if isinstance(v, Bounded) else v for v in values.values()]
+    passing = np.sum([[spec.criterion(x) for x in v] for v in shown], axis=0)
+    return {"values": [int(n) for n in passing], "bounded": int(j.bounded), "verdict": j.verdict,
+            "method": j.method, "interval": None, "k": k, "cases": cases}
+
+
+def _diverged_row(spec: ClaimSpec, diverged: list[str]) -> dict:
+    """A rung not judged because a run it needs diverged: no values, the verdict
+    ``diverged`` and the runs that did (label, seed, round and client)."""
+    return {"values": [], "bounded": 0, "verdict": "diverged", "method": "none", "interval": None,
+            "diverged": list(diverged), **({"k": spec.k, "cases": {}} if spec.per_case else {})}
+
+
 def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dict:
     """A chapter's ladder ledger from the stored runs: per claim, per rival and rung, the
-    per-seed values, the verdict (:func:`~hetfl_core.report.judge`, the chapter's rule), the
-    interval, whether a run behind it is stale, and the provenance of its runs (commits,
-    source hashes, devices, dates, wall time)."""
+    per-seed values, the verdict (:func:`~hetfl_core.report.judge`, or for a claim judged
+    case by case :func:`~hetfl_core.report.judge_cases` with each case's values and verdict:
+    the chapter's rule), the interval, whether a run behind it is stale, and the provenance
+    of its runs (commits, source hashes, devices, dates, wall time)."""
     runs = stored_runs(directory)
     claims = []
     for spec in specs_of(chapter):
@@ -374,18 +427,8 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             label = spec.method if spec.method in spec.methods else next(iter(spec.methods))
             config = rung_config(spec, rung, label, spec.seeds[0])
             for rival, values in got["values"].items():
-                if values is None:          # a run diverged: nothing to judge
-                    j = Judgement("diverged", "none", 0)
-                    shown = []
-                else:
-                    j = judge(values, spec.criterion)
-                    shown = values.shown if isinstance(values, Bounded) else values
                 rows.setdefault(rival, {})[rung] = {
-                    "values": [_json_number(v) for v in map(float, shown)],
-                    "bounded": int(j.bounded),
-                    "verdict": j.verdict, "method": j.method,
-                    "interval": list(j.interval) if j.interval else None,
-                    "diverged": got.get("diverged", []),
+                    **(_diverged_row(spec, got["diverged"]) if values is None else _judged_row(spec, values)),
                     "stale": bool(stale), "keys": got["keys"],
                     "budget": {"rounds": config.rounds, "local_epochs": config.local_epochs,
                                "local_steps": config.local_steps, "clients": config.clients,
@@ -398,7 +441,10 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
                                    "wall_s": round(sum(h["wall_s"] for h in how), 1)}}
         claims.append({"ref": spec.ref, "statement": spec.statement, "cell": spec.cell,
                        "paper": spec.paper, "paper_value": spec.paper_value,
-                       "criterion": spec.criterion.text, "bound": spec.criterion.bound, "log": spec.criterion.log, "unit": spec.unit, "method": spec.method,
+                       "criterion": spec.criterion.text, "bound": spec.criterion.bound,
+                       "op": spec.criterion.op, "log": spec.criterion.log, "unit": spec.unit,
+                       "method": spec.method,
+                       "per_case": spec.per_case, "k": spec.k,
                        "rivals": list(spec.rivals), "seeds": list(spec.seeds),
                        "rungs": list(spec.rungs), "results": rows})
     return {"chapter": chapter, "claims": claims}
@@ -473,6 +519,8 @@ def ladder_sentence(chapter: str, claim_ref: str, rival: str | None = None, dire
     claim = _stored_claim(chapter, claim_ref, directory)
     if claim is None:
         return _nothing_stored(chapter, claim_ref)
+    if claim.get("per_case"):
+        return _cases_sentence(chapter, claim, rival)
     parts = []
     for name, by_rung in claim["results"].items():
         if rival is not None and name != rival:
@@ -493,9 +541,64 @@ def ladder_sentence(chapter: str, claim_ref: str, rival: str | None = None, dire
         parts.append(f"{claim['method']} − {name}" if not _is_ratio(claim) else
                      f"{claim['method']} against {name}")
         parts[-1] += f" (mean over {len(claim['seeds'])} seeds): {steps}; {trend}"
+    return f"{claim['ref']} on the ladder: " + "; ".join(parts) + "." + _missing_tail(chapter, claim)
+
+
+def _series(case: str) -> str:
+    """A case's name without the comparator the chapter names after it: ``"alpha=0.5
+    (LG-FedAvg)"`` and ``"alpha=0.5 (FedPer)"`` are one case, whose comparator (chosen at
+    each rung by the chapter's rule) changed."""
+    return re.sub(r" \([^()]*\)$", "", case)
+
+
+def _compared_to(claim: dict, rival: str) -> str:
+    return f"{claim['method']} − {rival}" if not _is_ratio(claim) else f"{claim['method']} against {rival}"
+
+
+def _missing_tail(chapter: str, claim: dict) -> str:
     missing = [r for r in claim["rungs"] if not any(r in b for b in claim["results"].values())]
-    tail = f" Not yet computed: {', '.join(missing)} (`{refresh_command(chapter)}`)." if missing else ""
-    return f"{claim['ref']} on the ladder: " + "; ".join(parts) + "." + tail
+    return f" Not yet computed: {', '.join(missing)} (`{refresh_command(chapter)}`)." if missing else ""
+
+
+def _cases_sentence(chapter: str, claim: dict, rival: str | None = None) -> str:
+    """:func:`ladder_sentence` of a claim judged case by case: per rival and rung the
+    claim's verdict and each case's mean and verdict, then each case's trend from the
+    first stored rung to the last."""
+    parts = []
+    for name, by_rung in claim["results"].items():
+        if rival is not None and name != rival:
+            continue
+        steps = [f"diverged at {r} ({'; '.join(by_rung[r]['diverged'])})"
+                 + (" (stale)" if by_rung[r]["stale"] else "")
+                 for r in claim["rungs"] if by_rung.get(r, {}).get("diverged")]
+        rungs = [r for r in claim["rungs"] if r in by_rung and not by_rung[r].get("diverged")]
+        for r in rungs:
+            row = by_rung[r]
+            cases = ", ".join(f"{case} {_fmt(_mean(c['values'], claim['log']))} ({c['verdict']})"
+                              for case, c in row["cases"].items())
+            steps.append(f"at {r}" + (" (stale)" if row["stale"] else "")
+                         + f" [{row['verdict']}, {row['k']} of {len(row['cases'])} cases needed]: {cases}")
+        if len(rungs) < 2:
+            trend = "only one judged rung is stored, so no trend yet"
+        else:
+            first, last = (by_rung[r]["cases"] for r in (rungs[0], rungs[-1]))
+            ends = {_series(c): v for c, v in first.items()}
+            moves = []
+            for c, v in last.items():
+                if _series(c) not in ends:
+                    continue
+                a, b = (_mean(x["values"], claim["log"]) for x in (ends[_series(c)], v))
+                moves.append(f"{_series(c)} " + (f"{_verb(a, b, claim)} ({_fmt(a)} → {_fmt(b)})"
+                                                 if math.isfinite(a) and math.isfinite(b) else
+                                                 "infinite or undefined at an end"))
+            aim, what, upward = _aim(claim)
+            against = "" if aim is None else f" against {what} {_fmt(aim)}" + (
+                "" if upward is None else f" (the claim's side: {'above' if upward else 'below'})")
+            trend = f"from {rungs[0]} to {rungs[-1]}{against}: " + (
+                ", ".join(moves) or "no case at both ends")
+        parts.append(f"{_compared_to(claim, name)} (mean over {len(claim['seeds'])} seeds, case by "
+                     f"case) " + "; ".join(steps) + f"; {trend}")
+    return f"{claim['ref']} on the ladder: " + "; ".join(parts) + "." + _missing_tail(chapter, claim)
 
 
 def _is_ratio(claim: dict) -> bool:
@@ -527,20 +630,46 @@ def _fmt(value: float) -> str:
     return f"{value:+.2f}" if abs(value) < 10 else f"{value:+.1f}"
 
 
+def _aim(claim: dict) -> tuple[float | None, str, bool | None]:
+    """What a trend is read against: the paper's number, or where the paper gives none the
+    criterion's bound; its name; and for the bound, whether the claim's side is above it
+    (``None``: the paper's number, or a ledger that does not record the direction)."""
+    if claim["paper_value"] is not None:
+        return claim["paper_value"], "the paper's", None
+    op = claim.get("op")
+    return claim.get("bound"), "the criterion's bound", \
+        (op in (">=", ">")) if op in (">=", ">", "<=", "<") else None
+
+
+def _verb(first: float, last: float, claim: dict) -> str:
+    """How the value moves from ``first`` to ``last`` against :func:`_aim`: ``improves`` or
+    ``worsens`` (toward or away from the claim's side of the bound), or ``closes`` or
+    ``widens`` (its gap to the paper's number); ``holds`` for a change under 1 point (a
+    tenth, for a ratio)."""
+    aim, _, upward = _aim(claim)
+    tolerance = 0.1 * max(abs(aim), 1e-9) if _is_ratio(claim) else 1.0
+    if upward is not None:
+        return "holds" if abs(last - first) < tolerance else \
+            "improves" if (last > first) == upward else "worsens"
+    before, after = abs(aim - first), abs(aim - last)
+    return "holds" if abs(after - before) < tolerance else "closes" if after < before else "widens"
+
+
 def _trend(first: float, last: float, claim: dict) -> str:
-    """How the value moves from the first stored rung to the last, and whether its gap to
-    the paper's number (or, where the paper gives none, to the criterion's bound) closes,
-    widens or holds; a change under 1 point (a tenth, for a ratio) holds."""
+    """How the value moves from the first stored rung to the last: whether its gap to the
+    paper's number closes, widens or holds, or, where the paper gives none, whether it
+    improves (moves to the claim's side of the criterion's bound), worsens or holds
+    (:func:`_verb`)."""
     if not (math.isfinite(first) and math.isfinite(last)):
         return "an infinite or undefined value at an end, so no trend"
-    aim = claim["paper_value"] if claim["paper_value"] is not None else claim.get("bound")
-    what = "the paper's" if claim["paper_value"] is not None else "the criterion's bound"
+    aim, what, upward = _aim(claim)
     if aim is None:
         return f"{_fmt(first)} → {_fmt(last)}"
-    tolerance = 0.1 * max(abs(aim), 1e-9) if _is_ratio(claim) else 1.0
-    before, after = abs(aim - first), abs(aim - last)
-    verb = "holds" if abs(after - before) < tolerance else "closes" if after < before else "widens"
-    return f"the gap to {what} {_fmt(aim)} {verb} ({_fmt(first)} → {_fmt(last)})"
+    verb = _verb(first, last, claim)
+    if upward is None:
+        return f"the gap to {what} {_fmt(aim)} {verb} ({_fmt(first)} → {_fmt(last)})"
+    return (f"against {what} {_fmt(aim)} (the claim's side: {'above' if upward else 'below'}) "
+            f"it {verb} ({_fmt(first)} → {_fmt(last)})")
 
 
 def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
@@ -551,28 +680,42 @@ def ladder_markdown(chapter: str, claim_ref: str, directory=None) -> str:
     claim = _stored_claim(chapter, claim_ref, directory)
     if claim is None:
         return _nothing_stored(chapter, claim_ref)
+    per_case = claim.get("per_case", False)
     rows = []
     for rival, by_rung in claim["results"].items():
         for rung in claim["rungs"]:
             if rung not in by_rung:
-                rows.append([rival, rung, "—", "not computed", "—", ""])
+                rows.append([rival, rung, "—", *(["—"] if per_case else []), "not computed", "—", ""])
                 continue
             row = by_rung[rung]
             b = row["budget"]
             local = (f"{b['local_steps']} step" if b["local_steps"] else f"{b['local_epochs']:g} epoch")
             plural = "" if local.startswith("1 ") else "s"
             budget = f"{b['rounds']} rounds × {local}{plural}, {b['clients']} clients"
-            shown = "; ".join(row["diverged"]) if row.get("diverged") else ", ".join(
-                _fmt(v) for v in _numbers(row["values"]))
-            rows.append([rival, rung, budget, shown, row["verdict"], "stale" if row["stale"] else ""])
-    return markdown_table(rows, ["rival", "rung", "budget", "per seed", "verdict", ""])
+            stale = "stale" if row["stale"] else ""
+            if row.get("diverged"):
+                rows.append([rival, rung, budget, *(["—"] if per_case else []), "; ".join(row["diverged"]),
+                             row["verdict"], stale])
+                continue
+            if not per_case:
+                rows.append([rival, rung, budget, ", ".join(_fmt(v) for v in _numbers(row["values"])),
+                             row["verdict"], stale])
+                continue
+            for case, c in row["cases"].items():
+                rows.append([rival, rung, budget, case, ", ".join(_fmt(v) for v in _numbers(c["values"])),
+                             c["verdict"], stale])
+            rows.append([rival, rung, budget, f"the claim: {row['k']} of {len(row['cases'])} cases",
+                         "cases passing: " + ", ".join(map(str, row["values"])), row["verdict"], stale])
+    return markdown_table(rows, ["rival", "rung", "budget", *(["case"] if per_case else []),
+                                 "per seed", "verdict", ""])
 
 
 def show_ladder(chapter: str, claim_ref: str, directory=None):
     """Draw the claim's paired value against the budget from the store only: per seed (dots)
-    and their mean (a line) for each rival, the paper's number as a dashed line, the
-    criterion's bound dotted, the verdict above each rung, stale rungs hollow; with
-    :func:`ladder_sentence` under it. Says so (with the command) when nothing is stored."""
+    and their mean (a line) for each rival (and, for a claim judged case by case, each
+    case), the paper's number as a dashed line, the criterion's bound dotted, the verdict
+    above each rung, stale rungs hollow; with :func:`ladder_sentence` under it. Says so
+    (with the command) when nothing is stored."""
     import matplotlib.pyplot as plt
     from IPython.display import Markdown, display
 
@@ -581,6 +724,30 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
         display(Markdown(f"*{_nothing_stored(chapter, claim_ref)}*"))
         return None
     fig, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
+    rungs = claim["rungs"]
+    (_draw_cases if claim.get("per_case") else _draw_rivals)(ax, claim)
+    if claim["paper_value"] is not None:
+        ax.axhline(claim["paper_value"], color="0.3", ls="--", lw=1, label="the paper")
+    if claim.get("bound") is not None:
+        ax.axhline(claim["bound"], color="0.3", ls=":", lw=1, label="the criterion's bound")
+    plotted = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections] or [np.ones(1)])
+    if claim["log"] and (plotted > 0).all():
+        ax.set_yscale("log")        # ratios: the paper's 212x and a 4x on one page
+    ax.set_xticks(range(len(rungs)), rungs)
+    ax.set_xlabel("training budget (rung)")
+    ax.set_ylabel(f"paired value ({claim['unit'].strip() or 'value'})")
+    # a claim judged case by case has its verdicts above the axes, under the title
+    pad = 6 + 10 * len(claim["results"]) if claim.get("per_case") else 6
+    ax.set_title(textwrap.fill(f"{claim['ref']}: {claim['statement']}", 64), fontsize=10, pad=pad)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.show()
+    display(Markdown(ladder_sentence(chapter, claim_ref, directory=directory)))
+    return fig
+
+
+def _draw_rivals(ax, claim: dict) -> None:
+    """The ladder of a plain claim: per rival (a colour) the seeds' values (dots, hollow
+    where stale) and their mean (a line) at each rung, the verdict above each mean."""
     rungs = claim["rungs"]
     for i, (rival, by_rung) in enumerate(claim["results"].items()):
         xs, means = [], []
@@ -607,21 +774,42 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
                         xytext=(0, 8 + 10 * i), textcoords="offset points", ha="center",
                         fontsize=8, color=f"C{i}")
         ax.plot(xs, means, "-o", color=f"C{i}", label=f"{claim['method']} vs {rival} (mean)")
-    if claim["paper_value"] is not None:
-        ax.axhline(claim["paper_value"], color="0.3", ls="--", lw=1, label="the paper")
-    if claim.get("bound") is not None:
-        ax.axhline(claim["bound"], color="0.3", ls=":", lw=1, label="the criterion's bound")
-    plotted = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections] or [np.ones(1)])
-    if claim["log"] and (plotted > 0).all():
-        ax.set_yscale("log")        # ratios: the paper's 212x and a 4x on one page
-    ax.set_xticks(range(len(rungs)), rungs)
-    ax.set_xlabel("training budget (rung)")
-    ax.set_ylabel(f"paired value ({claim['unit'].strip() or 'value'})")
-    ax.set_title(textwrap.fill(f"{claim['ref']}: {claim['statement']}", 64), fontsize=10)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    plt.show()
-    display(Markdown(ladder_sentence(chapter, claim_ref, directory=directory)))
-    return fig
+
+
+def _draw_cases(ax, claim: dict) -> None:
+    """The ladder of a claim judged case by case: per rival (a marker) and case (a colour)
+    the seeds' values (dots, hollow where stale) and their mean (a line) at each rung, and
+    above each rung the claim's verdict against each rival."""
+    rungs, markers = claim["rungs"], "osD^v<>"
+    rivals = list(claim["results"])
+    series = list(dict.fromkeys(_series(c) for by_rung in claim["results"].values()
+                                for row in by_rung.values() for c in row["cases"]))
+    for i, rival in enumerate(rivals):
+        by_rung = claim["results"][rival]
+        for j, name in enumerate(series):
+            xs, means = [], []
+            for x, rung in enumerate(rungs):
+                row = by_rung.get(rung)
+                case = next((c for c in (row or {}).get("cases", {}) if _series(c) == name), None)
+                if case is None:
+                    continue
+                v = _numbers(row["cases"][case]["values"])
+                finite = v[np.isfinite(v)]
+                offset = x + 0.06 * (j - (len(series) - 1) / 2) + 0.03 * i
+                ax.scatter([offset] * finite.size, finite, s=14, color=f"C{j}", marker=markers[i % 7],
+                           facecolors="none" if row["stale"] else f"C{j}", alpha=0.6)
+                xs.append(offset)
+                means.append(_mean(row["cases"][case]["values"], claim["log"]))
+            label = name if len(rivals) == 1 else f"{name}, vs {rival}"
+            ax.plot(xs, means, ls="-" if i == 0 else "--", marker=markers[i % 7], color=f"C{j}",
+                    label=f"{label} (mean)")
+        for x, rung in enumerate(rungs):
+            if rung in by_rung:
+                row = by_rung[rung]
+                text = row["verdict"] + (" (stale)" if row["stale"] else "")
+                ax.annotate(text if len(rivals) == 1 else f"{rival}: {text}", (x, 1.0),
+                            xycoords=("data", "axes fraction"), xytext=(0, 2 + 10 * i),
+                            textcoords="offset points", ha="center", fontsize=8)
 
 
 # -- the plan's cost, for a chapter to state ---------------------------------------------------

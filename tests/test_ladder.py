@@ -264,16 +264,117 @@ def test_a_never_reached_target_reaches_the_ladder_as_a_bound():
     assert ladder._json_number(float("inf")) == "inf" and ladder._json_number(float("nan")) is None
 
 
-def test_the_lightweight_pfl_claim_judges_opt_against_fedper_in_its_worst_case():
-    """The Figs. 2-3 claim's runs are the chapter's (FedPer with only its head option, on the
-    wireless cell; OPT's allocation by DCA) in every case, and its value is the worst case's
-    gap, per seed."""
+# -- the chapters' specs, against the chapters' own code ----------------------------------------
+def _cells(chapter: str) -> list[str]:
+    """The code of each code cell of ``book/<chapter>.md``, its options (``:tags:`` lines,
+    a front matter between ``---`` lines) left out."""
+    import re
+
+    cells = []
+    for body in re.findall(r"```\{code-cell\}[^\n]*\n(.*?)\n```", (ROOT / "book" / f"{chapter}.md").read_text(), re.S):
+        lines = body.split("\n")
+        if lines[0].strip() == "---":
+            lines = lines[lines.index("---", 1) + 1:]
+        while lines and lines[0].startswith(":"):
+            lines = lines[1:]
+        cells.append("\n".join(lines))
+    return cells
+
+
+def chapter_code(chapter: str, names, until: str, **namespace) -> dict:
+    """The chapter's own definitions of ``names`` (functions and assignments at the top
+    level of a cell), each the last before ``until`` (in the claim's cell, the first that
+    contains it), run in the chapter's order in ``namespace`` (with numpy, math and
+    :mod:`hetfl_core.report`'s functions); returns the namespace."""
+    import ast
+    import math
+
     import numpy as np
 
-    from hetfl_core.ladder_specs import SPECS
-    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, lpfl_worst_case_gap
+    from hetfl_core import report
+    from hetfl_core.experiments import by
 
-    spec = next(s for s in SPECS["lightweight_pfl"] if s.ref == "Figs. 2–3")
+    found, cells = {}, _cells(chapter)
+    last = next((i for i, code in enumerate(cells) if until in code), None)
+    assert last is not None, f"no cell of {chapter} contains {until!r}"
+    for i, code in enumerate(cells[:last + 1]):
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        stop = code[:code.index(until)].count("\n") + 1 if i == last else math.inf
+        for node in tree.body:
+            bound = node.name if isinstance(node, ast.FunctionDef) else \
+                node.targets[0].id if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) else None
+            if bound in names and node.end_lineno < stop:
+                found[bound] = (i, node.lineno, ast.get_source_segment(code, node))
+    missing = set(names) - set(found)
+    assert not missing, f"{chapter} defines no {sorted(missing)} before its claim"
+    ns = {**{k: v for k, v in vars(report).items() if not k.startswith("_")}, "np": np,
+          "math": math, "by": by, **namespace}
+    for _, _, code in sorted(found.values()):
+        exec(code, ns)
+    return ns
+
+
+_SMOKE: dict = {}
+
+
+def smoke_runs(spec) -> tuple[dict, dict]:
+    """The spec's runs at smoke scale (the toy setting of its chapter, every label and seed):
+    the whole results (label -> one per seed, as a chapter has them) and the same runs as
+    the ladder stores and reads them (:func:`~hetfl_core.ladder.compact_history`)."""
+    from hetfl_core.engine import run
+
+    whole, stored = {}, {}
+    for label, (name, options, *level) in spec.methods.items():
+        for seed in spec.seeds:
+            config = spec.setting("smoke").replace(method=name, options=dict(options), seed=seed,
+                                                   device="cpu", **(level[0] if level else {}))
+            if config.key() not in _SMOKE:
+                _SMOKE[config.key()] = run(config)
+            result = _SMOKE[config.key()]
+            whole.setdefault(label, []).append(result)
+            record = {"fields": list(ladder.HISTORY_FIELDS),
+                      "history": ladder.compact_history(result["history"])}
+            stored.setdefault(label, []).append({"config": result["config"],
+                                                 "history": ladder.expand_history(record)})
+    return whole, stored
+
+
+def assert_same_cases(ours: dict, theirs: dict) -> None:
+    """Two claims' per-case values agree: the same cases, in order, and per seed the same
+    values (a bound's shown value and both its bounds), to the store's 6 digits (a
+    difference of two stored accuracies in points: to a thousandth)."""
+    import numpy as np
+
+    from hetfl_core.report import _span
+
+    assert list(ours) == list(theirs)
+    for case in ours:
+        for a, b in zip(_span(ours[case]), _span(theirs[case])):
+            assert np.allclose(a, b, rtol=1e-5, atol=1e-3, equal_nan=True), (case, a, b)
+
+
+def _spec(chapter: str, ref: str):
+    from hetfl_core.ladder_specs import SPECS
+
+    return next(s for s in SPECS[chapter] if s.ref == ref)
+
+
+def test_the_lightweight_pfl_claim_judges_opt_against_fedper_case_by_case():
+    """The Figs. 2-3 claim's runs are the chapter's (FedPer with only its head option, on the
+    wireless cell; OPT's allocation by DCA) in every case; its value is the chapter's
+    ``gap_by_case``, and the ledger judges it case by case (judge_cases, every case), not
+    by each seed's worst case."""
+    import numpy as np
+
+    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, lpfl_gap_by_case
+    from hetfl_core.report import at_least, judge, judge_cases
+
+    spec = _spec("lightweight_pfl", "Figs. 2–3")
+    assert spec.per_case and spec.k is None
     fedper = ladder.rung_config(spec, "book", "FedPer, alpha=0.1", 1)
     opt = ladder.rung_config(spec, "x4", "OPT, class-2", 0)
     assert set(fedper.options) == {"head_layers"} and fedper.system == "wireless"
@@ -283,9 +384,230 @@ def test_the_lightweight_pfl_claim_judges_opt_against_fedper_in_its_worst_case()
     def runs_at(acc):
         return [{"history": [{"round": 1, "acc_personal": a}]} for a in acc]
 
-    runs = {f"{m}, {c}": runs_at([0.8, 0.7]) for m in ("OPT", "FedPer") for c in LPFL_CASES}
-    runs["OPT, class-2"] = runs_at([0.75, 0.71])        # -5 and +1 points against FedPer
-    assert np.allclose(lpfl_worst_case_gap(runs, "FedPer"), [-5, 0])
+    runs = {f"{m}, {c}": runs_at([0.80, 0.70, 0.75]) for m in ("OPT", "FedPer") for c in LPFL_CASES}
+    runs["OPT, class-2"] = runs_at([0.75, 0.71, 0.70])      # -5, +1 and -5 points against FedPer
+    runs["OPT, alpha=0.1"] = runs_at([0.79, 0.64, 0.735])   # -1, -6, -1.5
+    gaps = lpfl_gap_by_case(runs, "FedPer")
+    assert list(gaps) == list(LPFL_CASES)
+    assert np.allclose(gaps["class-2"], [-5, 1, -5]) and np.allclose(gaps["class-4"], 0)
+    row = ladder._judged_row(spec, {c: np.asarray(v, float) for c, v in gaps.items()})
+    by_cases = judge_cases(gaps, len(LPFL_CASES), at_least(-2, " points"))
+    assert row["verdict"] == by_cases.verdict and row["k"] == 4 and row["method"] == "cases, 4 of 4"
+    assert {c: info["verdict"] for c, info in row["cases"].items()} == \
+        {c: info["verdict"] for c, info in by_cases.cases.items()}
+    assert row["values"] == [3, 3, 3]          # per seed, the cases whose gap is at least -2
+    worst = judge(np.min(list(gaps.values()), axis=0), at_least(-2, " points")).verdict
+    assert (row["verdict"], worst) == ("inconclusive", "fails")   # the two rules differ here
+
+
+def test_the_stored_book_rung_of_figs_2_3_gives_the_chapters_verdict():
+    """The committed ladder's book rung of Figs. 2-3, judged from its stored runs, is what
+    the chapter's own claim cell (``gap_by_case``, every case) concludes from them."""
+    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES
+    from hetfl_core.report import judge_cases
+
+    spec, store = _spec("lightweight_pfl", "Figs. 2–3"), ROOT / "results" / "ladder"
+    runs = ladder.stored_runs(store)
+    grid = {}
+    for label in spec.methods:
+        method, case = label.split(", ", 1)
+        for seed in spec.seeds:
+            key = ladder.run_key(ladder.rung_config(spec, "book", label, seed))
+            if key not in runs:
+                pytest.skip("the book rung of Figs. 2-3 is not stored")
+            grid[(case, method, seed)] = {"history": ladder.expand_history(runs[key])}
+    seeds, cases = list(spec.seeds), list(LPFL_CASES)
+    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "gaps",
+                                          "gap_by_case"}, 'book.headline("Figs. 2–3')
+    theirs = ns["gap_by_case"](grid, cases, "OPT", "FedPer", ns["shared_seeds"](grid, cases, ["OPT", "FedPer"]))
+    verdict = judge_cases(theirs, len(cases), spec.criterion).verdict
+    ledger = ladder.build_ledger("lightweight_pfl", store)
+    claim = next(c for c in ledger["claims"] if c["ref"] == "Figs. 2–3")
+    assert claim["results"]["FedPer"]["book"]["verdict"] == verdict
+    assert seeds == ns["shared_seeds"](grid, cases, ["OPT", "FedPer"])
+
+
+def _lpfl_grid(runs: dict) -> dict:
+    """The spec's runs keyed as the chapter's grid: (case, method, seed)."""
+    return {(label.split(", ", 1)[1], label.split(", ", 1)[0], seed): result
+            for label, results in runs.items() for seed, result in zip((0, 1, 2), results)}
+
+
+def test_the_table_iv_spec_is_the_chapters_headline_row_at_smoke_scale():
+    """Table IV's value is the chapter's ``case_ratios(runs, cases, "OPT", BASELINES, x2.get)``
+    with X2 from ``fedper_targets``, on the same smoke runs read back from the store; the
+    paper's fastest baseline is the chapter's ``case_ratios`` with that one rival. Its
+    runs of OPT and FedPer are those of Figs. 2-3, and its baselines the chapter's
+    ``config_for`` of ``METHODS``."""
+    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, PAPER_FASTEST, lpfl_setting
+
+    spec = _spec("lightweight_pfl", "Table IV")
+    whole, stored = smoke_runs(spec)
+    grid, cases = _lpfl_grid(whole), list(LPFL_CASES)
+    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
+                                          "case_ratios", "fedper_targets", "BASELINES", "CASES",
+                                          "METHODS", "method_config", "split_model",
+                                          "baseline_split", "config_for"},
+                      'book.headline("Table IV', hd=__import__("hetfl_core.data", fromlist=["x"]),
+                      build_model=__import__("hetfl_core.models", fromlist=["x"]).build_model,
+                      **{n: getattr(__import__("hetfl_core.personalization", fromlist=["x"]), n)
+                         for n in ("body_parameter_names", "head_parameter_names",
+                                   "split_parameter_names")},
+                      structured_units=__import__("hetfl_core.masks", fromlist=["x"]).structured_units,
+                      functools=__import__("functools"), dataclasses=__import__("dataclasses"))
+    targets = ns["fedper_targets"](grid, cases)
+    x2 = {c: targets[c][0.9] for c in cases}
+    theirs = ns["case_ratios"](grid, cases, "OPT", ns["BASELINES"], x2.get)
+    rival, paper = spec.rivals
+    assert_same_cases(spec.value(stored, rival), theirs)
+    fixed = {}
+    for c in cases:
+        fixed.update({f"{c} ({PAPER_FASTEST[c]})": v for v in
+                      ns["case_ratios"](grid, [c], "OPT", [PAPER_FASTEST[c]], x2.get).values()})
+    assert_same_cases(spec.value(stored, paper), fixed)
+    # the runs: the chapter's configurations (its base restated by the spec)
+    base = lpfl_setting("book").replace(options={"theta_ratio": 10.0})
+    for label in spec.methods:
+        method, case = label.split(", ", 1)
+        chapter = ns["config_for"](base, ns["METHODS"][method], seed=1, **ns["CASES"][case])
+        assert ladder.run_key(ladder.rung_config(spec, "book", label, 1)) == ladder.run_key(chapter), label
+    figs = _spec("lightweight_pfl", "Figs. 2–3")
+    for label in figs.methods:
+        assert ladder.rung_config(spec, "x2", label, 2) == ladder.rung_config(figs, "x2", label, 2)
+    assert set(ns["BASELINES"]) == {m.split(", ")[0] for m in spec.methods} - {"OPT"}
+
+
+def test_the_table_v_spec_is_the_chapters_headline_row_at_smoke_scale():
+    """Table V's value is the chapter's ``case_ratios(res_runs, res_cases, "OPT", ["FedPer"],
+    res_x2.get)`` on the same smoke runs; its runs the chapter's ``RES_METHODS`` on the
+    ResNet base, at the book's two cases."""
+    from hetfl_core.ladder_specs.lightweight_pfl import RESNET_CASES, lpfl_resnet_setting
+
+    spec = _spec("lightweight_pfl", "Table V")
+    whole, stored = smoke_runs(spec)
+    grid, cases = _lpfl_grid(whole), list(RESNET_CASES)
+    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
+                                          "case_ratios", "fedper_targets", "RES_METHODS", "CASES",
+                                          "method_config", "split_model", "baseline_split",
+                                          "config_for"},
+                      'book.headline("Table V', hd=__import__("hetfl_core.data", fromlist=["x"]),
+                      build_model=__import__("hetfl_core.models", fromlist=["x"]).build_model,
+                      **{n: getattr(__import__("hetfl_core.personalization", fromlist=["x"]), n)
+                         for n in ("body_parameter_names", "head_parameter_names",
+                                   "split_parameter_names")},
+                      structured_units=__import__("hetfl_core.masks", fromlist=["x"]).structured_units,
+                      functools=__import__("functools"), dataclasses=__import__("dataclasses"))
+    targets = ns["fedper_targets"](grid, cases)
+    x2 = {c: targets[c][0.9] for c in cases}
+    assert_same_cases(spec.value(stored, "FedPer"), ns["case_ratios"](grid, cases, "OPT", ["FedPer"], x2.get))
+    base = lpfl_resnet_setting("book").replace(options={"theta_ratio": 10.0})
+    for label in spec.methods:
+        method, case = label.split(", ", 1)
+        chapter = ns["config_for"](base, ns["RES_METHODS"][method], seed=0, **ns["CASES"][case])
+        assert ladder.run_key(ladder.rung_config(spec, "book", label, 0)) == ladder.run_key(chapter), label
+    assert ladder.rung_config(spec, "book", "OPT, class-4", 0).rounds == 30
+
+
+def test_the_srp_top1_spec_is_the_chapters_headline_row_at_smoke_scale():
+    """SRP-pFed's Table III top-1 value is the chapter's ``lead`` against its ``rivals`` (the
+    paper's runner-up per partition), cases named as the chapter names them, on the same
+    smoke runs; its runs are the chapter's ``config(split, method)``, and on dir(0.1)
+    SRP-pFed's run is the label-skew claims'."""
+    from hetfl_core.ladder_specs.srp_pfed import RUNNER_UP, srp_base
+
+    spec = _spec("srp_pfed", "Table III")
+    whole, stored = smoke_runs(spec)
+    results = {("tab3", label.split(", ", 1)[1], label.split(", ", 1)[0], s): r
+               for label, rs in whole.items() for s, r in zip(spec.seeds, rs)}
+    ns = chapter_code("srp_pfed", {"rivals", "lead"}, 'book.headline("Table III: SRP-pFed is',
+                      results=results, seeds=list(spec.seeds))
+    assert ns["rivals"] == RUNNER_UP
+    theirs = {f"{sp} ({ns['rivals'][sp]})": v for sp, v in ns["lead"].items()}
+    assert_same_cases(spec.value(stored, spec.rivals[0]), theirs)
+    from hetfl_core.methods.srp_pfed import SRPpFed
+
+    ns = chapter_code("srp_pfed", {"SPLITS", "METHODS", "srp", "config"}, "rivals = {",
+                      base=srp_base("book"), candidates=10, k=2, decay=0.9, seed=0,
+                      SRPpFed=SRPpFed)
+    for label in spec.methods:
+        method, split = label.split(", ", 1)
+        chapter = ns["config"](split, method, s=2)
+        assert ladder.run_key(ladder.rung_config(spec, "book", label, 2)) == ladder.run_key(chapter), label
+    skew = _spec("srp_pfed", "Table III, (0.1, 1)")
+    assert ladder.rung_config(spec, "x2", "SRP-pFed, dir(0.1)", 1) == ladder.rung_config(skew, "x2", "SRP-pFed", 1)
+
+
+def test_the_fedlps_fig9a_spec_is_the_chapters_headline_row_at_smoke_scale():
+    """FedLPS's Fig. 9a value is the chapter's ``pat``, ``top`` and ``lead`` (the learned
+    pattern against the heuristic best on average at each ratio), on the same smoke runs;
+    its runs the chapter's pattern runs on ``side``, at the book's ratios."""
+    from hetfl_core.ladder_specs.fedlps import FIG9A_RATIOS, fedlps_side_setting
+
+    spec = _spec("fedlps", "Fig. 9a")
+    whole, stored = smoke_runs(spec)
+    runs = {("pattern", *label.split(", s="), s): r
+            for label, rs in whole.items() for s, r in zip(spec.seeds, rs)}
+    runs = {(a, p, float(r), s): v for (a, p, r, s), v in runs.items()}
+    ratios = list(FIG9A_RATIOS)
+    ns = chapter_code("fedlps", {"PATTERNS", "HEURISTICS", "pat", "top", "lead"},
+                      'book.headline("Fig. 9a', runs=runs, pattern_ratios=ratios,
+                      curve_ratios=ratios, pattern_seeds=list(spec.seeds))
+    assert_same_cases(spec.value(stored, spec.rivals[0]), ns["lead"])
+    side = fedlps_side_setting("book")
+    for label, (name, options) in spec.methods.items():
+        p, r = label.split(", s=")
+        chapter = side.replace(method="fedlps", seed=1, options={"pattern": p, "ratio_rule": "fixed",
+                                                                  "ratio": float(r)})
+        assert ladder.run_key(ladder.rung_config(spec, "book", label, 1)) == ladder.run_key(chapter), label
+    assert side.train_samples == 2000
+
+
+def test_a_claim_judged_case_by_case_is_drawn_and_told_from_the_store(tmp_path, reference, monkeypatch):
+    """A per-case claim (:attr:`ClaimSpec.per_case`) on the toy's runs: the ledger judges it
+    with judge_cases, the sentence and table give each case's verdict, the figure draws it."""
+    import shutil
+
+    import matplotlib
+    import numpy as np
+
+    from hetfl_core.ladder_specs import SPECS
+    from hetfl_core.report import at_least, final, judge_cases, per_seed
+
+    matplotlib.use("Agg")
+    toy = ladder.specs_of("toy")[0]
+
+    def by_case(runs, rival):
+        gap = 100 * (per_seed(runs["FedAvg"], final) - per_seed(runs[rival], final))
+        return {"as is": gap, "ten points lower": gap - 10}
+
+    spec = ladder.ClaimSpec("toy", "Toy cases", "FedAvg beats local training by cases", "none", "",
+                            None, "FedAvg", ("Local",), toy.methods, toy.setting, by_case,
+                            at_least(0, " points", "FedAvg − Local"), rungs=("book", "x2"), per_case=True)
+    monkeypatch.setitem(SPECS, "toy", [*SPECS["toy"], spec])
+    store = tmp_path / "store"
+    shutil.copytree(reference, store)
+    ladder.write_ledgers("toy", store)
+    claim = next(c for c in ladder.load_ledger("toy", store)["claims"] if c["ref"] == "Toy cases")
+    plain = next(c for c in ladder.load_ledger("toy", store)["claims"] if c["ref"] == "Toy 1")
+    assert claim["per_case"] and not plain["per_case"]
+    for rung, row in claim["results"]["Local"].items():
+        gap = np.array(plain["results"]["Local"][rung]["values"], float)
+        expected = judge_cases({"as is": gap, "ten points lower": gap - 10}, 2, spec.criterion)
+        assert row["verdict"] == expected.verdict and row["k"] == 2
+        assert np.allclose(row["cases"]["ten points lower"]["values"], gap - 10)
+        assert row["values"] == [int(g >= 0) + int(g >= 10) for g in gap]
+    sentence = ladder.ladder_sentence("toy", "Toy cases", directory=store)
+    assert "case by case" in sentence and "ten points lower" in sentence
+    assert f"[{claim['results']['Local']['book']['verdict']}, 2 of 2 cases needed]" in sentence
+    assert "from book to x2 against the criterion's bound +0.00 (the claim's side: above)" in sentence
+    table = ladder.ladder_markdown("toy", "Toy cases", store)
+    assert "| case |" in table and "the claim: 2 of 2 cases" in table
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
+    fig = ladder.show_ladder("toy", "Toy cases", store)
+    assert [line.get_label() for line in fig.axes[0].get_lines()][:2] == \
+        ["as is (mean)", "ten points lower (mean)"]
+    assert shown[-1] == sentence
 
 
 def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch):

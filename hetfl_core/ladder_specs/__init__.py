@@ -6,7 +6,10 @@ default parameters) and the query and criterion of the chapter cell it names; th
 are fixed here, before any ladder run. Where a chapter pairs its method with the best of
 many baselines, the ladder judges it against the book-scale best (as the chapter's text
 names it) and against the paper's strongest of the chapter's baselines (by the paper's
-own table), each on its own.
+own table), each on its own; where the chapter's claim cell picks its comparator by a rule
+fixed before the seeds are paired (the best on average in each case), the ladder applies
+that rule to each rung's own runs, and names the paper's strongest apart where the paper
+gives numbers to name it by.
 
 One module per chapter (``fedlps``, ``srp_pfed``, ...) registers its claims on import,
 with :class:`ClaimSpec` and :func:`register` of :mod:`.claims`; this package imports them
@@ -15,4 +18,4 @@ all, in the book's order.
 from __future__ import annotations
 
 from .claims import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401
-from . import fedlps, heroes, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers its claims)
+from . import fedlps, heroes, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers, in the book's order)

@@ -37,7 +37,13 @@ class ClaimSpec:
     accuracy, a mean of the last two, stays defined; no claim on the ladder reads it
     earlier), where every round's scoring is a sixth of a paper-scale run's time.
     ``fields`` names the history fields ``value`` reads that a run stored before they were
-    kept may lack (:data:`hetfl_core.ladder.HISTORY_FIELDS`): such a run is computed again."""
+    kept may lack (:data:`hetfl_core.ladder.HISTORY_FIELDS`): such a run is computed again.
+
+    A claim the chapter judges case by case (``book.state(..., cases=...)``, judged by
+    :func:`~hetfl_core.report.judge_cases`) has ``per_case=True``: its ``value(runs,
+    rival)`` returns a dict from each case's name (as the chapter names it) to that case's
+    per-seed paired values, and it holds when at least ``k`` cases hold (``None``: every
+    case, the chapter's default)."""
 
     chapter: str
     ref: str
@@ -49,7 +55,7 @@ class ClaimSpec:
     rivals: tuple[str, ...]
     methods: Mapping[str, tuple[str, dict]]
     setting: Callable[[str], RunConfig]
-    value: Callable[[dict, str], np.ndarray]
+    value: Callable[[dict, str], np.ndarray | dict]
     criterion: Criterion
     unit: str = PTS
     digits: int = 1
@@ -59,6 +65,8 @@ class ClaimSpec:
     paper_eval_every: int | None = None
     paper_global_last_two: bool = True
     fields: tuple[str, ...] = ()
+    per_case: bool = False
+    k: int | None = None
 
     @property
     def name(self) -> str:
