@@ -213,8 +213,9 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
             x, y = client.x_train[xs], client.y_train[xs]
             start = torch.cat([p.detach().flatten() for p in model.parameters()])
             F0, g0, sigma2, G2 = self.gradient_statistics(model, x, y)
-        # alone: the composed model's forward reads its selection, not only its parameters
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, alone=True)
+        # the composed model's forward reads its selection besides its parameters: the
+        # phases of one selection train together
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, group=(sel,))
         if estimate:
             end = torch.cat([p.detach().flatten() for p in model.parameters()])
             _, g1, _, _ = self.gradient_statistics(model, x, y)

@@ -74,8 +74,7 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
                 for n, p in params.items():  # rewind the survivors to theta_0
                     p.copy_(self.initial[n] * mask.get(n, 1.0))
             changed = True
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask,
-                                      alone=True)   # not checked against the batched trainer
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask)
         update, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())

@@ -120,8 +120,7 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
         """Train under the shared mask; in a reconfiguration round also send dense squared gradients."""
         k = client.client_id
         model = clone_model(self.model)
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks,
-                                      alone=True)   # not checked against the batched trainer
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks)
         density = layer_densities(self.masks)
         flops = training_flops(self.costs, result.samples, density=density) + state.get("initial_flops", 0.0)
         n_params = sum(p.numel() for p in model.parameters())

@@ -203,9 +203,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
         start = flat(self.shared_names, copy=True)
         start_private = (flat(self.private_names, copy=True)
                          if plan.extra.get("warmup") else None)
-        # trained alone: the batched trainer is not checked against (2)-(5)
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks,
-                                      alone=True)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks)
         gradient = (start - flat(self.shared_names)) / self.config.lr
         measured = {} if start_private is None else self.warmup_measurements(
             gradient, start_private, params, plan.local_steps)
