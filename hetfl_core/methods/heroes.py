@@ -44,8 +44,10 @@ from .fedavg import FedAvg
 class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
-    Trains its clients sequentially: a composed model's block selection is an attribute,
-    not a parameter, and differs between clients; Alg. 2's estimates take extra gradients.
+    A composed model's forward reads its block selection, an attribute: where the run
+    batches clients, the phases of one selection train together (the phase's ``group``),
+    and Alg. 2's estimates are taken before and after the phase. The composed LSTM trains
+    sequentially (its recurrence is an ``nn.LSTM``, :func:`~hetfl_core.batched.batchable_model`).
     """
     state_types = (Selection, *layers_of(composition))   # the composed models and their blocks
     server_state = ("widths", "estimates", "block_counts", "group_counts")   # Alg. 1's

@@ -75,8 +75,9 @@ class LabelMasked(nn.Module):
 class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marker="^"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
-    Trains its clients sequentially: per-width model shapes, the Scaler's forward hooks,
-    per-client label-masked losses and gradient clipping are not in the batched SGD.
+    Trains its clients sequentially under its defaults: the label-masked loss and gradient
+    clipping are not in the batched SGD. Without them (``label_mask`` and ``clip_norm``
+    off) the clients of one width train together, the Scaler's hooks grouped by its rate.
     """
     state_types = (LabelMasked,)                     # the label-masked sub-models
     server_state = ("widths", "assigned")   # every client's width

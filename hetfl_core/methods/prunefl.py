@@ -55,9 +55,9 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="s"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
-    Trains its clients sequentially: no batched job is written yet (the reconfiguration
-    rounds' squared gradients, drawn from the client's generator after training, would
-    have to move into its ``finish``).
+    Its masked local SGD trains batched where the run batches clients; the squared
+    gradients of a reconfiguration round are taken after the phase, from the client's
+    generator where the phase left it, on either path.
     """
 
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,

@@ -58,8 +58,8 @@ THETA_CLIP = (1e-3, 1e3)
 class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", color="#8c564b", marker="v"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
-    Trains its clients sequentially: no batched job is written yet (each client prunes to
-    its own r_n before training and, in warm-up rounds, measures gradients after it).
+    Its masked local SGD trains batched where the run batches clients: the pruning to
+    r_n comes before the phase, the top-k and warm-up measurements after it.
     """
     server_state = ("gamma", "_mean_round", "warmup")   # the DCA's
 
