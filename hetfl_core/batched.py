@@ -91,11 +91,28 @@ _UNBATCHABLE = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, 
                 nn.EmbeddingBag)
 
 
+def _all_modules(model: nn.Module):
+    """The modules of ``model`` and those its modules hold as plain attributes, outside the
+    module tree (a composed LSTM runs its recurrence in such an ``nn.LSTM``), and theirs."""
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield module
+        stack.extend(module.children())
+        stack.extend(v for v in vars(module).values() if isinstance(v, nn.Module))
+
+
 def batchable_model(model: nn.Module) -> bool:
     """Whether ``model`` trains the same per sample in a padded, vectorised batch: no buffers,
-    no batch-norm (its statistics would see the padding), no dropout (global RNG), no RNN."""
-    return not any(True for _ in model.buffers()) and not any(isinstance(m, _UNBATCHABLE)
-                                                              for m in model.modules())
+    no batch-norm (its statistics would see the padding), no dropout (global RNG), no RNN,
+    counting the modules it holds outside its module tree."""
+    modules = list(_all_modules(model))
+    return not any(True for m in modules for _ in m.buffers(recurse=False)) and \
+        not any(isinstance(m, _UNBATCHABLE) for m in modules)
 
 
 def phase_signature(phase: LocalSGD) -> tuple:
@@ -150,6 +167,8 @@ def train_group(phases: list[LocalSGD]) -> list[LocalResult]:
     write the trained weights back."""
     first = phases[0]
     template = first.model
+    for phase in phases:        # as local_sgd: a forward or hook reading ``training`` sees True
+        phase.model.train()
     steps = max(ph.steps for ph in phases)
     if steps == 0:      # no client has a batch in this phase (drop_last, all smaller than one)
         return [LocalResult(0.0, 0, 0) for _ in phases]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LocalResult", "LocalSGD", "run_step", "steps_for_epochs", "minibatch_indices",
+__all__ = ["LocalResult", "LocalSGD", "forward_hooked", "run_step", "steps_for_epochs", "minibatch_indices",
            "local_sgd", "evaluate", "clone_model", "multistep_factor"]
 
 
@@ -123,6 +123,13 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, ba
     return LocalResult(total_loss / max(samples, 1), samples, taken, int(correct))
 
 
+def forward_hooked(model: nn.Module) -> bool:
+    """Whether any module of ``model`` has a forward hook or forward pre-hook: code that
+    runs in its forward besides the modules' own, and may close over values of its own
+    (HeteroFL's Scaler its width, FedLPS's scored network its unit masks)."""
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
 @dataclass
 class LocalSGD:
     """One run of local SGD that a client's step hands to the engine (``result = yield
@@ -136,8 +143,14 @@ class LocalSGD:
     (:func:`~hetfl_core.lottery.joint_loss`); ``penalty(model)`` adds a term to the
     cross-entropy, written once for both paths; ``loss(model, xb, yb)`` replaces the
     cross-entropy altogether, and like ``clip_norm`` keeps the phase out of a batch;
-    ``alone`` keeps it out for a reason of the method's own; ``group`` is what else must
-    agree for phases to train together (e.g. a mode their models hold)."""
+    ``alone`` keeps it out for a reason of the method's own.
+
+    ``group`` is what else must agree for phases to train together: the batched trainer
+    runs the forward of the group's first model, with the group's parameters swapped in,
+    so whatever else a model's forward reads (an attribute such as a composed model's
+    block selection, a mode, the values a forward hook holds) belongs in ``group``. A
+    model with forward hooks (:func:`forward_hooked`) batches only where ``group`` is
+    given: a hook's values are out of the trainer's sight."""
 
     model: nn.Module
     client: object
@@ -162,8 +175,10 @@ class LocalSGD:
     @property
     def batchable(self) -> bool:
         """Whether the batched trainer can run this phase: no loss of the method's own, no
-        clipping and nothing else that keeps it ``alone``."""
-        return not self.alone and self.loss is None and self.clip_norm is None
+        clipping, no forward hook unless ``group`` names what it holds, and nothing else
+        that keeps it ``alone``."""
+        return (not self.alone and self.loss is None and self.clip_norm is None
+                and (bool(self.group) or not forward_hooked(self.model)))
 
     def run(self) -> LocalResult:
         """The phase run here, by :func:`local_sgd`."""

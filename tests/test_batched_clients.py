@@ -35,16 +35,20 @@ SETTINGS = {
     "ordered-mask": {"options": {"ratio": 0.5}},
     "random-mask": {"options": {"ratio": 0.6}},
     "fedlps": {"heterogeneity": "medium"},
-    "heroes": {"model": "wcnn", "weight_decay": 0.0},
-    "flanc": {"model": "wcnn", "weight_decay": 0.0},
+    "heroes": {"model": "wcnn", "weight_decay": 0.0, "heterogeneity": "high"},
+    "flanc": {"model": "wcnn", "weight_decay": 0.0, "heterogeneity": "high"},
+    "prunefl": {"options": {"reconfigure_every": 1}},       # squared gradients after training
+    "lotteryfl": {"options": {"acc_threshold": 0.0}},       # every client prunes in round 1
 }
 # lg-fedavg: round 1 a FedAvg warm-start round, round 2 LG-FedAvg's; oneshot: round 2 trains
 # under the pruned mask
 BUILT_IN = {name: cls for name, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
-#: the built-in methods whose phases train alone (a loss of their own, clipping, a phase
-#: marked ``alone``, or a step that trains by itself); every other one trains batched
-SEQUENTIAL = ("fedlps-code", "fedrolex", "fjord", "flanc", "heroes", "heterofl", "lotteryfl",
-              "prunefl", "sparse-prune-pfl")
+#: the built-in methods whose phases train alone under their defaults (a loss of their own,
+#: clipping, or a step that trains by itself); every other one trains batched
+SEQUENTIAL = ("fedlps-code", "fedrolex", "fjord", "heterofl")
+#: HeteroFL's and FedRolex's training without the label-masked loss and clipping: the
+#: Scaler's hooks, grouped by rate, at three widths
+PLAIN_WIDTHS = {"heterogeneity": "high", "options": {"label_mask": False, "clip_norm": None}}
 BATCHABLE = tuple(sorted(set(BUILT_IN) - set(SEQUENTIAL)))
 #: every batchable method, and runs that take other paths of the batched trainer
 CASES = {
@@ -54,6 +58,8 @@ CASES = {
                          "options": {"pattern": "magnitude"}},
     "fedlps-random": {"method": "fedlps", "heterogeneity": "high",
                       "options": {"pattern": "random", "q_grad": "kept"}},
+    "heterofl-plain": {"method": "heterofl", **PLAIN_WIDTHS},
+    "fedrolex-plain": {"method": "fedrolex", **PLAIN_WIDTHS},
 }
 #: the phases a client's step yields, where more than one (each trains in its own batch)
 PHASES = {"fedrep": 2, "ditto": 2}
@@ -71,16 +77,25 @@ def run_sim(config: RunConfig):
     return sim, run_rounds(sim)["history"]
 
 
-def spy_groups(monkeypatch) -> list:
-    """Record the number of clients of every batched group trained (the real trainer runs)."""
+def spy_groups(monkeypatch, kinds: list | None = None) -> list:
+    """Record the number of clients of every batched group trained (the real trainer runs),
+    and in ``kinds`` the number of kinds of phase each call of ``train_phases`` holds:
+    distinct parameter shapes and ``group`` (a width, a block selection)."""
     sizes = []
-    real = batched.train_group
+    real, real_phases = batched.train_group, batched.train_phases
 
     def counting(phases, *args, **kwargs):
         sizes.append(len(phases))
         return real(phases, *args, **kwargs)
 
+    def sorting(phases):
+        if kinds is not None:
+            kinds.append(len({(tuple(p.shape for p in ph.model.parameters()), ph.group)
+                              for ph in phases}))
+        return real_phases(phases)
+
     monkeypatch.setattr(batched, "train_group", counting)
+    monkeypatch.setattr(batched, "train_phases", sorting)
     return sizes
 
 
@@ -137,15 +152,18 @@ def exact_cuda(monkeypatch):
 def test_batched_round_matches_sequential(case, device, monkeypatch, exact_cuda):
     config = config_of(case, device=device)
     seq = run_sim(config.replace(batched_clients=False))
-    sizes = spy_groups(monkeypatch)
+    kinds = []
+    sizes = spy_groups(monkeypatch, kinds)
     # on the CPU batching is asked for; on CUDA it is the default (None)
     bat = run_sim(config.replace(batched_clients=True if device == "cpu" else None))
     trained = sum(len(row["clients"]) for row in bat[1])
     phases = PHASES.get(config.method, 1)
     # every participant's every phase went through the batched trainer
     assert sum(sizes) == trained * phases > 0
-    # together: one group a round and phase (OFA-FL's family: one per density ratio in use)
-    assert len(sizes) <= config.rounds * phases * (len(OFA["ratios"]) if "ratios" in config.options else 1)
+    # together: one group a round and phase for each width or block selection in use
+    # (OFA-FL's family: one per density ratio)
+    assert len(kinds) <= config.rounds * phases
+    assert len(sizes) <= sum(kinds) * (len(OFA["ratios"]) if "ratios" in config.options else 1)
     assert_same_run(seq, bat, tol=1e-5 if device == "cpu" else 1e-4)
 
 
@@ -185,7 +203,8 @@ def test_sequential_path_when_off_or_on_cpu_by_default(monkeypatch):
 
 def test_whether_a_phase_is_batched_follows_from_the_phase():
     """Cross-entropy (with masks, a proximal term, a penalty, frozen parameters) batches; a
-    loss of the method's own, clipping or a phase marked ``alone`` trains alone."""
+    loss of the method's own, clipping, a forward hook with no ``group`` or a phase marked
+    ``alone`` trains alone."""
     from hetfl_core.training import LocalSGD
 
     plain = LocalSGD(torch.nn.Linear(2, 2), None, 1, torch.Generator(), 4, 0.1,
@@ -193,6 +212,49 @@ def test_whether_a_phase_is_batched_follows_from_the_phase():
     assert plain.batchable
     for change in ({"loss": lambda model, xb, yb: 0.0}, {"clip_norm": 1.0}, {"alone": True}):
         assert not LocalSGD(**{**vars(plain), **change}).batchable, change
+    for register in ("register_forward_hook", "register_forward_pre_hook"):
+        hooked = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        handle = getattr(hooked[0], register)(lambda *args: None)
+        assert not LocalSGD(**{**vars(plain), "model": hooked}).batchable, register
+        assert LocalSGD(**{**vars(plain), "model": hooked, "group": (0.5,)}).batchable, register
+        handle.remove()
+        assert LocalSGD(**{**vars(plain), "model": hooked}).batchable, register
+
+
+def test_a_phase_trains_in_training_mode_on_both_paths():
+    """A model handed over in eval mode trains in training mode batched as in ``local_sgd``:
+    a hook that acts only while training acts on both paths."""
+    from types import SimpleNamespace
+
+    from hetfl_core.training import LocalSGD, clone_model
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    model[0].register_forward_hook(lambda mod, _inputs, out: out * 3 if mod.training else out)
+    model.eval()
+    client = SimpleNamespace(x_train=torch.randn(10, 3), y_train=torch.randint(2, (10,)))
+
+    def phase(m):
+        return LocalSGD(m, client, 3, torch.Generator().manual_seed(1), 4, 0.5, group=("x",))
+
+    alone, together = clone_model(model), clone_model(model)
+    phase(alone).run()
+    batched.train_phases([phase(together)])
+    for p, q in zip(alone.parameters(), together.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6), float((p - q).abs().max())
+    assert not torch.allclose(alone[0].weight, model[0].weight)      # it trained
+
+
+def test_a_module_held_outside_the_module_tree_is_seen():
+    """The composed LSTM runs its recurrence in an ``nn.LSTM`` held as a plain attribute:
+    a recurrent layer all the same, so the model trains sequentially; the composed CNN,
+    which holds none, batches."""
+    from hetfl_core.composition import ComposedCNN, ComposedLSTM
+
+    lstm = ComposedLSTM((10,), 20, max_width=2)
+    assert not any(isinstance(m, torch.nn.RNNBase) for m in lstm.modules())
+    assert not batched.batchable_model(lstm)
+    assert batched.batchable_model(ComposedCNN((1, 8, 8), 10))
 
 
 @pytest.mark.parametrize("name", SEQUENTIAL)

@@ -28,7 +28,7 @@ from .heterofl import HeteroFL
 class FedRolex(HeteroFL, name="fedrolex", label="FedRolex", color="#fdae6b", marker="v"):
     """FedRolex: rolling sub-model windows, averaged over holders (Alam et al. 2022)
 
-    Trains its clients sequentially, for HeteroFL's reasons.
+    Trains its clients sequentially or batched as HeteroFL does.
     """
 
     option_specs = {**HeteroFL.option_specs,

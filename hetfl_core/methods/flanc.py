@@ -19,7 +19,8 @@ from .heroes import Heroes
 class Flanc(Heroes, name="flanc", label="Flanc", color="#a63603", marker=">"):
     """Flanc: shared basis, a separate coefficient per width, fixed tau (Mei et al. 2022)
 
-    Trains its clients sequentially, for Heroes' reasons.
+    Trains batched as Heroes does: the clients of one width share a selection and train
+    together.
     """
 
     option_specs = {**Heroes.option_specs,

@@ -44,8 +44,10 @@ from .fedavg import FedAvg
 class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s"):
     """Heroes: enhanced neural composition + adaptive local update frequency (Yan et al.)
 
-    Trains its clients sequentially: a composed model's block selection is an attribute,
-    not a parameter, and differs between clients; Alg. 2's estimates take extra gradients.
+    A composed model's forward reads its block selection, an attribute: where the run
+    batches clients, the phases of one selection train together (the phase's ``group``),
+    and Alg. 2's estimates are taken before and after the phase. The composed LSTM trains
+    sequentially (its recurrence is an ``nn.LSTM``, :func:`~hetfl_core.batched.batchable_model`).
     """
     state_types = (Selection, *layers_of(composition))   # the composed models and their blocks
     server_state = ("widths", "estimates", "block_counts", "group_counts")   # Alg. 1's
@@ -213,8 +215,9 @@ class Heroes(FedAvg, name="heroes", label="Heroes", color="#9467bd", marker="s")
             x, y = client.x_train[xs], client.y_train[xs]
             start = torch.cat([p.detach().flatten() for p in model.parameters()])
             F0, g0, sigma2, G2 = self.gradient_statistics(model, x, y)
-        # alone: the composed model's forward reads its selection, not only its parameters
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, alone=True)
+        # the composed model's forward reads its selection besides its parameters: the
+        # phases of one selection train together
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, group=(sel,))
         if estimate:
             end = torch.cat([p.detach().flatten() for p in model.parameters()])
             _, g1, _, _ = self.gradient_statistics(model, x, y)

@@ -75,8 +75,9 @@ class LabelMasked(nn.Module):
 class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marker="^"):
     """HeteroFL: nested first-k width sub-models by capability, averaged over holders (Diao et al. 2021)
 
-    Trains its clients sequentially: per-width model shapes, the Scaler's forward hooks,
-    per-client label-masked losses and gradient clipping are not in the batched SGD.
+    Trains its clients sequentially under its defaults: the label-masked loss and gradient
+    clipping are not in the batched SGD. Without them (``label_mask`` and ``clip_norm``
+    off) the clients of one width train together, the Scaler's hooks grouped by its rate.
     """
     state_types = (LabelMasked,)                     # the label-masked sub-models
     server_state = ("widths", "assigned")   # every client's width
@@ -151,9 +152,14 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
         present = self.present_labels(client.client_id)
         return lambda model, xb, yb: F.cross_entropy(model(xb).masked_fill(~present, 0.0), yb)
 
+    def scaler_rate(self, width: float) -> float:
+        """What the Scaler divides hidden outputs by at ``width`` while training: the
+        width, or 1 with ``scaler`` off."""
+        return width if self.options["scaler"] else 1.0
+
     def scaled(self, model: nn.Module, width: float):
         """Context: the Scaler (hidden outputs / width while training) on ``model`` when on."""
-        rate = width if self.options["scaler"] else 1.0
+        rate = self.scaler_rate(width)
         return hidden_output_hook(model, lambda _name, mod, out: out / rate if mod.training
                                   else out)
 
@@ -202,9 +208,10 @@ class HeteroFL(FedAvg, name="heterofl", label="HeteroFL", color="#ff7f0e", marke
         """Cut the sub-model, train it, send it back (its entries and where they go)."""
         model, idx = self.cut(plan.width, self.round_idx)
         with self.scaled(model, plan.width):
-            # alone: the Scaler is a hook the batched trainer is not checked against
+            # the Scaler's hooks hold the rate: the phases of one rate train together
             result = yield self.local_sgd(model, client, plan.local_steps, generator,
-                                          loss=self.training_loss(client), alone=True)
+                                          loss=self.training_loss(client),
+                                          group=(self.scaler_rate(plan.width),))
         flops = training_flops(self.costs, result.samples, keep=kept_fractions_of_indices(self.model, idx))
         return self.report(client, plan, model, idx, result.loss, flops), state
 

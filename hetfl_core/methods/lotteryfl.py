@@ -25,8 +25,8 @@ from .aggregate import average_over_holders, masked_upload
 class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", marker="^"):
     """LotteryFL: personal lottery-ticket masks, pruned 20% at a time with rewinding (Li et al. 2021)
 
-    Trains its clients sequentially: no batched job is written yet (the accuracy check,
-    pruning and rewinding before the masked SGD would have to move into it).
+    Its masked local SGD trains batched where the run batches clients (each client under
+    its own ticket); the accuracy check, pruning and rewinding come before the phase.
     """
 
     client_state = ("tickets",)                      # each client's lottery-ticket mask m_k
@@ -74,8 +74,7 @@ class LotteryFL(FedAvg, name="lotteryfl", label="LotteryFL", color="#8c6d31", ma
                 for n, p in params.items():  # rewind the survivors to theta_0
                     p.copy_(self.initial[n] * mask.get(n, 1.0))
             changed = True
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask,
-                                      alone=True)   # not checked against the batched trainer
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=mask)
         values, held, n_kept = masked_upload(model, mask)
         mask_bits = float(sum(m.numel() for m in mask.values())) if changed else 0.0
         n_params = sum(p.numel() for p in model.parameters())

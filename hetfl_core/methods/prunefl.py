@@ -55,9 +55,9 @@ def adaptive_mask(importance: dict[str, torch.Tensor], overhead: float, min_dens
 class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="s"):
     """PruneFL: initial pruning on a strong client, then adaptive gradient-based pruning (Jiang et al. 2022)
 
-    Trains its clients sequentially: no batched job is written yet (the reconfiguration
-    rounds' squared gradients, drawn from the client's generator after training, would
-    have to move into its ``finish``).
+    Its masked local SGD trains batched where the run batches clients; the squared
+    gradients of a reconfiguration round are taken after the phase, from the client's
+    generator where the phase left it, on either path.
     """
 
     option_specs = {"initial_density": Option(0.5, "density the strong client's initial pruning keeps", 0, 1,
@@ -120,8 +120,7 @@ class PruneFL(FedAvg, name="prunefl", label="PruneFL", color="#bcbd22", marker="
         """Train under the shared mask; in a reconfiguration round also send dense squared gradients."""
         k = client.client_id
         model = clone_model(self.model)
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks,
-                                      alone=True)   # not checked against the batched trainer
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=self.masks)
         density = layer_densities(self.masks)
         flops = training_flops(self.costs, result.samples, density=density) + state.get("initial_flops", 0.0)
         n_params = sum(p.numel() for p in model.parameters())

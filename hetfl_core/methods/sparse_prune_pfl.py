@@ -58,8 +58,8 @@ THETA_CLIP = (1e-3, 1e3)
 class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", color="#8c564b", marker="v"):
     """Lightweight PFL: top-k base gradients, pruned private part, DCA (k, r, bandwidth) (Tan et al. 2025)
 
-    Trains its clients sequentially: no batched job is written yet (each client prunes to
-    its own r_n before training and, in warm-up rounds, measures gradients after it).
+    Its masked local SGD trains batched where the run batches clients: the pruning to
+    r_n comes before the phase, the top-k and warm-up measurements after it.
     """
     server_state = ("gamma", "_mean_round", "warmup")   # the DCA's
 
@@ -203,9 +203,7 @@ class SparsePrunePFL(FedPer, name="sparse-prune-pfl", label="Lightweight PFL", c
         start = flat(self.shared_names, copy=True)
         start_private = (flat(self.private_names, copy=True)
                          if plan.extra.get("warmup") else None)
-        # trained alone: the batched trainer is not checked against (2)-(5)
-        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks,
-                                      alone=True)
+        result = yield self.local_sgd(model, client, plan.local_steps, generator, masks=masks)
         gradient = (start - flat(self.shared_names)) / self.config.lr
         measured = {} if start_private is None else self.warmup_measurements(
             gradient, start_private, params, plan.local_steps)
