@@ -56,6 +56,11 @@ STORE_ENV = "HETFL_LADDER_STORE"
 SPECS_ENV = "HETFL_LADDER_SPECS"
 #: the history fields a stored run keeps (what the claims' queries read)
 HISTORY_FIELDS = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
+#: the history fields a stored run keeps after those where its history has them (a method's
+#: own metrics, e.g. OFA-FL's accuracy per density ratio); a record written before one was
+#: added lacks it, and counts as not stored only for a claim that reads it
+#: (:attr:`ClaimSpec.history_fields`)
+OPTIONAL_HISTORY_FIELDS = ("acc_ratios",)
 
 
 _LOADED_EXTRA: set[str] = set()
@@ -107,7 +112,8 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
     :data:`FACTORS` times its rounds and its local epochs (or steps) multiplied as much but
     no further than the paper's, or the paper scale's (evaluated every
     :attr:`ClaimSpec.paper_eval_every` rounds where given, the global model after the last
-    two rounds only where :attr:`ClaimSpec.paper_global_last_two`). Always on ``device="cpu"``: the
+    two rounds only where :attr:`ClaimSpec.paper_global_last_two`), completed by
+    :attr:`ClaimSpec.adapt` where given. Always on ``device="cpu"``: the
     device a run is computed on is recorded in its provenance, not in its key."""
     if rung not in spec.rungs:
         raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
@@ -128,18 +134,21 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         elif paper.local_epochs > base.local_epochs:
             changes["local_epochs"] = min(base.local_epochs * k, paper.local_epochs)
         config = base.replace(**changes)
-    return config.replace(method=name, options=dict(options), seed=seed, device="cpu",
-                          **(level[0] if level else {}))
+    config = config.replace(method=name, options=dict(options), seed=seed, device="cpu",
+                            **(level[0] if level else {}))
+    return spec.adapt(config) if spec.adapt is not None else config
 
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run the ladder needs: its key, configuration, and the claims and rung it serves."""
+    """One run the ladder needs: its key, configuration, the claims and rung it serves, and
+    the optional history fields those claims read (:attr:`ClaimSpec.history_fields`)."""
 
     key: str
     config: RunConfig
     rung: str
     claims: tuple[str, ...]
+    fields: tuple[str, ...] = ()
 
 
 def run_key(config: RunConfig) -> str:
@@ -171,9 +180,12 @@ def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[Pl
                     claim = f"{spec.chapter}: {spec.ref}"
                     if key in order:
                         if claim not in order[key].claims:
-                            order[key] = PlannedRun(key, config, r, order[key].claims + (claim,))
+                            before = order[key]
+                            fields = tuple(dict.fromkeys(before.fields + spec.history_fields))
+                            order[key] = PlannedRun(key, config, r, before.claims + (claim,),
+                                                    fields)
                     else:
-                        order[key] = PlannedRun(key, config, r, (claim,))
+                        order[key] = PlannedRun(key, config, r, (claim,), tuple(spec.history_fields))
     return list(order.values())
 
 
@@ -187,16 +199,32 @@ def store_dir(directory: str | os.PathLike | None = None) -> Path:
 
 
 def _rounded(value):
-    """A history number kept compact: an integer as is, a float to 6 significant digits."""
+    """A history number kept compact: an integer as is, a float to 6 significant digits, a
+    list (a per-ratio accuracy) element by element."""
     if isinstance(value, float):
         return float(f"{value:.6g}") if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
     return value
+
+
+def stored_fields(history: list[dict]) -> tuple[str, ...]:
+    """The fields a stored run keeps: :data:`HISTORY_FIELDS`, then each of
+    :data:`OPTIONAL_HISTORY_FIELDS` that some row of ``history`` holds (not ``None``)."""
+    extra = tuple(f for f in OPTIONAL_HISTORY_FIELDS if any(row.get(f) is not None for row in history))
+    return HISTORY_FIELDS + extra
 
 
 def compact_history(history: list[dict], fields=HISTORY_FIELDS) -> list[list]:
     """A run's history as rows of ``fields`` (a list per round), floats to 6 significant
     digits: a few kilobytes where the whole history (per-client rows) is megabytes."""
     return [[_rounded(row.get(f)) for f in fields] for row in history]
+
+
+def has_fields(record: dict, fields) -> bool:
+    """Whether a stored run keeps every history field of ``fields`` (a record written before
+    an optional field was stored lacks it)."""
+    return set(fields) <= set(record.get("fields", ()))
 
 
 def expand_history(stored: dict) -> list[dict]:
@@ -209,14 +237,16 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
               directory=None) -> Path:
     """Write one finished run to ``runs/<key>.json`` of the store, atomically (whole or not
     at all): its configuration, its compact history (:func:`compact_history`) and its
-    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest)."""
+    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest); the
+    optional fields (:data:`OPTIONAL_HISTORY_FIELDS`) only where the history has them."""
     from .book import provenance
     from .experiments import write_atomic
 
     how = provenance(command, wall_s)
     how["equivalence_digest"] = digest
-    record = {"key": key, "config": result["config"], "fields": list(HISTORY_FIELDS),
-              "history": compact_history(result["history"]), "provenance": how}
+    fields = stored_fields(result["history"])
+    record = {"key": key, "config": result["config"], "fields": list(fields),
+              "history": compact_history(result["history"], fields), "provenance": how}
     path = store_dir(directory) / "runs" / f"{key}.json"
     write_atomic(path, json.dumps(record, separators=(",", ":")).encode())
     return path
@@ -295,14 +325,15 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 # -- the ledger -----------------------------------------------------------------------------------
 def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
-    record), or ``None`` when a run it needs is not stored."""
+    record), or ``None`` when a run it needs is not stored (or lacks a history field the
+    claim reads, :attr:`ClaimSpec.history_fields`)."""
     results: dict[str, list[dict]] = {}
     keys = []
     for label in spec.methods:
         results[label] = []
         for seed in spec.seeds:
             key = run_key(rung_config(spec, rung, label, seed))
-            if key not in runs:
+            if key not in runs or not has_fields(runs[key], spec.history_fields):
                 return None
             keys.append(key)
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
@@ -614,11 +645,13 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
 # -- computing the pending runs ---------------------------------------------------------------
 def pending(chapter: str | None = None, rung: str | None = None, directory=None,
             digest: str | None = None) -> list[PlannedRun]:
-    """The planned runs (:func:`planned_runs`) not stored, or stored under code whose
-    results may differ (:func:`is_current`), in the order they will run."""
+    """The planned runs (:func:`planned_runs`) not stored, stored under code whose results
+    may differ (:func:`is_current`), or stored without a history field a claim reads
+    (:func:`has_fields`), in the order they will run."""
     runs = stored_runs(directory)
     return [p for p in planned_runs(chapter, rung)
-            if p.key not in runs or not is_current(runs[p.key], digest)]
+            if p.key not in runs or not is_current(runs[p.key], digest)
+            or not has_fields(runs[p.key], p.fields)]
 
 
 def _shape(config: RunConfig, device: str) -> str:
@@ -787,7 +820,7 @@ def status_rows(directory=None) -> list[list[str]]:
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
-            if any(k not in runs for k in keys):
+            if any(k not in runs or not has_fields(runs[k], spec.history_fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
                 state["stale"].append(rung)

@@ -44,7 +44,14 @@ class ClaimSpec:
     as the chapter's paper scale does); ``paper_global_last_two`` scores the global model on
     the whole test set after the last two rounds only at the paper rung (the final global
     accuracy, a mean of the last two, stays defined; no claim on the ladder reads it
-    earlier), where every round's scoring is a sixth of a paper-scale run's time."""
+    earlier), where every round's scoring is a sixth of a paper-scale run's time.
+    ``adapt(config)``, where given, completes each rung's configuration last (e.g. a pruning
+    schedule scaled to the rung's rounds, or the options the arena sets for a run of that
+    many rounds); ``None`` leaves it as the rung made it, so a claim without it keeps its
+    run keys. ``history_fields`` names the history fields beyond
+    :data:`hetfl_core.ladder.HISTORY_FIELDS` that ``value`` reads (e.g. ``acc_ratios``, a
+    once-for-all model's accuracy per density ratio): a stored run without them counts as
+    not stored for this claim."""
 
     chapter: str
     ref: str
@@ -65,6 +72,8 @@ class ClaimSpec:
     base_scale: str = "book"
     paper_eval_every: int | None = None
     paper_global_last_two: bool = True
+    adapt: Callable[[RunConfig], RunConfig] | None = None
+    history_fields: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -84,4 +93,4 @@ def register(spec: ClaimSpec) -> ClaimSpec:
     return spec
 
 
-from . import fedlps, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers its claims)
+from . import fedlps, ofa_fl, srp_pfed, lightweight_pfl, arena  # noqa: E402,F401  (each registers its claims)
