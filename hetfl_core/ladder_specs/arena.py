@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config import RunConfig
 from ..report import final, more_than, per_seed
-from . import PTS, ClaimSpec, register
+from .base import PTS, ClaimSpec, register
 
 #: every method of the arena, in its order (:data:`hetfl_core.arena.METHODS`; kept here so
 #: that importing the ladder does not import the arena; a test checks they are equal)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import ALL, RunConfig, by_scale
 from ..report import at_least, costs_to_target, final, more_than, per_seed, ratio
-from . import PTS, ClaimSpec, register
+from .base import PTS, ClaimSpec, register
 
 
 def fedlps_setting(scale: str) -> RunConfig:

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import ALL, RunConfig, by_scale
 from ..report import at_least, final, per_seed
-from . import PTS, ClaimSpec, register
+from .base import PTS, ClaimSpec, register
 
 
 def lpfl_setting(scale: str) -> RunConfig:

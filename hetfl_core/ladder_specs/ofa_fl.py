@@ -16,7 +16,7 @@ import numpy as np
 from ..config import ALL, RunConfig, by_scale
 from ..errors import ConfigError
 from ..report import at_least, at_most
-from . import PTS, ClaimSpec, register
+from .base import PTS, ClaimSpec, register
 
 #: the stress ratios of Figs. 2-3 and the mild ratios of Table 2 (the chapter's
 #: ``STRESS_R`` and ``TABLE2_R``)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..config import ALL, RunConfig, by_scale
 from ..report import at_least, costs_to_target, final, per_seed, ratio
-from . import PTS, ClaimSpec, register
+from .base import PTS, ClaimSpec, register
 
 
 def srp_base(scale: str) -> RunConfig:
