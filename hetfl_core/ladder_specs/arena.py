@@ -24,8 +24,8 @@ global model scored after the last round only, as the arena scores it.
 The learning rates: the arena tunes each method's rate in the reference cell on its first
 seed (:func:`hetfl_core.arena.run_arena`). The ladder's runs are fixed before any of them
 runs, so each method keeps the rate the book-scale arena chose for it (:data:`ARENA_LRS`,
-the ``lr`` column of the chapter's reference leaderboard) at every rung; the chapter
-compares them with the rates it tunes (``ladder_rates_check`` in book/arena.md). A longer
+the ``lr`` column of the chapter's reference leaderboard) at every rung; at book scale
+the chapter names any method whose tuned rate differs from its rate here. A longer
 budget may favour a smaller rate than a short one; the ladder does not retune, so a
 method whose rate no longer suits the longer budget can lose rank on the ladder for that
 reason.
