@@ -49,7 +49,8 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
-           "kendall_tau", "STORE_ENV", "SPECS_ENV"]
+           "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
+           "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
 #: the rounds each rung below the paper's runs, as a multiple of the book scale's
 FACTORS = {"book": 1, "x2": 2, "x4": 4, "x8": 8}
@@ -68,6 +69,10 @@ STORED_DERIVED = {
     "participants": lambda row: len(row["clients"]) if row.get("clients") is not None
     else row.get("participants"),
 }
+#: the history fields a stored run keeps after those where its history has them (a method's
+#: own metrics, e.g. OFA-FL's accuracy per density ratio); a record without one counts as
+#: not stored only for a claim that reads it (:attr:`ClaimSpec.fields`)
+OPTIONAL_HISTORY_FIELDS = ("acc_ratios",)
 
 
 _LOADED_EXTRA: set[str] = set()
@@ -119,7 +124,8 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
     :data:`FACTORS` times its rounds and its local epochs (or steps) multiplied as much but
     no further than the paper's, or the paper scale's (evaluated every
     :attr:`ClaimSpec.paper_eval_every` rounds where given, the global model after the last
-    two rounds only where :attr:`ClaimSpec.paper_global_last_two`). Always on ``device="cpu"``: the
+    two rounds only where :attr:`ClaimSpec.paper_global_last_two`), completed by
+    :attr:`ClaimSpec.adapt` where given. Always on ``device="cpu"``: the
     device a run is computed on is recorded in its provenance, not in its key."""
     if rung not in spec.rungs:
         raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} has no rung {rung!r}; "
@@ -143,7 +149,9 @@ def rung_config(spec: ClaimSpec, rung: str, label: str, seed: int) -> RunConfig:
         config = base.replace(**changes)
     if callable(level):            # changes that follow the rung's setting (half its rounds)
         level = level(config)
-    return config.replace(method=name, options=dict(options), seed=seed, device="cpu", **level)
+    # the claim's options completed by the rung's own (a schedule the setting holds)
+    config = config.replace(method=name, seed=seed, device="cpu", **level).with_options(**options)
+    return spec.adapt(config) if spec.adapt is not None else config
 
 
 @dataclass(frozen=True)
@@ -205,10 +213,20 @@ def store_dir(directory: str | os.PathLike | None = None) -> Path:
 
 
 def _rounded(value):
-    """A history number kept compact: an integer as is, a float to 6 significant digits."""
+    """A history number kept compact: an integer as is, a float to 6 significant digits, a
+    list (a per-ratio accuracy) element by element."""
     if isinstance(value, float):
         return float(f"{value:.6g}") if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
     return value
+
+
+def stored_fields(history: list[dict]) -> tuple[str, ...]:
+    """The fields a stored run keeps: :data:`HISTORY_FIELDS`, then each of
+    :data:`OPTIONAL_HISTORY_FIELDS` that some row of ``history`` holds (not ``None``)."""
+    extra = tuple(f for f in OPTIONAL_HISTORY_FIELDS if any(row.get(f) is not None for row in history))
+    return HISTORY_FIELDS + extra
 
 
 def compact_history(history: list[dict], fields=HISTORY_FIELDS) -> list[list]:
@@ -235,15 +253,17 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
               directory=None) -> Path:
     """Write one finished run to ``runs/<key>.json`` of the store, atomically (whole or not
     at all): its configuration, its compact history (:func:`compact_history`) and its
-    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest); a run
+    provenance (:func:`hetfl_core.book.provenance`, with the equivalence digest); the
+    optional fields (:data:`OPTIONAL_HISTORY_FIELDS`) only where the history has them; a run
     that diverged keeps ``diverged``, the round and client where its loss left the reals."""
     from .book import provenance
     from .experiments import write_atomic
 
     how = provenance(command, wall_s)
     how["equivalence_digest"] = digest
-    record = {"key": key, "config": result["config"], "fields": list(HISTORY_FIELDS),
-              "history": compact_history(result["history"]), "provenance": how}
+    fields = stored_fields(result["history"])
+    record = {"key": key, "config": result["config"], "fields": list(fields),
+              "history": compact_history(result["history"], fields), "provenance": how}
     if result.get("diverged"):
         record["diverged"] = result["diverged"]
     path = store_dir(directory) / "runs" / f"{key}.json"
@@ -324,7 +344,8 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 # -- the ledger -----------------------------------------------------------------------------------
 def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
-    record), or ``None`` when a run it needs is not stored; for a claim judged case by case
+    record), or ``None`` when a run it needs is not stored (or lacks a history field the
+    claim reads, :attr:`ClaimSpec.fields`); for a claim judged case by case
     (:attr:`ClaimSpec.per_case`), per rival a dict from each case to its per-seed values.
     Where a run it needs diverged, ``diverged`` lists them (label, seed, where) and every
     rival's values are ``None``."""
@@ -910,26 +931,113 @@ def kendall_tau(first: list[str], second: list[str]) -> float:
     return (concordant - discordant) / pairs if pairs else math.nan
 
 
-def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", directory=None) -> str:
-    """The arena's leaderboard at each stored rung (methods by mean value, best first) and
-    Kendall's tau between consecutive rungs: whether the ranking settles as budgets grow."""
-    from .report import markdown_table
+#: the ranking has settled when Kendall's tau between the boards of the last two stored
+#: rungs is at least this: at most one pair of contestants in twenty swapped
+SETTLED_TAU = 0.9
 
+
+def leaderboards(chapter: str = "arena", claim_ref: str = "reference cell", directory=None) -> dict | None:
+    """``{rung: {contestant: mean value}}`` for each stored rung, best first (the mean over
+    the seeds of each rival's value, :func:`arena_settling`'s boards); ``None`` when nothing
+    is stored."""
     claim = _stored_claim(chapter, claim_ref, directory)
     if claim is None:
-        return _nothing_stored(chapter, claim_ref)
+        return None
     boards = {}
     for rung in claim["rungs"]:
         scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items()
                   if rung in b and not b[rung].get("diverged")}
         if scores:
-            boards[rung] = sorted(scores, key=lambda n: -scores[n])
+            boards[rung] = dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+    return boards
+
+
+def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", directory=None,
+                   label=None) -> str:
+    """The arena's leaderboard at each stored rung (methods by mean value, best first) and
+    Kendall's tau between consecutive rungs: whether the ranking settles as budgets grow;
+    ``label`` maps a contestant to its display name."""
+    from .report import markdown_table
+
+    boards = leaderboards(chapter, claim_ref, directory)
+    if boards is None:
+        return _nothing_stored(chapter, claim_ref)
+    boards = {rung: list(board) for rung, board in boards.items()}
+    name = label or (lambda n: n)
     rows, previous = [], None
     for rung, board in boards.items():
         tau = "" if previous is None else _fmt(kendall_tau(boards[previous], board))
-        rows.append([rung, " > ".join(board), tau])
+        rows.append([rung, " > ".join(map(name, board)), tau])
         previous = rung
     return markdown_table(rows, ["rung", "leaderboard (best first)", "Kendall τ to the rung before"])
+
+
+def settling_sentence(chapter: str = "arena", claim_ref: str = "reference cell", directory=None,
+                      label=None) -> str:
+    """Whether the ranking settles, in one sentence from the store: the leader at each
+    stored rung, Kendall's tau between consecutive rungs, and whether the last step's tau
+    reaches :data:`SETTLED_TAU`; ``label`` maps a contestant to its display name. Says
+    so (with the command) when nothing, or one rung only, is stored."""
+    boards = leaderboards(chapter, claim_ref, directory)
+    if boards is None:
+        return _nothing_stored(chapter, claim_ref)
+    name = label or (lambda n: n)
+    rungs = list(boards)
+    leaders = ", ".join(f"{name(next(iter(boards[r])))} at {r}" for r in rungs)
+    if len(rungs) < 2:
+        return (f"Leader: {leaders}; only one rung is stored, so whether the ranking settles "
+                f"is not known yet (`{refresh_command(chapter)}`).")
+    taus = [kendall_tau(list(boards[a]), list(boards[b])) for a, b in zip(rungs, rungs[1:])]
+    steps = ", ".join(f"{a} → {b} {_fmt(t)}" for a, b, t in zip(rungs, rungs[1:], taus))
+    last = taus[-1]
+    verdict = (f"the ranking has settled (τ ≥ {SETTLED_TAU:g} from {rungs[-2]} to {rungs[-1]})"
+               if last >= SETTLED_TAU else
+               f"the ranking has not settled (τ < {SETTLED_TAU:g} from {rungs[-2]} to {rungs[-1]})")
+    spec = next(s for s in specs_of(chapter) if s.ref == claim_ref)
+    missing = [r for r in spec.rungs if r not in boards]
+    tail = f" Not yet computed: {', '.join(missing)}." if missing else ""
+    return f"Leader: {leaders}. Kendall τ between consecutive rungs: {steps}; {verdict}.{tail}"
+
+
+def plan_rows(chapter: str | None = None, directory=None, device: str = "cpu") -> list[list]:
+    """The ladder's planned cost per rung, from the plan (:func:`planned_runs`) and the
+    store: the runs, how many are stored and current, the nominal training samples
+    (millions, :func:`~hetfl_core.book.training_samples`) and the estimated hours on one
+    ``device`` thread (:class:`SpeedBook`, from stored runs' wall times and measured
+    speeds only; ``nan`` where no run of a shape has been timed), with the count of runs
+    not timed. A row per rung, then ``all``."""
+    from .book import training_samples
+
+    runs = stored_runs(directory)
+    digest = equivalence_digest(directory, compute=False)
+    speeds = SpeedBook(directory, measure=False)
+    totals: dict[str, list] = {}
+    for p in planned_runs(chapter):
+        row = totals.setdefault(p.rung, [0, 0, 0.0, 0.0, 0])
+        row[0] += 1
+        row[1] += p.key in runs and is_current(runs[p.key], digest) and has_fields(runs[p.key], p.fields)
+        row[2] += training_samples(p.config) / 1e6
+        seconds = speeds.seconds(p.config, device)
+        if math.isnan(seconds):
+            row[4] += 1
+        else:
+            row[3] += seconds / 3600
+    rows = [[rung, *row] for rung, row in totals.items()]
+    rows.append(["all", *(sum(r[i] for r in rows) for i in range(1, 6))])
+    return rows
+
+
+def plan_markdown(chapter: str | None = None, directory=None, device: str = "cpu") -> str:
+    """:func:`plan_rows` as a table: hours marked "≥" where some runs are not timed yet
+    (``python tools/ladder.py plan`` times them)."""
+    from .report import markdown_table
+
+    table = []
+    for rung, n, stored, samples, hours, untimed in plan_rows(chapter, directory, device):
+        shown = "—" if untimed == n else f"{'≥ ' if untimed else ''}{hours:.1f}"
+        table.append([rung, n, stored, f"{samples:.1f}", shown, untimed or ""])
+    return markdown_table(table, ["rung", "runs", "stored (current)", "M training samples",
+                                  f"est. {device} hours (1 thread)", "runs not timed"])
 
 
 # -- computing the pending runs ---------------------------------------------------------------

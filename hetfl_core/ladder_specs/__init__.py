@@ -18,4 +18,4 @@ all, in the book's order.
 from __future__ import annotations
 
 from .claims import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401
-from . import fedlps, heroes, srp_pfed, lightweight_pfl  # noqa: E402,F401  (each registers, in the book's order)
+from . import fedlps, heroes, ofa_fl, srp_pfed, lightweight_pfl, arena  # noqa: E402,F401  (the book's order)

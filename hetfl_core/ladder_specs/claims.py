@@ -43,7 +43,12 @@ class ClaimSpec:
     :func:`~hetfl_core.report.judge_cases`) has ``per_case=True``: its ``value(runs,
     rival)`` returns a dict from each case's name (as the chapter names it) to that case's
     per-seed paired values, and it holds when at least ``k`` cases hold (``None``: every
-    case, the chapter's default)."""
+    case, the chapter's default).
+
+    ``adapt(config)``, where given, completes each rung's configuration last (e.g. a pruning
+    schedule scaled to the rung's rounds, or the options the arena sets for a run of that
+    many rounds); ``None`` leaves it as the rung made it, so a claim without it keeps its
+    run keys."""
 
     chapter: str
     ref: str
@@ -67,6 +72,7 @@ class ClaimSpec:
     fields: tuple[str, ...] = ()
     per_case: bool = False
     k: int | None = None
+    adapt: Callable[[RunConfig], RunConfig] | None = None
 
     @property
     def name(self) -> str:
