@@ -637,3 +637,29 @@ def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch)
         ladder.ladder_sentence("toy", "Toy 1", directory=tmp_path)
     assert "| Local | x2 |" in ladder.ladder_markdown("toy", "Toy 1", directory=tmp_path)
     assert "| x2 |" not in ladder.arena_settling("toy", "Toy 1", tmp_path)
+
+
+def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
+    """Fig. 6's "always" row: per level (x = the classes a client lacks) the seeds' leads
+    of FedLPS over the rival, every level needed (the chapter's cases), not each seed's
+    worst level."""
+    import numpy as np
+
+    from hetfl_core.ladder_specs.fedlps import FIG6_CLASSES, fedlps_lead_by_level
+    from hetfl_core.report import judge_cases
+
+    spec = _spec("fedlps", "Fig. 6")
+    assert spec.per_case and spec.k is None
+
+    def runs_at(acc):
+        return [{"history": [{"round": 1, "acc_personal": a}, {"round": 2, "acc_personal": a}]}
+                for a in acc]
+
+    runs = {f"{n}, c={c}": runs_at([0.70, 0.60, 0.65]) for n in ("FedAvg", "FedPer") for c in FIG6_CLASSES}
+    for c, acc in zip(FIG6_CLASSES, ([0.72, 0.63, 0.66], [0.75, 0.65, 0.70], [0.69, 0.62, 0.64])):
+        runs[f"FedLPS, c={c}"] = runs_at(acc)
+    leads = fedlps_lead_by_level(runs, "FedPer")
+    assert list(leads) == [f"x={10 - c}" for c in FIG6_CLASSES]
+    assert np.allclose(leads["x=5"], [5, 5, 5]) and np.allclose(leads["x=0"], [-1, 2, -1])
+    verdict = judge_cases(leads, len(leads), spec.criterion).verdict
+    assert verdict != "holds"          # the IID end's mixed leads keep "every level" from holding

@@ -76,21 +76,24 @@ FIG6_METHODS = {f"{n}, c={c}": (FEDLPS_METHODS.get(n, ("fedavg", {}))[0], {}, {"
                 for n in ("FedAvg", "FedPer", "FedLPS") for c in FIG6_CLASSES}
 
 
-def fedlps_worst_level_lead(runs: dict, rival: str) -> np.ndarray:
-    """Per seed, FedLPS's lead over the rival at its worst level (points; accuracy the mean
-    of the last two evaluations): the chapter's ``noniid`` and second Fig. 6 claim cell."""
-    lead = [100 * (per_seed(runs[f"FedLPS, c={c}"], final, last=2) - per_seed(runs[f"{rival}, c={c}"], final, last=2))
-            for c in FIG6_CLASSES]
-    return np.min(lead, axis=0)
+def fedlps_lead_by_level(runs: dict, rival: str) -> dict:
+    """Per non-IID level, named ``x=`` the classes a client lacks (the chapter's
+    ``lacking``: ten less its classes), the per-seed lead of FedLPS over the rival (points;
+    accuracy the mean of the last two evaluations): the chapter's ``lead`` of its second
+    Fig. 6 claim cell, judged level by level."""
+    return {f"x={10 - c}": 100 * (per_seed(runs[f"FedLPS, c={c}"], final, last=2)
+                                  - per_seed(runs[f"{rival}, c={c}"], final, last=2))
+            for c in FIG6_CLASSES}
 
 
-# the better of FedAvg and FedPer on average is the chapter's rival; both are judged
+# the better of FedAvg and FedPer on average is the chapter's rival; both are judged, each
+# level by level as the chapter judges it (every level must hold)
 register(ClaimSpec(
     "fedlps", "Fig. 6", "FedLPS is more accurate than FedAvg and FedPer at every non-IID "
     "level, the IID end included", "Fig. 6, the second claim cell",
     "FedLPS always outperforms the baselines", None, "FedLPS", ("FedPer", "FedAvg"),
-    FIG6_METHODS, fedlps_side_setting, fedlps_worst_level_lead,
-    more_than(0, PTS, "FedLPS − rival, worst level")))
+    FIG6_METHODS, fedlps_side_setting, fedlps_lead_by_level,
+    more_than(0, PTS, "FedLPS − rival"), per_case=True))
 
 
 #: Fig. 9a's sparse ratios: the book scale's two at every rung (the paper's 0.2, 0.4, 0.6,
