@@ -589,12 +589,14 @@ def _cases_sentence(chapter: str, claim: dict, rival: str | None = None) -> str:
     for name, by_rung in claim["results"].items():
         if rival is not None and name != rival:
             continue
-        steps = [f"diverged at {r} ({'; '.join(by_rung[r]['diverged'])})"
-                 + (" (stale)" if by_rung[r]["stale"] else "")
-                 for r in claim["rungs"] if by_rung.get(r, {}).get("diverged")]
+        steps = []
         rungs = [r for r in claim["rungs"] if r in by_rung and not by_rung[r].get("diverged")]
-        for r in rungs:
+        for r in (r for r in claim["rungs"] if r in by_rung):
             row = by_rung[r]
+            if row.get("diverged"):
+                steps.append(f"diverged at {r} ({'; '.join(row['diverged'])})"
+                             + (" (stale)" if row["stale"] else ""))
+                continue
             cases = ", ".join(f"{case} {_fmt(_mean(c['values'], claim['log']))} ({c['verdict']})"
                               for case, c in row["cases"].items())
             steps.append(f"at {r}" + (" (stale)" if row["stale"] else "")
