@@ -1392,9 +1392,11 @@ def _chance_sentence(ledger: dict, counts: dict[str, int]) -> str:
             f"{_by_chance(ledger):.1f} decisive verdicts (holds or fails) among these {counted}.")
 
 
-def verdict_box_markdown(ledger: dict) -> str:
+def verdict_box_markdown(ledger: dict, longer_training=None) -> str:
     """The box at the top of a chapter: the counted verdicts of the paper's claims, and
-    each counted headline claim with its verdict and a link to its evidence section."""
+    each counted headline claim with its verdict and a link to its evidence section;
+    ``longer_training(claim)``, where given, is a sentence on what longer training says
+    when it says something else (:func:`hetfl_core.ladder.longer_training_note`), or ``None``."""
     counts = _counts(ledger)
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
@@ -1409,9 +1411,16 @@ def verdict_box_markdown(ledger: dict) -> str:
                      f"Paper: {c['paper']}; here: {c['measured']}"
                      + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "")
                      + (f"; its seeds detect an effect of {c['detectable']} past the margin"
-                        if c.get("detectable") else "") + f".{where}")
+                        if c.get("detectable") else "") + f".{where}"
+                     + _longer(c, longer_training))
     lines.append(":::")
     return "\n".join(lines)
+
+
+def _longer(claim: dict, longer_training) -> str:
+    """`` *note*`` for a claim longer training reads otherwise, else empty."""
+    note = longer_training(claim) if longer_training is not None else None
+    return f" *{note}*" if note else ""
 
 
 def _value_text(v) -> str:
@@ -1429,10 +1438,11 @@ SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the
                     "why it differs")
 
 
-def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, list]:
+def _claim_table(claims: list[dict], scorecard: bool = False, longer_training=None) -> tuple[list, list]:
     """Saved claims as a ledger's rows (:attr:`Ledger.HEADER`) and what each folds beneath
     it (:attr:`Ledger.DETAIL`); for the ``scorecard``, each claim links to its evidence and
-    folds its per-seed values too (:data:`SCORECARD_DETAIL`)."""
+    folds its per-seed values too (:data:`SCORECARD_DETAIL`), and its verdict says what
+    ``longer_training(claim)`` reads otherwise (:func:`verdict_box_markdown`)."""
     rows, details = [], []
     for c in claims:
         kind = c.get("kind", "paper")
@@ -1440,22 +1450,25 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
         if scorecard and c.get("section"):
             claim += " " + _ref("evidence", c["section"])
         head, whole = _measured(c["measured"])
-        rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
+        rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c) + _longer(c, longer_training)])
         values = [", ".join(map(_value_text, c["values"])), c.get("interval_text") or MISSING,
                   c.get("detectable") or MISSING] if scorecard else [c.get("interval_text") or MISSING]
         details.append([c["criterion"], *values, whole, c.get("why") or MISSING])
     return rows, details
 
 
-def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
+def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None,
+                       longer_training=None) -> str:
     """The book's scorecard: per paper, the counted verdicts, then the uncounted ones and
-    the book's own predictions and checks apart; then every claim, grouped by paper and
-    verdict, as the ledgers show it, with a link to its evidence and its per-seed values
-    folded beneath it too (:data:`SCORECARD_DETAIL`)."""
+    the book's own predictions and checks apart; then every claim, grouped by paper, the
+    paper's claims in the chapter's order (the paper's) before the book's own, as the
+    ledgers show them, with a link to its evidence and its per-seed values folded beneath it
+    too (:data:`SCORECARD_DETAIL`); ``longer_training(chapter, claim)``, where given, says
+    beside a verdict what longer training reads otherwise
+    (:func:`hetfl_core.ladder.longer_training_note`)."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
     count_rows, sections = [], []
-    rank = {v: i for i, v in enumerate(columns)}
     for name in order:
         ledger = ledgers[name]
         counts = _counts(ledger)
@@ -1463,10 +1476,10 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others,
                            _by_chance(ledger)])
-        claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
-                                                         rank.get(c["verdict"], 9)))
+        claims = sorted(ledger["claims"], key=lambda c: c.get("kind", "paper") != "paper")
         if claims:
-            rows, details = _claim_table(claims, scorecard=True)
+            note = None if longer_training is None else (lambda c, name=name: longer_training(name, c))
+            rows, details = _claim_table(claims, scorecard=True, longer_training=note)
             sections.append(f"### {ledger['title']}\n\n" + folded_table(
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",

@@ -663,3 +663,28 @@ def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
     assert np.allclose(leads["x=5"], [5, 5, 5]) and np.allclose(leads["x=0"], [-1, 2, -1])
     verdict = judge_cases(leads, len(leads), spec.criterion).verdict
     assert verdict != "holds"          # the IID end's mixed leads keep "every level" from holding
+
+
+def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
+    """The verdict box and the scorecard carry the ladder's highest judged rung where its
+    verdict differs from the chapter's, for the chapter's own comparator only."""
+    from hetfl_core.report import scorecard_markdown, verdict_box_markdown
+
+    top = ladder.load_ledger("toy", reference)["claims"][0]["results"]["Local"]["x2"]["verdict"]
+    other = "fails" if top != "fails" else "holds"
+    claim = {"ref": "Toy 1", "statement": "FedAvg beats local training", "headline": True,
+             "pairs": [["fedavg", "local"]], "verdict": other, "kind": "paper", "paper": "+5 points",
+             "measured": "x", "criterion": "FedAvg − Local ≥ 0", "values": [1.0, 2.0, 3.0]}
+    note = ladder.longer_training_note("toy", claim, reference)
+    assert note.startswith(f"Longer training (the ladder): {top} at x2 against Local (mean ")
+    assert ladder.longer_training_note("toy", {**claim, "verdict": top}, reference) is None
+    assert ladder.longer_training_note("toy", {**claim, "headline": False}, reference) is None
+    assert ladder.longer_training_note("toy", {**claim, "ref": "Toy 2"}, reference) is None
+    second = {**claim, "ref": "Toy 0", "statement": "second in the chapter", "verdict": "holds",
+              "headline": False}
+    ledger = {"chapter": "toy", "title": "Toy", "scale": "book", "claims": [claim, second]}
+    note_of = lambda c: ladder.longer_training_note("toy", c, reference)   # noqa: E731
+    assert f"*{note}*" in verdict_box_markdown(ledger, note_of)
+    card = scorecard_markdown({"toy": ledger}, ["toy"], lambda name, c: note_of(c))
+    assert note in card
+    assert card.index("Toy 1: FedAvg beats") < card.index("Toy 0: second")   # the chapter's order
