@@ -9,8 +9,8 @@ Per round it prints, over the participants' local steps:
 * the largest gradient norms of the weights (``g_w``) and of the scores Q (``g_Q``),
   and the largest cross-entropy of a batch;
 * ``flips/step``: how many hidden units the pattern of Eq. (4) switches per step;
-* ``x by flips``: the largest factor by which a step's pattern change alone multiplies
-  the batch's cross-entropy, CE(new w, new P) / CE(new w, old P);
+* ``CE jump by flips``: the largest rise of a batch's cross-entropy that a step's
+  pattern change alone causes, CE(new w, new P) - CE(new w, old P);
 * the spread (max - min) of the importance loss's target sigma(|w|_J) (Eq. 8) per
   layer at the first client's first step: where it is ~1e-4 the target ranks nothing.
 
@@ -86,7 +86,7 @@ def traced_sgd(model, x, y, steps, batch_size, lr, generator, *, momentum=0.0, w
             before = float(F.cross_entropy(model.net(xb), yb))
             model.current = new
             after = float(F.cross_entropy(model.net(xb), yb))
-        row["by_flips"] = after / before if row["flips"] and before > 0 and math.isfinite(after) else 1.0
+        row["by_flips"] = after - before if row["flips"] and math.isfinite(after - before) else 0.0
         STEPS.append(row)
         total_loss += float(loss) * len(yb)
         samples += len(yb)
@@ -115,7 +115,7 @@ def probe(variant: dict, rung: str = "x4", seed: int = 0, rounds: int = 3) -> li
         spread = " ".join(f"{k} {v:.1e}" for k, v in STEPS[0]["spread"].items())
         lines.append(f"round {t}: acc {acc}  max g_w {big['g_w']:.3g}  max g_Q {big['g_Q']:.3g}  "
                      f"max CE {big['ce']:.3g}  flips/step {sum(s['flips'] for s in STEPS) / len(STEPS):.2f}  "
-                     f"x by flips {big['by_flips']:.3g}  sigma(|w|_J) spread: {spread}")
+                     f"CE jump by flips {big['by_flips']:.3g}  sigma(|w|_J) spread: {spread}")
         if acc == "NaN":
             break
     return lines
