@@ -688,3 +688,27 @@ def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
     card = scorecard_markdown({"toy": ledger}, ["toy"], lambda name, c: note_of(c))
     assert note in card
     assert card.index("Toy 1: FedAvg beats") < card.index("Toy 0: second")   # the chapter's order
+
+
+def test_srp_table7_is_rmcl_against_the_best_other_variant_by_the_best_accuracy():
+    """Table VII's headline on the ladder: RM+CL's best accuracy over the rounds minus the
+    best other variant's on average (the chapter's ``runner_up`` of ``best7``), per seed;
+    the paper's runner-up RD+CL on its own; evaluations that did not run are left out."""
+    import numpy as np
+
+    from hetfl_core.ladder_specs.srp_pfed import ABLATION, rmcl_lead
+
+    spec = _spec("srp_pfed", "Table VII")
+    assert spec.rivals == ("the best other on average", "RD+CL") and set(spec.methods) == set(ABLATION)
+    config = ladder.rung_config(spec, "x2", "RD", 1)
+    assert (config.alpha, config.eval_every, config.rounds, config.options["sampler"]) == (10.0, 1, 60, "rd")
+
+    def runs_at(*curves):
+        return [{"history": [{"round": i + 1, "acc_personal": a} for i, a in enumerate(c)]}
+                for c in curves]
+
+    runs = {v: runs_at([0.5, None, 0.6], [0.5, 0.55, 0.5], [0.4, 0.45, 0.44]) for v in ABLATION}
+    runs["RD"] = runs_at([0.5, 0.7, 0.6], [0.5, 0.6, 0.5], [0.4, 0.5, 0.44])      # best other: 60.0 mean
+    runs["RM+CL"] = runs_at([0.65, 0.6, 0.6], [0.62, 0.61, 0.5], [0.4, 0.52, 0.5])
+    assert np.allclose(rmcl_lead(runs, "the best other on average"), [-5, 2, 2])
+    assert np.allclose(rmcl_lead(runs, "RD+CL"), [5, 7, 7])
