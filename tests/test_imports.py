@@ -115,7 +115,7 @@ def test_no_import_cycles():
 
 def test_the_graph_sees_function_imports():
     """The check would catch a cycle hidden behind an import inside a function."""
-    assert any("hetfl_core.data" == e or e.startswith("hetfl_core.data.") for e in edges("hetfl_core.transformer"))
+    assert any("hetfl_core.science.data" == e or e.startswith("hetfl_core.science.data.") for e in edges("hetfl_core.science.transformer"))
 
 
 IMPORT_EACH = """
@@ -149,7 +149,7 @@ def test_every_module_imports_alone():
 
 #: where the package is entered from outside: ``import hetfl_core``, ``python -m hetfl_core``
 #: (the command line) and Flower's app loader
-ENTRY_POINTS = ("hetfl_core", "hetfl_core.__main__", "hetfl_core.cli", "hetfl_core.flower_app")
+ENTRY_POINTS = ("hetfl_core", "hetfl_core.__main__", "hetfl_core.cli", "hetfl_core.runtime.flower_app")
 #: the one module whose users are the chapters: what every chapter shares (its parameters,
 #: sweeps, captions and ledger)
 CHAPTERS_MODULE = "hetfl_core.book"

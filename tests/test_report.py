@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from hetfl_core import report
-from hetfl_core.methods.fedavg import FedAvg
-from hetfl_core.report import Ledger, above_chance, at_least, at_most, is_true
+from hetfl_core.book import report
+from hetfl_core.science.methods.fedavg import FedAvg
+from hetfl_core.book.report import Ledger, above_chance, at_least, at_most, is_true
 
 
 def run_of(accs, step_s=10.0, bits=100.0):
@@ -374,7 +374,7 @@ def test_a_fixed_comparator_is_unbiased_where_a_per_seed_maximum_is_not():
 
 
 def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
-    from hetfl_core.report import at_least, probe_note
+    from hetfl_core.book.report import at_least, probe_note
 
     crit = at_least(0, " points")
     assert probe_note([-5.0], [1.0], crit, [0]).endswith("the gap closes: the criterion passes")
@@ -425,7 +425,7 @@ def test_values_print_as_phrases_not_python_and_one_takes_the_singular():
 def test_final_total_and_mean_finite_read_a_history():
     import math
 
-    from hetfl_core.report import final, mean_finite, total
+    from hetfl_core.book.report import final, mean_finite, total
 
     result = {"history": [{"round": 1, "acc_personal": 0.5, "time_s": 2.0},
                           {"round": 2, "acc_personal": None, "time_s": 4.0},
@@ -441,7 +441,7 @@ def test_final_total_and_mean_finite_read_a_history():
 
 
 def test_sooner_judges_a_ratio_of_costs_on_the_log_scale():
-    from hetfl_core.report import judge, ratio, sooner
+    from hetfl_core.book.report import judge, ratio, sooner
 
     crit = sooner("time to 70%")
     assert crit(1.5) and not crit(1.0) and not crit(0.8)
@@ -708,7 +708,7 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
 def test_plural_counts_a_noun_without_hedging():
     import numpy as np
 
-    from hetfl_core.report import plural
+    from hetfl_core.book.report import plural
 
     assert plural(3, "seed") == "3 seeds"
     assert plural(1, "seed") == "1 seed"
@@ -724,7 +724,7 @@ def test_plural_counts_a_noun_without_hedging():
 def test_the_verdict_box_says_nothing_of_chance_when_no_claim_is_counted():
     """At smoke scale every row rests on one seed: the box then gives no chance count
     ("about 0.0 decisive verdicts among these 0" read as nonsense)."""
-    from hetfl_core.report import verdict_box_markdown
+    from hetfl_core.book.report import verdict_box_markdown
 
     one_seed = Ledger("toy", "Toy", scale="smoke")
     one_seed.claim("Fig. 1", "A beats B", "+3", [2.0], at_least(0))

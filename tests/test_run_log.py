@@ -1,8 +1,8 @@
 """The run log the book build reads for its execution report (HETFL_RUN_LOG)."""
 import json
 
-from hetfl_core.data.fingerprint import dataset_fingerprint
-from hetfl_core.experiments import cache_path, run_cached, sweep
+from hetfl_core.science.data.fingerprint import dataset_fingerprint
+from hetfl_core.runtime.experiments import cache_path, run_cached, sweep
 
 
 def test_runs_are_logged_as_computed_then_cached(tiny_config, cache, tmp_path, monkeypatch):
@@ -28,7 +28,7 @@ def test_nothing_is_logged_without_the_variable(tiny_config, cache, tmp_path, mo
 def test_the_cache_key_ignores_code_that_only_reads_results(tmp_path, monkeypatch):
     import functools
 
-    import hetfl_core.experiments as ex
+    import hetfl_core.runtime.experiments as ex
 
     files = {"engine.py": "a", "book.py": "b", "report.py": "c", "methods/fedavg.py": "d"}
     for name, text in files.items():

@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
+from hetfl_core.book.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
                                verdict_box_markdown, within)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -381,7 +381,7 @@ TOTALS_MARK = "<!-- totals -->"
 def totals_markdown(ledgers: dict, scale: str) -> str:
     """The book's totals for the intro: the counted verdicts of the five papers' claims,
     summed over the chapters' ledgers, and the arena's apart."""
-    from hetfl_core.report import _counts, counts_sentence
+    from hetfl_core.book.report import _counts, counts_sentence
 
     def summed(names):
         total: dict[str, int] = {}

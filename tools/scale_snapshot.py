@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from hetfl_core import config  # noqa: E402
+from hetfl_core.runtime import config  # noqa: E402
 
 LOG: list = []
 _real = config.by_scale
@@ -52,7 +52,7 @@ def modules() -> dict:
     ``smoke`` and ``book`` scale."""
     from build_book import chapters
 
-    from hetfl_core import arena
+    from hetfl_core.book import arena
     from hetfl_core.book import plan_chapter
 
     config.by_scale = _logged

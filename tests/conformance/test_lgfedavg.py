@@ -7,8 +7,8 @@ import copy
 
 import numpy as np
 
-from hetfl_core.personalization import head_parameter_names
-from hetfl_core.system import dense_bits
+from hetfl_core.science.personalization import head_parameter_names
+from hetfl_core.science.system import dense_bits
 
 import pytest
 import torch
