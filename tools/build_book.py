@@ -24,13 +24,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.book.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
-                               verdict_box_markdown, within)
+from hetfl_core.book.report import NUMBERS_CLASS, load_ledgers, markdown_table, within
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # the tools beside this file
 from print_pdf import toc_files  # noqa: E402  (one reading of _toc.yml for both tools)
+from scorecard import scorecard_markdown, verdict_box_markdown  # noqa: E402
 
 
 def is_chapter(path: Path) -> bool:
