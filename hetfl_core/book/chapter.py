@@ -431,7 +431,7 @@ def provenance(command: str, wall_s: float, paths: Sequence[str] = ("hetfl_core"
 
     from ..runtime.experiments import source_hash
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                             text=True).stdout.strip() or "unknown"
     dirty = subprocess.run(["git", "status", "--porcelain", *paths], cwd=root, capture_output=True,
@@ -444,7 +444,7 @@ def provenance(command: str, wall_s: float, paths: Sequence[str] = ("hetfl_core"
 
 def paper_results_dir() -> Path:
     """The directory of recorded paper-scale runs (:data:`PAPER_RESULTS_ENV`)."""
-    return Path(os.environ.get(PAPER_RESULTS_ENV) or Path(__file__).resolve().parents[1] / "results" / "paper")
+    return Path(os.environ.get(PAPER_RESULTS_ENV) or Path(__file__).resolve().parents[2] / "results" / "paper")
 
 
 def paper_scale_markdown(chapter: str, ledger: dict, directory=None) -> str:

@@ -209,7 +209,7 @@ def store_dir(directory: str | os.PathLike | None = None) -> Path:
     the repository."""
     if directory is not None:
         return Path(directory)
-    return Path(os.environ.get(STORE_ENV) or Path(__file__).resolve().parents[1] / "results" / "ladder")
+    return Path(os.environ.get(STORE_ENV) or Path(__file__).resolve().parents[2] / "results" / "ladder")
 
 
 def _rounded(value):
@@ -292,7 +292,7 @@ _DIGEST: dict[str, str | None] = {}
 def _equivalence_module():
     """``tools/equivalence.py`` of the repository, where it exists (it computes every
     registered method's golden history), or ``None``."""
-    path = Path(__file__).resolve().parents[1] / "tools" / "equivalence.py"
+    path = Path(__file__).resolve().parents[2] / "tools" / "equivalence.py"
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location("hetfl_equivalence", path)

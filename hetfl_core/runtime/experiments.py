@@ -146,7 +146,7 @@ def _local_helper_files(namespace: dict) -> list[str]:
     :func:`source_hash` covers): a plug-in's helper modules (``from helpers import step``)."""
     paths = sysconfig.get_paths()
     roots = tuple(os.path.realpath(r) + os.sep for r in {
-        paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parent)})
+        paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"], str(Path(__file__).parents[1])})
     found, seen, todo = set(), set(), [namespace]
     while todo:
         for value in list(todo.pop().values()):

@@ -88,7 +88,7 @@ def connect(address: str | None = None, cpus: int | None = None):
         return ray
     if address:
         _check_reachable(address)
-    runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}     # the hetfl_core package
+    runtime_env = {"py_modules": [str(Path(__file__).resolve().parents[1])]}  # the hetfl_core package
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     held: list[str] = []
     try:
