@@ -23,7 +23,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from .book.chapter import (BASELINES, PLAN_SKIP, measure_speed, plan_chapter, plan_skipped,
-                   training_samples)
+                           training_samples)
 from .runtime.config import SCALES, RunConfig, accepted
 from .science.data import DATASETS, PARTITIONS
 from .runtime.engine import system_of

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hetfl_core.science.bandits import (PUCBV, UCB1, UCBV, bernstein_radius, efficient_ucbv_radius,
-                                index_coverage, pucbv_reward, utility)
+                                        index_coverage, pucbv_reward, utility)
 from hetfl_core.science.errors import ConfigError
 
 

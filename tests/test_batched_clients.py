@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hetfl_core import RunConfig, batched
+from hetfl_core import RunConfig
+from hetfl_core.runtime import batched
 from hetfl_core.runtime.engine import build_simulation, run_rounds
 from hetfl_core.science.errors import ConfigError
 from hetfl_core.science.methods.base import METHODS

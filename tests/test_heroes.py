@@ -8,12 +8,13 @@ import torch
 import torch.nn.functional as F
 
 from hetfl_core import RunConfig
-from hetfl_core.science.composition import (ComposedConv2d, ComposedCNN, ComposedResNet, Selection, aggregate_blocks,
-                                    default_rank, least_trained, subgrid_selection, width_blocks)
+from hetfl_core.science.composition import (ComposedConv2d, ComposedCNN, ComposedResNet, Selection,
+                                            aggregate_blocks, default_rank, least_trained,
+                                            subgrid_selection, width_blocks)
 from hetfl_core.science.errors import ConfigError
-from hetfl_core.science.frequency import (block_variance, completion_times, frequency_window, plan_frequencies,
-                                  tau_calibrated, tau_raw, variance_minimising_tau, waiting_time,
-                                  width_for_budget)
+from hetfl_core.science.frequency import (block_variance, completion_times, frequency_window,
+                                          plan_frequencies, tau_calibrated, tau_raw,
+                                          variance_minimising_tau, waiting_time, width_for_budget)
 from hetfl_core.science.models import build_model, count_parameters
 from hetfl_core.science.system import make_hardware, profile_model
 

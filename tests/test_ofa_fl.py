@@ -14,9 +14,9 @@ from hetfl_core import RunConfig
 from hetfl_core.runtime.engine import build_simulation
 from hetfl_core.science.methods.base import seeded_generator
 from hetfl_core.science.errors import ConfigError
-from hetfl_core.science.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction, mask_levels,
-                                masks_from_levels, max_average_round, oneshot_masks, prune_within, rewind, spread,
-                                storage_bits)
+from hetfl_core.science.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction,
+                                        mask_levels, masks_from_levels, max_average_round,
+                                        oneshot_masks, prune_within, rewind, spread, storage_bits)
 from hetfl_core.science.lottery import joint_loss
 
 ROOT = Path(__file__).resolve().parent.parent

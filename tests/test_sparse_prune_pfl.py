@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetfl_core import RunConfig, dca, system
+from hetfl_core import RunConfig
+from hetfl_core.science import dca, system
 from hetfl_core.runtime.engine import build_simulation, run
 from hetfl_core.science.methods.base import seeded_generator
 from hetfl_core.science.errors import ConfigError

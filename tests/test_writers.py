@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.science.data import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style, load_dataset,
-                             make_federated, writer_styles)
+from hetfl_core.science.data import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style,
+                                     load_dataset, make_federated, writer_styles)
 from hetfl_core.science.errors import ConfigError
 
 

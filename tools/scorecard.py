@@ -10,9 +10,9 @@ from typing import Sequence
 import numpy as np
 
 from hetfl_core.book.report import (LEDGER_CLASS, MIN_SEEDS, NUMBERS_CLASS, SCORECARD_DETAIL,
-                                    UNCOUNTED, VERDICTS, Ledger, _claim_table, _counts, _ref, _verdict_text, chance_of,
-                                    counts_sentence, folded_table, judged_twice_markdown,
-                                    markdown_table, sign_test_seeds, within)
+                                    UNCOUNTED, VERDICTS, Ledger, _claim_table, _counts, _ref,
+                                    _verdict_text, chance_of, counts_sentence, folded_table,
+                                    judged_twice_markdown, markdown_table, sign_test_seeds, within)
 
 
 def _by_chance(ledger: dict) -> float:

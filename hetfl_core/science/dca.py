@@ -34,8 +34,8 @@ import numpy as np
 
 from .errors import ConfigError, InfeasibleError
 from .streams import STREAMS
-from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, compute_seconds, cpu_energy, min_round_time,
-                     min_shares)
+from .system import (FLOAT_BITS, NOISE_PSD, CellState, WirelessCell, compute_seconds, cpu_energy,
+                     min_round_time, min_shares)
 from .system import topk_upload_bits as upload_bits
 
 __all__ = ["NOISE_PSD", "RoundSystem", "Allocation", "upload_bits", "objective", "latency", "min_share",

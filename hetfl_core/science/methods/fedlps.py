@@ -41,8 +41,8 @@ import torch
 from ..bandits import PUCBV, pucbv_reward
 from ..options import Option
 from ..errors import ConfigError
-from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units, unit_magnitudes,
-                     unit_masks_to_parameters)
+from ..masks import (ScoredNetwork, kept_fractions_of_units, masked_copy, pattern_string, top_units,
+                     unit_magnitudes, unit_masks_to_parameters)
 from ..models import structured_units
 from ..streams import STREAMS
 from ..system import capability, compute_time, dense_bits, training_flops, transfer_time

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..composition import (COMPOSED_MODELS, Selection, aggregate_blocks, build_composed, least_trained,
-                           subgrid_selection)
+from ..composition import (COMPOSED_MODELS, Selection, aggregate_blocks, build_composed,
+                           least_trained, subgrid_selection)
 from ..options import Option
 from ..errors import ConfigError
-from ..frequency import (block_variance, heroes_widths, plan_frequencies, step_flops, tau_calibrated, tau_eps,
-                         tau_raw, width_profiles)
+from ..frequency import (block_variance, heroes_widths, plan_frequencies, step_flops,
+                         tau_calibrated, tau_eps, tau_raw, width_profiles)
 from ..models import build_model
 from ..streams import STREAMS
 from ..system import dense_bits, training_flops, transfer_time

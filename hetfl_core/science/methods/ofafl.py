@@ -31,8 +31,8 @@ import torch
 
 from ..options import Option
 from ..errors import ConfigError
-from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction, prune_within,
-                       rewind, training_cost)
+from ..lottery import (FLOPS_MODELS, ConvergenceTrigger, FixedSchedule, check_ratios, keep_fraction,
+                       prune_within, rewind, training_cost)
 from ..masks import apply_mask, prunable
 from ..system import dense_bits
 from ..training import clone_model, evaluate
