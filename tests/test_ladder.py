@@ -663,3 +663,53 @@ def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
     assert np.allclose(leads["x=5"], [5, 5, 5]) and np.allclose(leads["x=0"], [-1, 2, -1])
     verdict = judge_cases(leads, len(leads), spec.criterion).verdict
     assert verdict != "holds"          # the IID end's mixed leads keep "every level" from holding
+
+
+def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
+    """The verdict box and the scorecard carry the ladder's highest judged rung where its
+    verdict differs from the chapter's, for the chapter's own comparator only."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from scorecard import scorecard_markdown, verdict_box_markdown   # beside build_book.py
+
+    top = ladder.load_ledger("toy", reference)["claims"][0]["results"]["Local"]["x2"]["verdict"]
+    other = "fails" if top != "fails" else "holds"
+    claim = {"ref": "Toy 1", "statement": "FedAvg beats local training", "headline": True,
+             "pairs": [["fedavg", "local"]], "verdict": other, "kind": "paper", "paper": "+5 points",
+             "measured": "x", "criterion": "FedAvg − Local ≥ 0", "values": [1.0, 2.0, 3.0]}
+    note = ladder.longer_training_note("toy", claim, reference)
+    assert note.startswith(f"Longer training (the ladder): {top} at x2 against Local (mean ")
+    assert ladder.longer_training_note("toy", {**claim, "verdict": top}, reference) is None
+    assert ladder.longer_training_note("toy", {**claim, "headline": False}, reference) is None
+    assert ladder.longer_training_note("toy", {**claim, "ref": "Toy 2"}, reference) is None
+    second = {**claim, "ref": "Toy 0", "statement": "second in the chapter", "verdict": "holds",
+              "headline": False}
+    ledger = {"chapter": "toy", "title": "Toy", "scale": "book", "claims": [claim, second]}
+    note_of = lambda c: ladder.longer_training_note("toy", c, reference)   # noqa: E731
+    assert f"*{note}*" in verdict_box_markdown(ledger, note_of)
+    card = scorecard_markdown({"toy": ledger}, ["toy"], lambda name, c: note_of(c))
+    assert note in card
+    assert card.index("Toy 1: FedAvg beats") < card.index("Toy 0: second")   # the chapter's order
+
+
+def test_srp_table7_is_rmcl_against_the_best_other_variant_by_the_best_accuracy():
+    """Table VII's headline on the ladder: RM+CL's best accuracy over the rounds minus the
+    best other variant's on average (the chapter's ``runner_up`` of ``best7``), per seed;
+    the paper's runner-up RD+CL on its own; evaluations that did not run are left out."""
+    import numpy as np
+
+    from hetfl_core.book.ladder_specs.srp_pfed import ABLATION, rmcl_lead
+
+    spec = _spec("srp_pfed", "Table VII")
+    assert spec.rivals == ("the best other on average", "RD+CL") and set(spec.methods) == set(ABLATION)
+    config = ladder.rung_config(spec, "x2", "RD", 1)
+    assert (config.alpha, config.eval_every, config.rounds, config.options["sampler"]) == (10.0, 1, 60, "rd")
+
+    def runs_at(*curves):
+        return [{"history": [{"round": i + 1, "acc_personal": a} for i, a in enumerate(c)]}
+                for c in curves]
+
+    runs = {v: runs_at([0.5, None, 0.6], [0.5, 0.55, 0.5], [0.4, 0.45, 0.44]) for v in ABLATION}
+    runs["RD"] = runs_at([0.5, 0.7, 0.6], [0.5, 0.6, 0.5], [0.4, 0.5, 0.44])      # best other: 60.0 mean
+    runs["RM+CL"] = runs_at([0.65, 0.6, 0.6], [0.62, 0.61, 0.5], [0.4, 0.52, 0.5])
+    assert np.allclose(rmcl_lead(runs, "the best other on average"), [-5, 2, 2])
+    assert np.allclose(rmcl_lead(runs, "RD+CL"), [5, 7, 7])

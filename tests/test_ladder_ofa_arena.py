@@ -74,7 +74,7 @@ def test_the_ofa_fl_runs_are_the_chapters(scale):
         assert len(s.methods) * len(SEEDS) == len(grid)
         for label, (name, options) in s.methods.items():
             for seed in SEEDS:
-                mine = s.setting(scale).replace(method=name, options=options, seed=seed)
+                mine = s.setting(scale).replace(method=name, seed=seed).with_options(**options)
                 assert mine == grid[(fig, name, "global", seed)], (ref, label, seed)
 
 
@@ -207,8 +207,8 @@ def test_stored_records_of_the_other_chapters_stay_valid():
         pytest.skip("no stored ladder runs in this checkout")
     s = spec("lightweight_pfl", "Figs. 2–3")
     assert s.fields == () and s.adapt is None
-    got = ladder.ladder_values(s, "book", runs)
-    assert got is not None and got["values"]["FedPer"].shape == (3,)
+    got = ladder.ladder_values(s, "book", runs)       # judged case by case: per case, 3 seeds
+    assert got is not None and all(v.shape == (3,) for v in got["values"]["FedPer"].values())
 
 
 def test_the_arena_runs_are_the_arenas():

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hetfl_core.book.ladder import longer_training_note
 from hetfl_core.book.report import NUMBERS_CLASS, load_ledgers, markdown_table, within
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -352,7 +353,8 @@ def fill_verdicts(staging: Path, notebooks: list[Path], ledgers: dict) -> list[s
             missing.append(nb.stem)
             continue
         for cell in cells:
-            cell["source"] = verdict_box_markdown(ledgers[nb.stem])
+            cell["source"] = verdict_box_markdown(
+                ledgers[nb.stem], lambda claim, chapter=nb.stem: longer_training_note(chapter, claim))
         path.write_text(json.dumps(book, indent=1))
     return missing
 
@@ -407,7 +409,7 @@ def write_scorecard(staging: Path, notebooks: list[Path], ledgers: dict) -> bool
     """Fill the staged ``book/scorecard.md`` below its marker with every chapter's claims,
     in the order of the table of contents; ``False`` if there is no such page."""
     return fill_page(staging / "book" / "scorecard.md", SCORECARD_MARK,
-                     scorecard_markdown(ledgers, [nb.stem for nb in notebooks]))
+                     scorecard_markdown(ledgers, [nb.stem for nb in notebooks], longer_training_note))
 
 
 SOLUTION_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{solution\}")

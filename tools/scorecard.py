@@ -10,8 +10,8 @@ from typing import Sequence
 import numpy as np
 
 from hetfl_core.book.report import (LEDGER_CLASS, MIN_SEEDS, NUMBERS_CLASS, SCORECARD_DETAIL,
-                                    UNCOUNTED, VERDICTS, Ledger, _claim_table, _counts, _ref,
-                                    _verdict_text, chance_of, counts_sentence, folded_table,
+                                    UNCOUNTED, VERDICTS, Ledger, _claim_table, _counts, _longer,
+                                    _ref, _verdict_text, chance_of, counts_sentence, folded_table,
                                     judged_twice_markdown, markdown_table, sign_test_seeds, within)
 
 
@@ -32,9 +32,11 @@ def _chance_sentence(ledger: dict, counts: dict[str, int]) -> str:
             f"{_by_chance(ledger):.1f} decisive verdicts (holds or fails) among these {counted}.")
 
 
-def verdict_box_markdown(ledger: dict) -> str:
+def verdict_box_markdown(ledger: dict, longer_training=None) -> str:
     """The box at the top of a chapter: the counted verdicts of the paper's claims, and
-    each counted headline claim with its verdict and a link to its evidence section."""
+    each counted headline claim with its verdict and a link to its evidence section;
+    ``longer_training(claim)``, where given, is a sentence on what longer training says
+    when it says something else (:func:`hetfl_core.book.ladder.longer_training_note`), or ``None``."""
     counts = _counts(ledger)
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
@@ -49,20 +51,24 @@ def verdict_box_markdown(ledger: dict) -> str:
                      f"Paper: {c['paper']}; here: {c['measured']}"
                      + (f"; 90% bounds {c['interval_text']}" if c.get("interval_text") else "")
                      + (f"; its seeds detect an effect of {c['detectable']} past the margin"
-                        if c.get("detectable") else "") + f".{where}")
+                        if c.get("detectable") else "") + f".{where}"
+                     + _longer(c, longer_training))
     lines.append(":::")
     return "\n".join(lines)
 
 
-def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None) -> str:
+def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = None,
+                       longer_training=None) -> str:
     """The book's scorecard: per paper, the counted verdicts, then the uncounted ones and
-    the book's own predictions and checks apart; then every claim, grouped by paper and
-    verdict, as the ledgers show it, with a link to its evidence and its per-seed values
-    folded beneath it too (:data:`SCORECARD_DETAIL`)."""
+    the book's own predictions and checks apart; then every claim, grouped by paper, the
+    paper's claims in the chapter's order (the paper's) before the book's own, as the
+    ledgers show them, with a link to its evidence and its per-seed values folded beneath it
+    too (:data:`SCORECARD_DETAIL`); ``longer_training(chapter, claim)``, where given, says
+    beside a verdict what longer training reads otherwise
+    (:func:`hetfl_core.book.ladder.longer_training_note`)."""
     order = [c for c in (order or ledgers) if c in ledgers]
     columns = (*VERDICTS, *UNCOUNTED)
     count_rows, sections = [], []
-    rank = {v: i for i, v in enumerate(columns)}
     for name in order:
         ledger = ledgers[name]
         counts = _counts(ledger)
@@ -70,10 +76,10 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
         others = sum(c.get("kind", "paper") != "paper" for c in ledger["claims"])
         count_rows.append([link, ledger.get("scale", ""), *(counts[v] for v in columns), others,
                            _by_chance(ledger)])
-        claims = sorted(ledger["claims"], key=lambda c: (c.get("kind", "paper") != "paper",
-                                                         rank.get(c["verdict"], 9)))
+        claims = sorted(ledger["claims"], key=lambda c: c.get("kind", "paper") != "paper")
         if claims:
-            rows, details = _claim_table(claims, scorecard=True)
+            note = None if longer_training is None else (lambda c, name=name: longer_training(name, c))
+            rows, details = _claim_table(claims, scorecard=True, longer_training=note)
             sections.append(f"### {ledger['title']}\n\n" + folded_table(
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
                 summary="criterion, per-seed values, bounds and why it differs",

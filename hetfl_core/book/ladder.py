@@ -48,7 +48,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
-           "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
+           "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
            "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
            "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
@@ -589,12 +589,14 @@ def _cases_sentence(chapter: str, claim: dict, rival: str | None = None) -> str:
     for name, by_rung in claim["results"].items():
         if rival is not None and name != rival:
             continue
-        steps = [f"diverged at {r} ({'; '.join(by_rung[r]['diverged'])})"
-                 + (" (stale)" if by_rung[r]["stale"] else "")
-                 for r in claim["rungs"] if by_rung.get(r, {}).get("diverged")]
+        steps = []
         rungs = [r for r in claim["rungs"] if r in by_rung and not by_rung[r].get("diverged")]
-        for r in rungs:
+        for r in (r for r in claim["rungs"] if r in by_rung):
             row = by_rung[r]
+            if row.get("diverged"):
+                steps.append(f"diverged at {r} ({'; '.join(row['diverged'])})"
+                             + (" (stale)" if row["stale"] else ""))
+                continue
             cases = ", ".join(f"{case} {_fmt(_mean(c['values'], claim['log']))} ({c['verdict']})"
                               for case, c in row["cases"].items())
             steps.append(f"at {r}" + (" (stale)" if row["stale"] else "")
@@ -831,6 +833,72 @@ def _draw_cases(ax, claim: dict) -> None:
                 ax.annotate(text if len(rivals) == 1 else f"{rival}: {text}", (x, 1.0),
                             xycoords=("data", "axes fraction"), xytext=(0, 2 + 10 * i),
                             textcoords="offset points", ha="center", fontsize=8)
+
+
+# -- what the ladder says beside a chapter's verdict ------------------------------------------
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def matching_claim(claim: dict, ladder_claims: list[dict]) -> dict | None:
+    """The ladder's entry for a chapter ledger's ``claim``: the one whose reference is the
+    claim's (or extends it, e.g. ``"Table III, (0.1, 1), traffic"``) and whose statement
+    shares the most words with the claim's; ``None`` where no reference matches."""
+    ref = claim["ref"]
+    candidates = [c for c in ladder_claims if c["ref"] == ref or c["ref"].startswith(ref + ",")]
+    if not candidates:
+        return None
+    words = _words(claim.get("statement", ""))
+    return max(candidates, key=lambda c: (len(words & _words(c["statement"])), c["ref"] == ref))
+
+
+def _reading(row: dict, claim: dict) -> str:
+    """A rung's value for a sentence: the seeds' mean (or, judged case by case, the cases
+    that pass per seed)."""
+    if "cases" in row:
+        return "cases passing per seed: " + ", ".join(map(str, row["values"]))
+    return f"mean {_fmt(_mean(row['values'], claim['log']))}{claim['unit']}"
+
+
+def longer_training_note(chapter: str, claim: dict, directory=None) -> str | None:
+    """What the ladder's longest computed budget says of a chapter ledger's ``claim`` (a
+    saved claim, :class:`~hetfl_core.book.report.Ledger`), where it says something else than the
+    chapter's verdict: per rival (the chapter's own comparators, its claim's ``pairs``,
+    where the ladder judges them), the verdict at its highest judged rung above the book's
+    with the value there, and a rung above that whose runs diverged. ``None`` where the claim
+    is not on the ladder, nothing above the book rung is stored, or every rival's highest
+    rung gives the chapter's verdict, or the claim is not a headline claim (the ladder's
+    claims are the headline ones; other claims may share a reference). Reads the store only."""
+    if not claim.get("headline"):
+        return None
+    ledger = load_ledger(chapter, directory)
+    entry = matching_claim(claim, (ledger or {}).get("claims", []))
+    if entry is None or not entry["results"]:
+        return None
+    _stale_now(entry["results"], directory)
+    # the chapter's own comparators (its claim's pairs) where the ladder judges them
+    spec = next((sp for sp in specs_of(chapter) if sp.ref == entry["ref"]), None)
+    named = {r for _, r in claim.get("pairs") or []}
+    own = [r for r in entry["results"] if spec is not None and r in spec.methods
+           and spec.methods[r][0] in named]
+    parts, diverged = [], set()
+    for rival, by_rung in entry["results"].items():
+        if own and rival not in own:
+            continue
+        computed = [r for r in entry["rungs"] if r in by_rung]
+        judged = [r for r in computed if not by_rung[r].get("diverged")]
+        diverged.update(r for r in computed if by_rung[r].get("diverged") and
+                        (not judged or entry["rungs"].index(r) > entry["rungs"].index(judged[-1])))
+        if not judged or judged[-1] == entry["rungs"][0]:
+            continue
+        row = by_rung[judged[-1]]
+        if row["verdict"] != claim["verdict"]:
+            parts.append(f"{row['verdict']} at {judged[-1]} against {rival} ({_reading(row, entry)}"
+                         + (", stale" if row["stale"] else "") + ")")
+    if not parts:
+        return None
+    tail = (f"; its runs diverge at {', '.join(sorted(diverged, key=_rung_order))}" if diverged else "")
+    return "Longer training (the ladder): " + "; ".join(parts) + tail + "."
 
 
 # -- the plan's cost, for a chapter to state ---------------------------------------------------

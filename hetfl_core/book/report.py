@@ -1375,6 +1375,12 @@ def chance_of(claim: dict) -> tuple[float, float]:
     return math.nan, math.nan
 
 
+def _longer(claim: dict, longer_training) -> str:
+    """`` *note*`` for a claim longer training reads otherwise, else empty."""
+    note = longer_training(claim) if longer_training is not None else None
+    return f" *{note}*" if note else ""
+
+
 def _value_text(v) -> str:
     """One of a saved claim's per-seed values (:func:`_plain`) for people."""
     if isinstance(v, bool):
@@ -1390,10 +1396,11 @@ SCORECARD_DETAIL = ("criterion", "per-seed values", "90% one-sided bounds of the
                     "why it differs")
 
 
-def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, list]:
+def _claim_table(claims: list[dict], scorecard: bool = False, longer_training=None) -> tuple[list, list]:
     """Saved claims as a ledger's rows (:attr:`Ledger.HEADER`) and what each folds beneath
     it (:attr:`Ledger.DETAIL`); for the ``scorecard``, each claim links to its evidence and
-    folds its per-seed values too (:data:`SCORECARD_DETAIL`)."""
+    folds its per-seed values too (:data:`SCORECARD_DETAIL`), and its verdict says what
+    ``longer_training(claim)`` reads otherwise (:func:`verdict_box_markdown`)."""
     rows, details = [], []
     for c in claims:
         kind = c.get("kind", "paper")
@@ -1401,7 +1408,7 @@ def _claim_table(claims: list[dict], scorecard: bool = False) -> tuple[list, lis
         if scorecard and c.get("section"):
             claim += " " + _ref("evidence", c["section"])
         head, whole = _measured(c["measured"])
-        rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c)])
+        rows.append([claim, c.get("paper") or MISSING, head, _verdict_cell(c) + _longer(c, longer_training)])
         values = [", ".join(map(_value_text, c["values"])), c.get("interval_text") or MISSING,
                   c.get("detectable") or MISSING] if scorecard else [c.get("interval_text") or MISSING]
         details.append([c["criterion"], *values, whole, c.get("why") or MISSING])
