@@ -1,6 +1,6 @@
 """Command line: ``python -m hetfl_core run METHOD ...``, ``list [METHOD]`` (the methods,
 datasets, models and partitions, or one method's options and description), ``arena`` (the
-benchmark of :mod:`hetfl_core.arena`: a leaderboard and a Pareto figure), ``plot RUN.json ...
+benchmark of :mod:`hetfl_core.book.arena`: a leaderboard and a Pareto figure), ``plot RUN.json ...
 -o FIG.png`` and ``plan CHAPTER`` (a chapter's runs and their estimated cost).
 
 Bad input (an unknown method or dataset, a value out of range, a dataset that is not
@@ -22,16 +22,16 @@ import sys
 from contextlib import suppress
 from pathlib import Path
 
-from .book import (BASELINES, PLAN_SKIP, measure_speed, plan_chapter, plan_skipped,
-                   training_samples)
-from .config import SCALES, RunConfig, accepted
-from .data import DATASETS, PARTITIONS
-from .engine import system_of
-from .errors import ConfigError, DatasetUnavailable, HetflError
-from .experiments import cache_path, check_writable, run_cached, sweep, write_atomic
-from .methods import METHODS
-from .models import MODELS
-from .system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
+from .book.chapter import (BASELINES, PLAN_SKIP, measure_speed, plan_chapter, plan_skipped,
+                           training_samples)
+from .runtime.config import SCALES, RunConfig, accepted
+from .science.data import DATASETS, PARTITIONS
+from .runtime.engine import system_of
+from .science.errors import ConfigError, DatasetUnavailable, HetflError
+from .runtime.experiments import cache_path, check_writable, run_cached, sweep, write_atomic
+from .science.methods import METHODS
+from .science.models import MODELS
+from .science.system import BANDWIDTH_POLICIES, HETEROGENEITY, SYSTEMS
 
 __all__ = ["main"]
 
@@ -169,7 +169,7 @@ def _check_out(text: str, flag: str = "--out", devices: bool = True,
 
 def _write_out(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path``: a device (``/dev/null``) directly, a file whole by
-    :func:`~hetfl_core.experiments.write_atomic` (a link put there since the check is replaced)."""
+    :func:`~hetfl_core.runtime.experiments.write_atomic` (a link put there since the check is replaced)."""
 
     if path.exists() and not path.is_symlink() and not path.is_file():
         with open(os.open(path, os.O_WRONLY | os.O_NOFOLLOW), "wb") as device:
@@ -230,8 +230,8 @@ def main(argv=None) -> int:
 
 
 def _ladder(args) -> int:
-    """``ladder``: the ladder's own command line (:func:`hetfl_core.ladder.main`)."""
-    from .ladder import main as ladder_main
+    """``ladder``: the ladder's own command line (:func:`hetfl_core.book.ladder.main`)."""
+    from .book.ladder import main as ladder_main
 
     return ladder_main(args.arguments)
 
@@ -250,7 +250,7 @@ def _run(args) -> int:
     config = RunConfig(method=args.method, options=options, **fields).validate()
     out = None if args.out is None else _check_out(args.out)
     if args.engine == "flower":
-        from .flower import run_flower
+        from .runtime.flower import run_flower
 
         result = run_flower([config], progress=not args.quiet)[0]
     elif (args.executor or os.environ.get("HETFL_EXECUTOR")) == "ray":
@@ -299,7 +299,7 @@ def _arena(args) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from . import arena
+    from .book import arena
 
     arena.check_arguments(args.scale, args.processes, args.seed)
     for path in args.plugin:
@@ -379,7 +379,7 @@ def _plot(args) -> int:
     import matplotlib.pyplot as plt
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from .plots import Y_AXES, legend_below, plot_curves
+    from .book.plots import Y_AXES, legend_below, plot_curves
 
     if args.y not in Y_AXES:
         raise ConfigError(f"--y must be one of: {', '.join(Y_AXES)}; got {args.y!r}")
@@ -473,7 +473,7 @@ def _plan(args) -> int:
     if untimed and not args.no_timing:
         print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
               "estimates leave their runs out", file=sys.stderr)
-    from .report import plural
+    from .book.report import plural
 
     skipped = plan_skipped(path)
     if skipped:

@@ -37,7 +37,7 @@ def method_config():
 def local_ray():
     """One local Ray (2 CPUs, no dashboard) shared by every test that needs it: starting Ray
     costs seconds."""
-    from hetfl_core.ray_executor import connect
+    from hetfl_core.runtime.ray_executor import connect
 
     ray = connect(cpus=2)
     yield ray
@@ -48,7 +48,7 @@ def local_ray():
 def registry_unchanged():
     """A test that registers a toy method takes it out again: other tests iterate over every
     registered method (Flower, the plot styles)."""
-    from hetfl_core.methods import METHODS
+    from hetfl_core.science.methods import METHODS
 
     before = dict(METHODS)
     yield

@@ -1,4 +1,4 @@
-"""The arena (hetfl_core.arena) and its command line: metrics on hand-made histories, the
+"""The arena (hetfl_core.book.arena) and its command line: metrics on hand-made histories, the
 equal rules, a toy plug-in joining the smoke arena, and the 'arena' and 'plot' commands."""
 import json
 import math
@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from hetfl_core import arena
+from hetfl_core.book import arena
 from hetfl_core.cli import main
-from hetfl_core.errors import ConfigError
-from hetfl_core.methods import METHODS, register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.methods import METHODS, register
+from hetfl_core.science.methods.fedavg import FedAvg
 
 
 def run(accs, times, bits=(1.0, 1.0), clients=None, energy=None, method="fedavg", seed=0):
@@ -156,7 +156,7 @@ def test_book_grid_brackets_and_the_sample_count_adds_every_run():
 
 def test_tier_blind_methods_train_the_same_model_at_every_heterogeneity(tmp_path):
     from hetfl_core import RunConfig
-    from hetfl_core.experiments import run_cached
+    from hetfl_core.runtime.experiments import run_cached
 
     base = RunConfig(dataset="digits", model="wcnn", clients=4, rounds=2, local_steps=2, lr=0.1,
                      seed=3, system="wireless", train_samples=200, test_fraction=0.2,
@@ -177,7 +177,7 @@ def test_majority_rate_is_the_most_frequent_test_label(tmp_path):
     import torch
 
     from hetfl_core import RunConfig
-    from hetfl_core.engine import build_data
+    from hetfl_core.runtime.engine import build_data
 
     config = RunConfig(dataset="digits", model="cnn", partition="dirichlet", alpha=0.1, clients=4,
                        seed=2)
@@ -207,8 +207,8 @@ def test_every_method_gets_the_same_clients_rounds_steps_and_seeds():
 
 
 def test_ofa_capacities_follow_the_device_tiers():
-    from hetfl_core.engine import build_simulation
-    from hetfl_core.system import REFERENCE_HARDWARE
+    from hetfl_core.runtime.engine import build_simulation
+    from hetfl_core.science.system import REFERENCE_HARDWARE
 
     s = arena.settings("book")
     for het in ("low", "medium", "high"):
@@ -284,8 +284,8 @@ def test_cli_arena_writes_csv_json_png_and_reruns_from_the_cache(tmp_path, monke
 def test_cli_arena_loads_a_plugin_file(tmp_path, monkeypatch):
     monkeypatch.setenv("HETFL_CACHE", str(tmp_path / "cache"))
     plugin = tmp_path / "my_method.py"
-    plugin.write_text("from hetfl_core.methods import register\n"
-                      "from hetfl_core.methods.fedavg import FedAvg\n\n\n"
+    plugin.write_text("from hetfl_core.science.methods import register\n"
+                      "from hetfl_core.science.methods.fedavg import FedAvg\n\n\n"
                       "@register\nclass Mine(FedAvg):\n    name = 'mine-fedavg'\n    summary = 'mine'\n")
     try:
         assert main(["arena", "--plugin", str(plugin), "--methods", "mine-fedavg", "--out",
@@ -373,8 +373,8 @@ def test_cli_arena_reports_a_plugin_that_exits_or_is_a_directory(content, needle
 
 
 def test_a_plugin_methods_divergence_names_its_file_as_well_as_lr(tiny_config):
-    from hetfl_core.engine import run
-    from hetfl_core.errors import DivergenceError
+    from hetfl_core.runtime.engine import run
+    from hetfl_core.science.errors import DivergenceError
 
     register(Fragile)
     with pytest.raises(DivergenceError) as err:

@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from hetfl_core.bandits import (PUCBV, UCB1, UCBV, bernstein_radius, efficient_ucbv_radius,
-                                index_coverage, pucbv_reward, utility)
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.bandits import (PUCBV, UCB1, UCBV, bernstein_radius, efficient_ucbv_radius,
+                                        index_coverage, pucbv_reward, utility)
+from hetfl_core.science.errors import ConfigError
 
 
 def spans(agent):

@@ -1,4 +1,4 @@
-"""A round's clients trained as one batch (hetfl_core.batched) give the sequential engine's
+"""A round's clients trained as one batch (hetfl_core.runtime.batched) give the sequential engine's
 numbers: the same history and final models within 1e-5, for every method whose phases
 allow it.
 
@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hetfl_core import RunConfig, batched
-from hetfl_core.engine import build_simulation, run_rounds
-from hetfl_core.errors import ConfigError
-from hetfl_core.methods.base import METHODS
+from hetfl_core import RunConfig
+from hetfl_core.runtime import batched
+from hetfl_core.runtime.engine import build_simulation, run_rounds
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.methods.base import METHODS
 
 BASE = dict(dataset="digits", model="cnn", partition="quantity", alpha=0.5, clients=5, rounds=2,
             train_samples=300, local_steps=4, batch_size=16, lr=0.1, momentum=0.9,
@@ -42,7 +43,7 @@ SETTINGS = {
 }
 # lg-fedavg: round 1 a FedAvg warm-start round, round 2 LG-FedAvg's; oneshot: round 2 trains
 # under the pruned mask
-BUILT_IN = {name: cls for name, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.methods.")}
+BUILT_IN = {name: cls for name, cls in METHODS.items() if cls.__module__.startswith("hetfl_core.science.methods.")}
 #: the built-in methods whose phases train alone under their defaults (a loss of their own,
 #: clipping, or a step that trains by itself); every other one trains batched
 SEQUENTIAL = ("fedlps-code", "fedrolex", "fjord", "heterofl")
@@ -205,7 +206,7 @@ def test_whether_a_phase_is_batched_follows_from_the_phase():
     """Cross-entropy (with masks, a proximal term, a penalty, frozen parameters) batches; a
     loss of the method's own, clipping, a forward hook with no ``group`` or a phase marked
     ``alone`` trains alone."""
-    from hetfl_core.training import LocalSGD
+    from hetfl_core.science.training import LocalSGD
 
     plain = LocalSGD(torch.nn.Linear(2, 2), None, 1, torch.Generator(), 4, 0.1,
                      penalty=lambda model: 0.0, prox_mu=0.1, params=["weight"])
@@ -226,7 +227,7 @@ def test_a_phase_trains_in_training_mode_on_both_paths():
     a hook that acts only while training acts on both paths."""
     from types import SimpleNamespace
 
-    from hetfl_core.training import LocalSGD, clone_model
+    from hetfl_core.science.training import LocalSGD, clone_model
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
@@ -249,7 +250,7 @@ def test_a_module_held_outside_the_module_tree_is_seen():
     """The composed LSTM runs its recurrence in an ``nn.LSTM`` held as a plain attribute:
     a recurrent layer all the same, so the model trains sequentially; the composed CNN,
     which holds none, batches."""
-    from hetfl_core.composition import ComposedCNN, ComposedLSTM
+    from hetfl_core.science.composition import ComposedCNN, ComposedLSTM
 
     lstm = ComposedLSTM((10,), 20, max_width=2)
     assert not any(isinstance(m, torch.nn.RNNBase) for m in lstm.modules())
@@ -343,8 +344,9 @@ def test_training_loop_never_synchronises_on_cuda(monkeypatch):
 
 def test_client_data_is_placed_on_the_device_once(monkeypatch):
     """The run's data moves to its device when the run is built (``place_data``), not per round."""
-    from hetfl_core import devices, engine
+    from hetfl_core.science import devices
 
+    from hetfl_core.runtime import engine
     calls = []
     real = devices.place_data
     monkeypatch.setattr(engine, "place_data", lambda *a: calls.append(1) or real(*a))

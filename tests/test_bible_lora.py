@@ -1,14 +1,14 @@
-"""The KJV/WEB sentence-pair task (hetfl_core/data/bible.py) and the LoRA transformer (hetfl_core/transformer.py)."""
+"""The KJV/WEB sentence-pair task (hetfl_core/science/data/bible.py) and the LoRA transformer (hetfl_core/science/transformer.py)."""
 import numpy as np
 import pytest
 import torch
 
-from hetfl_core import transformer
-from hetfl_core.data import bible
-from hetfl_core.engine import f1_score
-from hetfl_core.errors import ConfigError, DatasetUnavailable
-from hetfl_core.personalization import split_layers
-from hetfl_core.training import evaluate, local_sgd
+from hetfl_core.science import transformer
+from hetfl_core.science.data import bible
+from hetfl_core.runtime.engine import f1_score
+from hetfl_core.science.errors import ConfigError, DatasetUnavailable
+from hetfl_core.science.personalization import split_layers
+from hetfl_core.science.training import evaluate, local_sgd
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -162,7 +162,7 @@ def text_config(method_options, seed, **kw):
 @pytest.fixture(scope="module")
 def text_runs():
     """OPT and three baselines on the sentence-pair task, seeds 0-2 (the chapter's Figs. 6-8 at test scale)."""
-    from hetfl_core.engine import run
+    from hetfl_core.runtime.engine import run
 
     methods = {"OPT": {"allocation": "dca", "split": "first:4"}, "FedPer": {"split": "first:4"},
                "LG-FedAvg": {"split": "last:1"}, "FedAvg": {"split": "all"}}
@@ -183,8 +183,8 @@ def test_only_the_shared_part_of_the_lora_model_travels(method):
     weight; OPT's and FedPer's ``first:4``: layer 0's adapters only). Whether OPT then
     beats the baselines (the paper's Figs. 6-8) is a claim of the chapter's ledger, judged
     on its seeds, not a property of the code."""
-    from hetfl_core.engine import build_simulation, run
-    from hetfl_core.models import build_model
+    from hetfl_core.runtime.engine import build_simulation, run
+    from hetfl_core.science.models import build_model
 
     options = {"OPT": {"allocation": "dca", "split": "first:4"}, "FedPer": {"split": "first:4"},
                "FedAvg": {"split": "all"}}[method]

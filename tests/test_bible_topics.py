@@ -3,9 +3,9 @@ import numpy as np
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.data.bible import TOPIC_WORDS, TOPICS, load_corpus, topic_of_book
-from hetfl_core.data import DATASETS, load_dataset, make_federated
-from hetfl_core.models import MODELS, build_model
+from hetfl_core.science.data.bible import TOPIC_WORDS, TOPICS, load_corpus, topic_of_book
+from hetfl_core.science.data import DATASETS, load_dataset, make_federated
+from hetfl_core.science.models import MODELS, build_model
 
 
 def test_listed():

@@ -1,7 +1,7 @@
 """What the chapters print and how they end: output wrapped at the page's code column
 (hetfl_core.book.say) and the summary written from a claim ledger (summary_markdown)."""
 from hetfl_core.book import COLUMN, first_clause, say, summary_markdown
-from hetfl_core.report import Ledger, at_least
+from hetfl_core.book.report import Ledger, at_least
 
 
 def test_first_clause_stops_at_the_first_semicolon_and_cuts_long_text():

@@ -28,7 +28,7 @@ def test_raw_tables_finds_a_table_rendered_as_text(tmp_path):
 def test_verdict_boxes_and_scorecard_come_from_the_ledgers(tmp_path, monkeypatch):
     import json
 
-    from hetfl_core.report import Ledger, at_least, load_ledgers
+    from hetfl_core.book.report import Ledger, at_least, load_ledgers
 
     root, staging = tmp_path / "repo", tmp_path / "staging"
     for base in (root, staging):
@@ -230,7 +230,7 @@ def test_the_intro_states_the_measured_chapter_times(tmp_path):
 
 
 def test_the_intro_states_the_books_totals(tmp_path):
-    from hetfl_core.report import Ledger, at_least
+    from hetfl_core.book.report import Ledger, at_least
 
     (tmp_path / "book").mkdir()
     (tmp_path / "book" / "intro.md").write_text("before\n\n<!-- totals -->\n\nafter\n")

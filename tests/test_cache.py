@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hetfl_core.engine as engine
-import hetfl_core.experiments as experiments
+import hetfl_core.runtime.engine as engine
+import hetfl_core.runtime.experiments as experiments
 from hetfl_core import run, run_cached, sweep
-from hetfl_core.data import datasets as data_module
-from hetfl_core.data.storage import ArrayDataset
-from hetfl_core.errors import ConfigError, HetflError
-from hetfl_core.experiments import cache_path, load_cached
-from hetfl_core.methods import METHODS, register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.data import datasets as data_module
+from hetfl_core.science.data.storage import ArrayDataset
+from hetfl_core.science.errors import ConfigError, HetflError
+from hetfl_core.runtime.experiments import cache_path, load_cached
+from hetfl_core.science.methods import METHODS, register
+from hetfl_core.science.methods.fedavg import FedAvg
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_ARGS = ["run", "fedavg", "--dataset", "digits", "--clients", "4", "--rounds", "2", "--quiet"]
@@ -86,8 +86,8 @@ def _import_plugin(path: Path, module: str):
 
 
 PLUGIN = """
-from hetfl_core.methods import register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.methods import register
+from hetfl_core.science.methods.fedavg import FedAvg
 
 @register
 class Mine(FedAvg):
@@ -108,8 +108,8 @@ def test_the_key_covers_a_plugins_file_and_an_edit_to_it(tiny_config, tmp_path):
 
 
 HELPED_PLUGIN = """
-from hetfl_core.methods import register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.methods import register
+from hetfl_core.science.methods.fedavg import FedAvg
 from {helper} import scaled
 
 @register
@@ -184,7 +184,7 @@ def test_the_key_covers_the_data(tiny_config, tmp_path, monkeypatch):
 def test_the_key_covers_versions_and_the_resolved_device(tiny_config, monkeypatch):
     import torch
 
-    import hetfl_core.devices as devices
+    import hetfl_core.science.devices as devices
 
     first = cache_path(tiny_config)
     monkeypatch.setattr(torch, "__version__", "0.0.0")
@@ -213,8 +213,8 @@ def test_a_plugin_that_takes_a_builtin_name_is_refused_by_the_cli(tmp_path, caps
     from hetfl_core.cli import main
 
     plugin = tmp_path / "p_override.py"
-    plugin.write_text("from hetfl_core.methods import register\n"
-                      "from hetfl_core.methods.fedavg import FedAvg\n"
+    plugin.write_text("from hetfl_core.science.methods import register\n"
+                      "from hetfl_core.science.methods.fedavg import FedAvg\n"
                       "@register\nclass Fake(FedAvg):\n    name = 'fedavg'\n")
     assert main(["arena", "--scale", "smoke", "--plugin", str(plugin), "--methods", "fedavg",
                  "--out", str(tmp_path / "out")]) == 2

@@ -2,7 +2,7 @@
 import pytest
 
 from hetfl_core.book import check_parameters, injected_parameters
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.errors import ConfigError
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -109,8 +109,8 @@ def test_a_caption_counts_one_in_the_singular():
 
 def test_a_chapter_checks_its_parameters_and_keeps_its_ledger(tmp_path):
     from hetfl_core.book import Chapter
-    from hetfl_core.errors import ConfigError
-    from hetfl_core.report import at_least
+    from hetfl_core.science.errors import ConfigError
+    from hetfl_core.book.report import at_least
 
     ns = {"__annotations__": {"scale": "str", "seed": "int"}, "scale": "smoke", "seed": 3, "In": []}
     book = Chapter("alpha", "Alpha", ns)
@@ -152,7 +152,7 @@ def test_stating_a_claim_adds_it_and_displays_its_row(monkeypatch):
     import IPython.display
 
     from hetfl_core.book import Chapter
-    from hetfl_core.report import at_least
+    from hetfl_core.book.report import at_least
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", shown.append)
@@ -181,7 +181,7 @@ def test_a_section_holds_the_claims_stated_after_it_and_a_headline_is_marked(mon
     import IPython.display
 
     from hetfl_core.book import Chapter
-    from hetfl_core.report import at_least
+    from hetfl_core.book.report import at_least
 
     monkeypatch.setattr(IPython.display, "display", lambda obj: None)
     book = Chapter("demo", "Demo", namespace())
@@ -206,7 +206,7 @@ def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkey
     import IPython.display
 
     from hetfl_core.book import Chapter
-    from hetfl_core.report import at_least
+    from hetfl_core.book.report import at_least
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", shown.append)
@@ -229,7 +229,7 @@ def test_stating_a_claim_over_cases_judges_each_case_and_displays_its_row(monkey
 def test_a_chapters_sweep_draws_no_progress_bar_unless_asked(monkeypatch):
     """A chapter rerun with papermill keeps what stderr printed: tqdm's bars would stay in
     its outputs, so a chapter's sweep shows none by default."""
-    from hetfl_core import experiments
+    from hetfl_core.runtime import experiments
     from hetfl_core.book import Chapter
 
     asked = []
@@ -246,7 +246,7 @@ def test_a_chapters_sweep_prints_the_local_runs_note_without_a_path(monkeypatch,
     warning headed by the library file's path on the machine that ran the chapter."""
     import warnings
 
-    from hetfl_core import experiments
+    from hetfl_core.runtime import experiments
     from hetfl_core.book import Chapter
 
     def sweep(configs, **kw):

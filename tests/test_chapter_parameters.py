@@ -3,7 +3,7 @@ copies the cell's traceback into its own report, so this shortens that report to
 import pytest
 
 from hetfl_core.book import ParameterError, check_parameters
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.errors import ConfigError
 
 
 def test_a_bad_parameter_is_a_config_error_that_renders_as_one_line():

@@ -206,7 +206,7 @@ def test_a_failed_write_of_out_after_training_keeps_the_cached_run(tmp_path, cac
 
     from hetfl_core import RunConfig
     from hetfl_core.cli import main
-    from hetfl_core.experiments import cache_path, load_cached
+    from hetfl_core.runtime.experiments import cache_path, load_cached
 
     out = tmp_path / "run.json"
     real_replace = os.replace

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from hetfl_core.compression import ErrorFeedback, flatten, top_k, unflatten
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.compression import ErrorFeedback, flatten, top_k, unflatten
+from hetfl_core.science.errors import ConfigError
 
 
 def test_top_k_keeps_exactly_the_largest():

@@ -46,7 +46,7 @@ def test_a_salted_key_is_the_one_it_had():
 
 
 def test_every_stored_ladder_run_is_found_under_its_key():
-    from hetfl_core.ladder import run_key
+    from hetfl_core.book.ladder import run_key
 
     stored = sorted((ROOT / "results" / "ladder" / "runs").glob("*.json"))
     assert stored, "no stored ladder run to check"

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetfl_core import data as hd
-from hetfl_core.errors import ConfigError, DatasetUnavailable
+from hetfl_core.science import data as hd
+from hetfl_core.science.errors import ConfigError, DatasetUnavailable
 
 
 def labels(n_per_class=100, classes=10):

@@ -1,4 +1,4 @@
-"""The DCA resource allocation of Tan et al. 2025 (hetfl_core.dca) against hand-worked cases,
+"""The DCA resource allocation of Tan et al. 2025 (hetfl_core.science.dca) against hand-worked cases,
 the uniform allocation and a brute-force grid."""
 import dataclasses
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from hetfl_core import dca, system
-from hetfl_core.errors import InfeasibleError
+from hetfl_core.science import dca, system
+from hetfl_core.science.errors import InfeasibleError
 
 D_BASE, D_PRIVATE = 50_692, 11_014   # LeNet-5: conv1-3 / fc1-2 (Table III)
 
@@ -55,7 +55,7 @@ def test_the_allocation_sees_the_cell_the_run_is_charged_on():
     """The server's view of a round (SparsePrunePFL.round_system) gives each participant the
     upload rate and compute time the run's cost model charges it."""
     from hetfl_core import RunConfig
-    from hetfl_core.engine import build_simulation
+    from hetfl_core.runtime.engine import build_simulation
 
     sim = build_simulation(RunConfig(method="sparse-prune-pfl", dataset="digits", model="cnn", clients=5, rounds=1,
                                      local_steps=2, batch_size=16, heterogeneity="medium", seed=1))
@@ -190,7 +190,7 @@ def test_lemma1_uniform_mask_monte_carlo():
     """Eq. (23): a uniform m-of-d mask drops (1 - m/d) of ||x||^2 in expectation; top-k drops at most that."""
     import torch
 
-    from hetfl_core.compression import top_k
+    from hetfl_core.science.compression import top_k
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(100, generator=gen) * torch.linspace(0.1, 2, 100)

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.devices import resolve_device
-from hetfl_core.engine import build_simulation
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.devices import resolve_device
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.errors import ConfigError
 
 
 def test_cpu_is_the_default_device(tiny_config):

@@ -1,11 +1,11 @@
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.methods import METHODS
-from hetfl_core.system import dense_bits
-from hetfl_core.training import local_sgd, clone_model
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.methods import METHODS
+from hetfl_core.science.system import dense_bits
+from hetfl_core.science.training import local_sgd, clone_model
 
 
 def one_round(**options):

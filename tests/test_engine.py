@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError, DivergenceError
-from hetfl_core.methods.fedavg import FedAvg, weighted_average
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError, DivergenceError
+from hetfl_core.science.methods.fedavg import FedAvg, weighted_average
 
 KEYS = {"round", "time_s", "acc_global", "acc_personal", "loss", "uplink_bits", "downlink_bits", "flops", "clients"}
 
@@ -75,7 +75,7 @@ def test_divergence_is_one_clear_line(tiny_config):
 def test_a_mu_option_is_fedprox_own(tiny_config):
     """FedAvg's local step has no proximal term: a FedAvg subclass with an option named mu
     trains exactly as FedAvg does, and only FedProx's own mu pulls towards w_t."""
-    from hetfl_core.methods import register
+    from hetfl_core.science.methods import register
 
     @register
     class WithMu(FedAvg, name="toy-with-mu"):
@@ -91,7 +91,7 @@ def test_a_mu_option_is_fedprox_own(tiny_config):
 def test_divergence_names_the_options_the_method_declares_step_like(tiny_config):
     """The hint names FedProx's mu where it is set; a method that declares none is told lr
     alone; a plug-in's own step-like option is named as well."""
-    from hetfl_core.methods import register
+    from hetfl_core.science.methods import register
 
     with pytest.raises(DivergenceError) as prox:
         run(tiny_config.replace(method="fedprox", options={"mu": 1e4}, rounds=3, local_steps=20))
@@ -175,7 +175,7 @@ def test_iid_beats_pathological_split_on_global_accuracy():
 def test_each_personalised_model_is_built_once_an_evaluation(tiny_config):
     """A personalised model can cost a fine-tuning (FedBABU): the test and validation splits
     are scored with one build of it."""
-    from hetfl_core.engine import evaluate_method
+    from hetfl_core.runtime.engine import evaluate_method
 
     sim = build_simulation(tiny_config.replace(method="fedbabu", val_fraction=0.2))
     built = []

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import hetfl_core.engine as engine
-import hetfl_core.experiments as experiments
+import hetfl_core.runtime.engine as engine
+import hetfl_core.runtime.experiments as experiments
 from hetfl_core import HetflError, run, run_cached, sweep
-from hetfl_core.experiments import cache_path, source_hash
+from hetfl_core.runtime.experiments import cache_path, source_hash
 
 
 def test_run_cached_stores_once_and_reuses(tiny_config, cache, monkeypatch):
@@ -32,23 +32,28 @@ def test_run_cached_stores_once_and_reuses(tiny_config, cache, monkeypatch):
 
 def test_cache_key_covers_config_and_source(tiny_config, tmp_path, monkeypatch):
     """The key changes with the config and with the source hash, which changes when a file
-    that computes runs changes and not when a file of ``NOT_IN_RUNS`` (a chapter helper) does."""
+    of a run layer (science, runtime) changes and not when the book layer or the command
+    line does."""
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(seed=1))
     assert cache_path(tiny_config) != cache_path(tiny_config.replace(options={"mu": 0.1}))
     key = cache_path(tiny_config)
     copy = tmp_path / "hetfl_core"
-    shutil.copytree(Path(experiments.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(experiments, "__file__", str(copy / "experiments.py"))
+    package = Path(experiments.__file__).parents[1]
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(experiments, "__file__", str(copy / "runtime" / "experiments.py"))
     hash_of_copy = experiments.source_hash.__wrapped__        # uncached, reads the copy
     before = hash_of_copy()
     assert re.fullmatch("[0-9a-f]{12}", before) and before == source_hash()
-    with open(copy / "plots.py", "a") as f:
-        f.write("\n# a chapter-side edit\n")
-    assert hash_of_copy() == before
-    with open(copy / "engine.py", "a") as f:
-        f.write("\n# an edit to the engine\n")
-    changed = hash_of_copy()
-    assert changed != before
+    for outside in ("book/plots.py", "book/chapter.py", "cli.py", "__init__.py"):
+        with open(copy / outside, "a") as f:
+            f.write("\n# an edit outside the run layers\n")
+        assert hash_of_copy() == before, outside
+    for inside in ("runtime/engine.py", "science/masks.py", "science/methods/fedavg.py"):
+        with open(copy / inside, "a") as f:
+            f.write("\n# an edit to code that computes runs\n")
+        changed = hash_of_copy()
+        assert changed != before, inside
+        before = changed
     monkeypatch.setattr(experiments, "source_hash", lambda: changed)
     assert cache_path(tiny_config) != key
 
@@ -198,7 +203,7 @@ def test_a_grid_sweeps_each_distinct_config_once_and_comes_back_under_its_keys(t
     import pytest
 
     from hetfl_core import RunConfig
-    from hetfl_core.experiments import by, sweep
+    from hetfl_core.runtime.experiments import by, sweep
 
     base = RunConfig(dataset="digits", clients=4, rounds=1, local_steps=1, participation=1.0)
     grid = {("fedavg", 0): base, ("fedavg", 1): base.replace(seed=1),
@@ -212,6 +217,6 @@ def test_a_grid_sweeps_each_distinct_config_once_and_comes_back_under_its_keys(t
     assert by({"a": 1, "b": 2}, "b") == [2]
     with pytest.raises(ValueError):
         by(runs)
-    from hetfl_core.errors import ConfigError
+    from hetfl_core.science.errors import ConfigError
     with pytest.raises(ConfigError, match="entry 'x' is"):
         sweep({"x": 3}, progress=False)

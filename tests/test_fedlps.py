@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation
-from hetfl_core.errors import ConfigError
-from hetfl_core.masks import top_units, unit_magnitudes, unit_masks_to_parameters
-from hetfl_core.masks import ScoredNetwork
-from hetfl_core.models import build_model, structured_units
-from hetfl_core.system import profile_model
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.masks import top_units, unit_magnitudes, unit_masks_to_parameters
+from hetfl_core.science.masks import ScoredNetwork
+from hetfl_core.science.models import build_model, structured_units
+from hetfl_core.science.system import profile_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

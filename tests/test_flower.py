@@ -5,9 +5,9 @@ import sys
 import pytest
 import torch
 
-from hetfl_core.engine import build_simulation, run_rounds
-from hetfl_core.flower import run_flower
-from hetfl_core.methods import METHODS
+from hetfl_core.runtime.engine import build_simulation, run_rounds
+from hetfl_core.runtime.flower import run_flower
+from hetfl_core.science.methods import METHODS
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -48,9 +48,9 @@ def test_the_command_line_runs_a_method_on_flower(tmp_path, method_config):
 def test_a_flower_run_config_with_a_bad_node_count_is_one_line(tmp_path):
     import pytest
 
-    from hetfl_core.config import RunConfig
-    from hetfl_core.errors import ConfigError
-    from hetfl_core.flower_app import read_run_config
+    from hetfl_core.runtime.config import RunConfig
+    from hetfl_core.science.errors import ConfigError
+    from hetfl_core.runtime.flower_app import read_run_config
 
     base = {"hetfl-config": json.dumps(RunConfig(dataset="digits").to_dict()), "output": str(tmp_path / "r.json")}
     assert read_run_config({**base, "nodes": 3})[2] == 3

@@ -1,7 +1,7 @@
 """A Flower node receives the shared state, its plan and its own client's state, never
 another client's state or data, and its run still gives the engine's history.
 
-The server's side (:func:`hetfl_core.flower._grid_updates`) talks to a grid whose one node
+The server's side (:func:`hetfl_core.runtime.flower._grid_updates`) talks to a grid whose one node
 runs hetfl's ``ClientApp`` in this process, so every message a node receives can be read
 back and the method the node rebuilds can be looked at while it trains."""
 import json
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation, run_rounds
-from hetfl_core.flower import _grid_updates, _loads, client_app
-from hetfl_core.methods.base import client_entries
+from hetfl_core.runtime.engine import build_simulation, run_rounds
+from hetfl_core.runtime.flower import _grid_updates, _loads, client_app
+from hetfl_core.science.methods.base import client_entries
 
 pytest.importorskip("flwr", reason="the Flower bridge needs flwr (pip install flwr)")
 

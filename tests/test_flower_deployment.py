@@ -1,7 +1,7 @@
 """hetfl on a real Flower deployment: a SuperLink and two SuperNodes on loopback, a run started
 with ``flwr run``.
 
-The app in ``tests/flower_app`` runs ``hetfl_core.flower_app`` (its ServerApp reads the hetfl
+The app in ``tests/flower_app`` runs ``hetfl_core.runtime.flower_app`` (its ServerApp reads the hetfl
 config and the output path from the run config); its history must be the engine's. The app in
 ``tests/flower_app_hostile`` adds a SuperNode whose ClientApp answers with a crafted pickle,
 which the ServerApp must refuse without running it.

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation
-from hetfl_core.errors import HetflError
-from hetfl_core.methods.base import ClientReport
-from hetfl_core.flower import _dumps, _grid_updates, client_app, shared_state
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.errors import HetflError
+from hetfl_core.science.methods.base import ClientReport
+from hetfl_core.runtime.flower import _dumps, _grid_updates, client_app, shared_state
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -175,8 +175,8 @@ def test_reading_a_message_leaves_torchs_safe_globals_as_they_were(flower_task):
 
 def test_every_model_travels():
     """Every registered model's archive names only what a node or the server admits."""
-    from hetfl_core.flower import shipped_types
-    from hetfl_core.models import MODELS, build_model
+    from hetfl_core.runtime.flower import shipped_types
+    from hetfl_core.science.models import MODELS, build_model
 
     shapes = {"lenet5": (3, 32, 32), "lora-transformer": (35,)}
     with torch.serialization.safe_globals(list(shipped_types())):
@@ -188,7 +188,7 @@ def test_every_model_travels():
 def test_a_node_refuses_a_crafted_state_in_a_flower_simulation(tmp_path, monkeypatch):
     """End to end: the server ships a crafted state, the node refuses it unread, and the run
     ends with one line that names the client, the node and the refused type."""
-    from hetfl_core import flower
+    from hetfl_core.runtime import flower
 
     marker = tmp_path / "ran"
     shipped = flower.shared_state

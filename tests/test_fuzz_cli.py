@@ -12,7 +12,7 @@ import pytest
 
 from hetfl_core import RunConfig
 from hetfl_core.cli import main
-from hetfl_core.methods import METHODS
+from hetfl_core.science.methods import METHODS
 
 FAST = ["--dataset", "digits", "--rounds", "1", "--clients", "2", "--quiet", "--no-cache"]
 #: fields a method may need changed from the defaults to validate on digits

@@ -65,7 +65,7 @@ def test_pack_names_a_missing_or_unknown_dataset(tmp_path, datasets, needle):
 def test_the_gpu_command_runs_its_stages_on_the_cpu(tmp_path):
     """``there`` end to end at the tiny scale, on the CPU: the tests (their CUDA cases skip),
     the benchmark, a ladder stand-in, and one archive that ``unpack`` reads."""
-    from hetfl_core.data.storage import data_root as installed
+    from hetfl_core.science.data.storage import data_root as installed
 
     if not (installed() / "FashionMNIST").is_dir():
         pytest.skip(f"the benchmark's Fashion-MNIST is not installed in {installed()} (make data)")

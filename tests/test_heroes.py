@@ -8,14 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from hetfl_core import RunConfig
-from hetfl_core.composition import (ComposedConv2d, ComposedCNN, ComposedResNet, Selection, aggregate_blocks,
-                                    default_rank, least_trained, subgrid_selection, width_blocks)
-from hetfl_core.errors import ConfigError
-from hetfl_core.frequency import (block_variance, completion_times, frequency_window, plan_frequencies,
-                                  tau_calibrated, tau_raw, variance_minimising_tau, waiting_time,
-                                  width_for_budget)
-from hetfl_core.models import build_model, count_parameters
-from hetfl_core.system import make_hardware, profile_model
+from hetfl_core.science.composition import (ComposedConv2d, ComposedCNN, ComposedResNet, Selection,
+                                            aggregate_blocks, default_rank, least_trained,
+                                            subgrid_selection, width_blocks)
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.frequency import (block_variance, completion_times, frequency_window,
+                                          plan_frequencies, tau_calibrated, tau_raw,
+                                          variance_minimising_tau, waiting_time, width_for_budget)
+from hetfl_core.science.models import build_model, count_parameters
+from hetfl_core.science.system import make_hardware, profile_model
 
 
 # --------------------------------------------------------------------------- composition
@@ -216,7 +217,7 @@ def test_bad_options_fail_with_one_line(options, needle):
 
 
 def test_heroes_run_counts_traffic_and_adapts():
-    from hetfl_core.engine import run
+    from hetfl_core.runtime.engine import run
 
     h = run(small("heroes", rounds=3))["history"]
     clients = h[-1]["clients"]
@@ -251,7 +252,7 @@ def test_cli_smoke_run(tmp_path):
 
 
 def test_composed_lstm_runs_at_every_width_and_counts_its_upload():
-    from hetfl_core.composition import ComposedLSTM
+    from hetfl_core.science.composition import ComposedLSTM
 
     model = ComposedLSTM((40,), 76)
     x = torch.randint(0, 76, (3, 40))
@@ -264,8 +265,8 @@ def test_composed_lstm_runs_at_every_width_and_counts_its_upload():
 
 
 def test_shakespeare_parser_and_missing_files(tmp_path):
-    from hetfl_core.errors import DatasetUnavailable
-    from hetfl_core.data.shakespeare import encode, load_shakespeare, parse_play
+    from hetfl_core.science.errors import DatasetUnavailable
+    from hetfl_core.science.data.shakespeare import encode, load_shakespeare, parse_play
 
     text = "ACT I.\n\nScene I. A heath.\n\n[Enter Kent.]\n\nKent.\nI thought the King\nhad more affected.\n\n" \
            "GLOUCESTER.\nIt did always seem so.\n\nOsw. Ay, madam.\n\nKent.\nIs not this your son?\n"
@@ -282,7 +283,7 @@ def test_width_methods_share_heroes_width_rule(method):
     """With the same width budget, every width method gives each device tier the width
     Heroes gives it (the Heroes chapter compares sub-model schemes at equal sizes), and
     the tiers do differ."""
-    from hetfl_core.engine import build_simulation
+    from hetfl_core.runtime.engine import build_simulation
 
     def tier_widths(config):
         sim = build_simulation(config)

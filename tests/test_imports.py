@@ -115,7 +115,7 @@ def test_no_import_cycles():
 
 def test_the_graph_sees_function_imports():
     """The check would catch a cycle hidden behind an import inside a function."""
-    assert any("hetfl_core.data" == e or e.startswith("hetfl_core.data.") for e in edges("hetfl_core.transformer"))
+    assert any("hetfl_core.science.data" == e or e.startswith("hetfl_core.science.data.") for e in edges("hetfl_core.science.transformer"))
 
 
 IMPORT_EACH = """
@@ -149,7 +149,7 @@ def test_every_module_imports_alone():
 
 #: where the package is entered from outside: ``import hetfl_core``, ``python -m hetfl_core``
 #: (the command line) and Flower's app loader
-ENTRY_POINTS = ("hetfl_core", "hetfl_core.__main__", "hetfl_core.cli", "hetfl_core.flower_app")
+ENTRY_POINTS = ("hetfl_core", "hetfl_core.__main__", "hetfl_core.cli", "hetfl_core.runtime.flower_app")
 #: the one module whose users are the chapters: what every chapter shares (its parameters,
 #: sweeps, captions and ledger)
 CHAPTERS_MODULE = "hetfl_core.book"
@@ -185,3 +185,50 @@ def test_no_module_is_imported_only_by_the_chapters():
     for chapter in chapters:
         assert re.search(r"from hetfl_core\.book import|import hetfl_core\.book|from hetfl_core import book",
                          chapter.read_text()), chapter.name
+
+
+#: the package's layers, each a subpackage, lowest first: the papers' pieces and the
+#: simulation, the run machinery, the book; a module imports from its own layer and those
+#: below it, never from one above
+LAYERS = ("science", "runtime", "book")
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a package module belongs to, or ``None`` for the entry points beside them."""
+    part = module.split(".")[1:2]
+    return part[0] if part and part[0] in LAYERS else None
+
+
+def test_every_module_is_in_a_layer_but_the_entry_points():
+    loose = sorted(m for m in MODULES if layer_of(m) is None)
+    assert loose == ["hetfl_core", "hetfl_core.__main__", "hetfl_core.cli"]
+
+
+def test_layers_import_only_downward():
+    upward = [f"{m} -> {e}" for m in MODULES for e in edges(m) if layer_of(m) and layer_of(e)
+              and LAYERS.index(layer_of(e)) > LAYERS.index(layer_of(m))]
+    assert not upward, "imports from a higher layer: " + "; ".join(sorted(upward))
+    assert layer_of("hetfl_core.book.report") == "book" and layer_of("hetfl_core.cli") is None
+
+
+def test_the_old_module_paths_import_the_moved_modules():
+    """``hetfl_core.masks`` (a path from before the layers) is ``hetfl_core.science.masks``,
+    the same module, by import, by attribute and for pickle; unknown names still fail."""
+    import importlib
+    import pickle
+
+    import hetfl_core
+    from hetfl_core import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"hetfl_core.{old}") is importlib.import_module(f"hetfl_core.{new}")
+        assert getattr(hetfl_core, old) is importlib.import_module(f"hetfl_core.{new}")
+    from hetfl_core.methods.fedavg import FedAvg
+    from hetfl_core.science.methods.fedavg import FedAvg as moved
+    assert FedAvg is moved
+    old_pickle = pickle.dumps(moved, protocol=0).replace(b"hetfl_core.science.methods.fedavg", b"hetfl_core.methods.fedavg")
+    assert b"science" not in old_pickle and pickle.loads(old_pickle) is moved
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("hetfl_core.no_such_module")
+    with pytest.raises(AttributeError):
+        hetfl_core.no_such_module

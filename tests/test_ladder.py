@@ -1,4 +1,4 @@
-"""The ladder (hetfl_core.ladder, tools/ladder.py) on a toy claim of a few seconds a run:
+"""The ladder (hetfl_core.book.ladder, tools/ladder.py) on a toy claim of a few seconds a run:
 resuming after a kill, staleness, the plan's order, atomic writes and bad input."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hetfl_core import ladder
-from hetfl_core.errors import ConfigError
+from hetfl_core.book import ladder
+from hetfl_core.science.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "tests" / "ladder" / "toy_specs.py"
@@ -178,7 +178,7 @@ def test_a_run_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_bad_input_is_one_line_from_the_tool(tmp_path):
     done = _tool("run", "--chapter", "nope", store=tmp_path, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
-    from hetfl_core.ladder_specs import SPECS
+    from hetfl_core.book.ladder_specs import SPECS
 
     known = ", ".join(dict.fromkeys([*SPECS, "toy"]))    # the package's chapters, then the toy
     assert done.stderr.strip() == f"ladder: error: no ladder for chapter 'nope'; chapters: {known}"
@@ -254,8 +254,8 @@ def test_the_ladder_is_drawn_and_told_from_the_store(reference, monkeypatch):
 def test_a_never_reached_target_reaches_the_ladder_as_a_bound():
     """A claim's value that is a Bounded (a cost to a target never reached, bounded by the
     run's horizon) is judged as the chapters judge it, not flattened to inf."""
-    from hetfl_core import ladder
-    from hetfl_core.report import bounded, judge, ratio, sooner
+    from hetfl_core.book import ladder
+    from hetfl_core.book.report import bounded, judge, ratio, sooner
 
     rival, never = bounded([5.0, 6.0, 7.0], 60.0), bounded([float("inf")] * 3, 60.0)
     values = ladder._per_seed_values(ratio(rival, never))
@@ -285,14 +285,14 @@ def chapter_code(chapter: str, names, until: str, **namespace) -> dict:
     """The chapter's own definitions of ``names`` (functions and assignments at the top
     level of a cell), each the last before ``until`` (in the claim's cell, the first that
     contains it), run in the chapter's order in ``namespace`` (with numpy, math and
-    :mod:`hetfl_core.report`'s functions); returns the namespace."""
+    :mod:`hetfl_core.book.report`'s functions); returns the namespace."""
     import ast
     import math
 
     import numpy as np
 
-    from hetfl_core import report
-    from hetfl_core.experiments import by
+    from hetfl_core.book import report
+    from hetfl_core.runtime.experiments import by
 
     found, cells = {}, _cells(chapter)
     last = next((i for i, code in enumerate(cells) if until in code), None)
@@ -324,8 +324,8 @@ _SMOKE: dict = {}
 def smoke_runs(spec) -> tuple[dict, dict]:
     """The spec's runs at smoke scale (the toy setting of its chapter, every label and seed):
     the whole results (label -> one per seed, as a chapter has them) and the same runs as
-    the ladder stores and reads them (:func:`~hetfl_core.ladder.compact_history`)."""
-    from hetfl_core.engine import run
+    the ladder stores and reads them (:func:`~hetfl_core.book.ladder.compact_history`)."""
+    from hetfl_core.runtime.engine import run
 
     whole, stored = {}, {}
     for label, (name, options, *level) in spec.methods.items():
@@ -349,7 +349,7 @@ def assert_same_cases(ours: dict, theirs: dict) -> None:
     difference of two stored accuracies in points: to a thousandth)."""
     import numpy as np
 
-    from hetfl_core.report import _span
+    from hetfl_core.book.report import _span
 
     assert list(ours) == list(theirs)
     for case in ours:
@@ -358,7 +358,7 @@ def assert_same_cases(ours: dict, theirs: dict) -> None:
 
 
 def _spec(chapter: str, ref: str):
-    from hetfl_core.ladder_specs import SPECS
+    from hetfl_core.book.ladder_specs import SPECS
 
     return next(s for s in SPECS[chapter] if s.ref == ref)
 
@@ -370,8 +370,8 @@ def test_the_lightweight_pfl_claim_judges_opt_against_fedper_case_by_case():
     by each seed's worst case."""
     import numpy as np
 
-    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, lpfl_gap_by_case
-    from hetfl_core.report import at_least, judge, judge_cases
+    from hetfl_core.book.ladder_specs.lightweight_pfl import LPFL_CASES, lpfl_gap_by_case
+    from hetfl_core.book.report import at_least, judge, judge_cases
 
     spec = _spec("lightweight_pfl", "Figs. 2–3")
     assert spec.per_case and spec.k is None
@@ -403,8 +403,8 @@ def test_the_lightweight_pfl_claim_judges_opt_against_fedper_case_by_case():
 def test_the_stored_book_rung_of_figs_2_3_gives_the_chapters_verdict():
     """The committed ladder's book rung of Figs. 2-3, judged from its stored runs, is what
     the chapter's own claim cell (``gap_by_case``, every case) concludes from them."""
-    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES
-    from hetfl_core.report import judge_cases
+    from hetfl_core.book.ladder_specs.lightweight_pfl import LPFL_CASES
+    from hetfl_core.book.report import judge_cases
 
     spec, store = _spec("lightweight_pfl", "Figs. 2–3"), ROOT / "results" / "ladder"
     runs = ladder.stored_runs(store)
@@ -439,7 +439,7 @@ def test_the_table_iv_spec_is_the_chapters_headline_row_at_smoke_scale():
     paper's fastest baseline is the chapter's ``case_ratios`` with that one rival. Its
     runs of OPT and FedPer are those of Figs. 2-3, and its baselines the chapter's
     ``config_for`` of ``METHODS``."""
-    from hetfl_core.ladder_specs.lightweight_pfl import LPFL_CASES, PAPER_FASTEST, lpfl_setting
+    from hetfl_core.book.ladder_specs.lightweight_pfl import LPFL_CASES, PAPER_FASTEST, lpfl_setting
 
     spec = _spec("lightweight_pfl", "Table IV")
     whole, stored = smoke_runs(spec)
@@ -448,12 +448,12 @@ def test_the_table_iv_spec_is_the_chapters_headline_row_at_smoke_scale():
                                           "case_ratios", "fedper_targets", "BASELINES", "CASES",
                                           "METHODS", "method_config", "split_model",
                                           "baseline_split", "config_for"},
-                      'book.headline("Table IV', hd=__import__("hetfl_core.data", fromlist=["x"]),
-                      build_model=__import__("hetfl_core.models", fromlist=["x"]).build_model,
-                      **{n: getattr(__import__("hetfl_core.personalization", fromlist=["x"]), n)
+                      'book.headline("Table IV', hd=__import__("hetfl_core.science.data", fromlist=["x"]),
+                      build_model=__import__("hetfl_core.science.models", fromlist=["x"]).build_model,
+                      **{n: getattr(__import__("hetfl_core.science.personalization", fromlist=["x"]), n)
                          for n in ("body_parameter_names", "head_parameter_names",
                                    "split_parameter_names")},
-                      structured_units=__import__("hetfl_core.masks", fromlist=["x"]).structured_units,
+                      structured_units=__import__("hetfl_core.science.masks", fromlist=["x"]).structured_units,
                       functools=__import__("functools"), dataclasses=__import__("dataclasses"))
     targets = ns["fedper_targets"](grid, cases)
     x2 = {c: targets[c][0.9] for c in cases}
@@ -481,7 +481,7 @@ def test_the_table_v_spec_is_the_chapters_headline_row_at_smoke_scale():
     """Table V's value is the chapter's ``case_ratios(res_runs, res_cases, "OPT", ["FedPer"],
     res_x2.get)`` on the same smoke runs; its runs the chapter's ``RES_METHODS`` on the
     ResNet base, at the book's two cases."""
-    from hetfl_core.ladder_specs.lightweight_pfl import RESNET_CASES, lpfl_resnet_setting
+    from hetfl_core.book.ladder_specs.lightweight_pfl import RESNET_CASES, lpfl_resnet_setting
 
     spec = _spec("lightweight_pfl", "Table V")
     whole, stored = smoke_runs(spec)
@@ -490,12 +490,12 @@ def test_the_table_v_spec_is_the_chapters_headline_row_at_smoke_scale():
                                           "case_ratios", "fedper_targets", "RES_METHODS", "CASES",
                                           "method_config", "split_model", "baseline_split",
                                           "config_for"},
-                      'book.headline("Table V', hd=__import__("hetfl_core.data", fromlist=["x"]),
-                      build_model=__import__("hetfl_core.models", fromlist=["x"]).build_model,
-                      **{n: getattr(__import__("hetfl_core.personalization", fromlist=["x"]), n)
+                      'book.headline("Table V', hd=__import__("hetfl_core.science.data", fromlist=["x"]),
+                      build_model=__import__("hetfl_core.science.models", fromlist=["x"]).build_model,
+                      **{n: getattr(__import__("hetfl_core.science.personalization", fromlist=["x"]), n)
                          for n in ("body_parameter_names", "head_parameter_names",
                                    "split_parameter_names")},
-                      structured_units=__import__("hetfl_core.masks", fromlist=["x"]).structured_units,
+                      structured_units=__import__("hetfl_core.science.masks", fromlist=["x"]).structured_units,
                       functools=__import__("functools"), dataclasses=__import__("dataclasses"))
     targets = ns["fedper_targets"](grid, cases)
     x2 = {c: targets[c][0.9] for c in cases}
@@ -513,7 +513,7 @@ def test_the_srp_top1_spec_is_the_chapters_headline_row_at_smoke_scale():
     paper's runner-up per partition), cases named as the chapter names them, on the same
     smoke runs; its runs are the chapter's ``config(split, method)``, and on dir(0.1)
     SRP-pFed's run is the label-skew claims'."""
-    from hetfl_core.ladder_specs.srp_pfed import RUNNER_UP, srp_base
+    from hetfl_core.book.ladder_specs.srp_pfed import RUNNER_UP, srp_base
 
     spec = _spec("srp_pfed", "Table III")
     whole, stored = smoke_runs(spec)
@@ -524,7 +524,7 @@ def test_the_srp_top1_spec_is_the_chapters_headline_row_at_smoke_scale():
     assert ns["rivals"] == RUNNER_UP
     theirs = {f"{sp} ({ns['rivals'][sp]})": v for sp, v in ns["lead"].items()}
     assert_same_cases(spec.value(stored, spec.rivals[0]), theirs)
-    from hetfl_core.methods.srp_pfed import SRPpFed
+    from hetfl_core.science.methods.srp_pfed import SRPpFed
 
     ns = chapter_code("srp_pfed", {"SPLITS", "METHODS", "srp", "config"}, "rivals = {",
                       base=srp_base("book"), candidates=10, k=2, decay=0.9, seed=0,
@@ -541,7 +541,7 @@ def test_the_fedlps_fig9a_spec_is_the_chapters_headline_row_at_smoke_scale():
     """FedLPS's Fig. 9a value is the chapter's ``pat``, ``top`` and ``lead`` (the learned
     pattern against the heuristic best on average at each ratio), on the same smoke runs;
     its runs the chapter's pattern runs on ``side``, at the book's ratios."""
-    from hetfl_core.ladder_specs.fedlps import FIG9A_RATIOS, fedlps_side_setting
+    from hetfl_core.book.ladder_specs.fedlps import FIG9A_RATIOS, fedlps_side_setting
 
     spec = _spec("fedlps", "Fig. 9a")
     whole, stored = smoke_runs(spec)
@@ -570,8 +570,8 @@ def test_a_claim_judged_case_by_case_is_drawn_and_told_from_the_store(tmp_path, 
     import matplotlib
     import numpy as np
 
-    from hetfl_core.ladder_specs import SPECS
-    from hetfl_core.report import at_least, final, judge_cases, per_seed
+    from hetfl_core.book.ladder_specs import SPECS
+    from hetfl_core.book.report import at_least, final, judge_cases, per_seed
 
     matplotlib.use("Agg")
     toy = ladder.specs_of("toy")[0]
@@ -613,8 +613,8 @@ def test_a_claim_judged_case_by_case_is_drawn_and_told_from_the_store(tmp_path, 
 def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch):
     """A run whose loss leaves the reals is a result: stored (so it is not run again), and
     the rung it serves says "diverged", naming the run, instead of a verdict."""
-    from hetfl_core import engine
-    from hetfl_core.errors import DivergenceError
+    from hetfl_core.runtime import engine
+    from hetfl_core.science.errors import DivergenceError
 
     real = engine.run
 
@@ -645,8 +645,8 @@ def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
     worst level."""
     import numpy as np
 
-    from hetfl_core.ladder_specs.fedlps import FIG6_CLASSES, fedlps_lead_by_level
-    from hetfl_core.report import judge_cases
+    from hetfl_core.book.ladder_specs.fedlps import FIG6_CLASSES, fedlps_lead_by_level
+    from hetfl_core.book.report import judge_cases
 
     spec = _spec("fedlps", "Fig. 6")
     assert spec.per_case and spec.k is None
@@ -668,7 +668,8 @@ def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
 def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
     """The verdict box and the scorecard carry the ladder's highest judged rung where its
     verdict differs from the chapter's, for the chapter's own comparator only."""
-    from hetfl_core.report import scorecard_markdown, verdict_box_markdown
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from scorecard import scorecard_markdown, verdict_box_markdown   # beside build_book.py
 
     top = ladder.load_ledger("toy", reference)["claims"][0]["results"]["Local"]["x2"]["verdict"]
     other = "fails" if top != "fails" else "holds"
@@ -696,7 +697,7 @@ def test_srp_table7_is_rmcl_against_the_best_other_variant_by_the_best_accuracy(
     the paper's runner-up RD+CL on its own; evaluations that did not run are left out."""
     import numpy as np
 
-    from hetfl_core.ladder_specs.srp_pfed import ABLATION, rmcl_lead
+    from hetfl_core.book.ladder_specs.srp_pfed import ABLATION, rmcl_lead
 
     spec = _spec("srp_pfed", "Table VII")
     assert spec.rivals == ("the best other on average", "RD+CL") and set(spec.methods) == set(ABLATION)

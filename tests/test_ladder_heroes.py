@@ -1,4 +1,4 @@
-"""The ladder's Heroes claims (hetfl_core/ladder_specs/heroes.py) against the chapter
+"""The ladder's Heroes claims (hetfl_core/book/ladder_specs/heroes.py) against the chapter
 (book/heroes.md): the same runs, and on them the same values as the chapter's claim cells
 compute, from the chapter's own code."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hetfl_core import ladder
-from hetfl_core.config import by_scale
-from hetfl_core.report import Bounded
+from hetfl_core.book import ladder
+from hetfl_core.runtime.config import by_scale
+from hetfl_core.book.report import Bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "book" / "heroes.md"
@@ -94,7 +94,7 @@ def test_the_rungs_multiply_every_methods_rounds_and_halve_the_full_models():
 def smoke_runs(tmp_path_factory):
     """Every Heroes claim's runs at smoke scale on the spec's seeds, whole (as the chapter
     reads them) and as the ladder stores them: ``(whole, stored, store)``, by run key."""
-    from hetfl_core.engine import run
+    from hetfl_core.runtime.engine import run
 
     store = tmp_path_factory.mktemp("store")
     whole = {}
@@ -193,7 +193,7 @@ def test_the_stored_runs_keep_each_rounds_idle_time_and_participants(smoke_runs)
 def test_a_run_stored_without_a_field_its_claim_reads_is_pending(tmp_path):
     """A run stored before ``idle_s`` was kept still serves the claims that do not read it,
     and is computed again for the one that does (Fig. 5a)."""
-    from hetfl_core.experiments import source_hash
+    from hetfl_core.runtime.experiments import source_hash
 
     spec = _spec("Fig. 5a")
     config = ladder.rung_config(spec, "book", "Heroes", 0)

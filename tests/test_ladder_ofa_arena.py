@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetfl_core import ladder
-from hetfl_core.config import ALL, RunConfig, by_scale
-from hetfl_core.ladder_specs import SPECS
-from hetfl_core.ladder_specs.arena import ARENA_LRS, ARENA_METHODS
+from hetfl_core.book import ladder
+from hetfl_core.runtime.config import ALL, RunConfig, by_scale
+from hetfl_core.book.ladder_specs import SPECS
+from hetfl_core.book.ladder_specs.arena import ARENA_LRS, ARENA_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1)
@@ -45,7 +45,7 @@ def chapter_cell(chapter: str, marker: str) -> str:
 def ofa_chapter(scale: str, **extra) -> dict:
     """The OFA-FL chapter's setup at ``scale``: its constants, ``schedule``, ``grid_of``
     and the data dicts, run from the chapter's own cells."""
-    from hetfl_core import data as hd
+    from hetfl_core.science import data as hd
 
     setup = chapter_cell("ofa_fl", "METHODS = [")
     constants = "\n".join(line for line in setup.split("\n")
@@ -98,7 +98,7 @@ def smoke_grid(tail: int = 0) -> dict:
     """The chapter's smoke runs of the three claims on two seeds, computed, keyed as its
     grid (fig, method, scope, seed); ``tail`` rounds after the last pruning (the chapter's
     ``TAIL``, 0 at smoke scale), where the max-average round can differ from the last."""
-    from hetfl_core.engine import run
+    from hetfl_core.runtime.engine import run
 
     ch = ofa_chapter("smoke")
     ch["TAIL"] = tail
@@ -131,9 +131,9 @@ def chapter_leads(runs: dict, only: str | None = None) -> dict:
     """The chapter's own claim values (its ``lead_over`` cell, run as it is) on ``runs``:
     per claim, the rival it pairs with and the per-seed values; ``only`` offers it that one
     rival (the chapter's pairing with it)."""
-    from hetfl_core import lottery
-    from hetfl_core.experiments import by
-    from hetfl_core.report import best_on_average, paired
+    from hetfl_core.science import lottery
+    from hetfl_core.runtime.experiments import by
+    from hetfl_core.book.report import best_on_average, paired
 
     ns = ofa_chapter("smoke", lottery=lottery, by=by, runs=runs, paired=paired,
                      best_on_average=best_on_average)
@@ -159,7 +159,7 @@ def smoke_runs_of(s, ofa_smoke_runs: dict, fig: str) -> dict:
 def test_the_ofa_fl_values_are_the_chapters(which, request):
     """Against the rival the chapter picks (best on average) and against each rival on its
     own, the claim's per-seed values are the chapter's, exactly."""
-    from hetfl_core.lottery import ratio_summary
+    from hetfl_core.science.lottery import ratio_summary
 
     grid = request.getfixturevalue(which)
     for only in (None, "ltp", "ofa-oneshot"):
@@ -212,7 +212,7 @@ def test_stored_records_of_the_other_chapters_stay_valid():
 
 
 def test_the_arena_runs_are_the_arenas():
-    from hetfl_core import arena
+    from hetfl_core.book import arena
 
     assert ARENA_METHODS == arena.METHODS
     s = spec("arena", "reference cell")
@@ -230,7 +230,7 @@ def test_the_arena_runs_are_the_arenas():
 def test_the_arena_value_is_its_leaderboard(tmp_path):
     """On a smoke arena, the claim's value per method is the leaderboard's personalised
     accuracy on the same runs, and ordering by its mean is the leaderboard's order."""
-    from hetfl_core import arena
+    from hetfl_core.book import arena
 
     methods = ["fedavg", "local", "fedper"]
     runs = arena.run_arena("smoke", methods, processes=1, directory=tmp_path, progress=False)
@@ -248,7 +248,7 @@ def test_the_arena_value_is_its_leaderboard(tmp_path):
 
 def fake_record(config: RunConfig, acc: float) -> dict:
     """A stored run of ``config`` whose personalised accuracy ends at ``acc``."""
-    from hetfl_core.experiments import source_hash
+    from hetfl_core.runtime.experiments import source_hash
 
     key = ladder.run_key(config)
     history = [{"round": config.rounds, "time_s": 1.0, "acc_personal": acc, "acc_global": None,
@@ -276,7 +276,7 @@ def small_store(tmp_path: Path, boards: dict) -> Path:
 
 
 def test_the_arena_leaderboard_is_rendered_per_rung_from_a_small_store(tmp_path):
-    from hetfl_core.arena import label
+    from hetfl_core.book.arena import label
 
     book = list(ARENA_METHODS)
     x2 = book[:]

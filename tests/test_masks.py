@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from hetfl_core import masks
-from hetfl_core.errors import ConfigError
-from hetfl_core.models import build_model
+from hetfl_core.science import masks
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.models import build_model
 
 
 def test_global_magnitude_mask_keeps_the_largest_overall():

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from hetfl_core import models
-from hetfl_core.errors import ConfigError
+from hetfl_core.science import models
+from hetfl_core.science.errors import ConfigError
 
 
 def test_lenet5_parameter_counts_match_the_papers():
@@ -60,7 +60,7 @@ def test_a_whole_map_convolution_equals_the_convolution(map_size):
 
 
 def test_lenet5_third_layer_keeps_its_weights_and_cost():
-    from hetfl_core.system import profile_model
+    from hetfl_core.science.system import profile_model
 
     model = models.build_model("lenet5", (1, 28, 28), 10)
     assert model.state_dict()["conv3.weight"].shape == (120, 16, 5, 5)

@@ -1,4 +1,4 @@
-"""OFA-FL: nested lottery-ticket masks (hetfl_core.lottery) and the ofafl / ltp / ofa-oneshot methods."""
+"""OFA-FL: nested lottery-ticket masks (hetfl_core.science.lottery) and the ofafl / ltp / ofa-oneshot methods."""
 import math
 import os
 import subprocess
@@ -11,20 +11,20 @@ import torch
 from torch import nn
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError
-from hetfl_core.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction, mask_levels,
-                                masks_from_levels, max_average_round, oneshot_masks, prune_within, rewind, spread,
-                                storage_bits)
-from hetfl_core.lottery import joint_loss
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.lottery import (ConvergenceTrigger, FixedSchedule, is_nested, keep_fraction,
+                                        mask_levels, masks_from_levels, max_average_round,
+                                        oneshot_masks, prune_within, rewind, spread, storage_bits)
+from hetfl_core.science.lottery import joint_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_R = [1.0, 0.8, 0.6, 0.4, 0.2]
 STRESS_R = [1.0, 0.5, 0.25, 0.1, 0.05]
 
 
-# -- hetfl_core.lottery -------------------------------------------------------------------------
+# -- hetfl_core.science.lottery -------------------------------------------------------------------------
 
 def test_keep_fraction_is_the_corrected_r_relative_and_telescopes():
     assert [round(keep_fraction(PAPER_R, n), 4) for n in range(1, 5)] == [0.8, 0.75, 0.6667, 0.5]
@@ -240,7 +240,7 @@ def test_ltp_has_no_joint_loss_and_oneshot_prunes_all_at_once():
 
 def test_flops_models_differ_by_the_density_factor():
     """masked-dense (default): J dense passes per batch; sparse: each pass scaled by layer density."""
-    from hetfl_core.system import training_flops
+    from hetfl_core.science.system import training_flops
 
     flops = {}
     for model in ("masked-dense", "sparse"):
@@ -270,7 +270,7 @@ def test_options_are_checked():
 
 
 def test_convergence_schedule_prunes_in_a_run():
-    from hetfl_core.engine import run
+    from hetfl_core.runtime.engine import run
 
     result = run(RunConfig(method="ofafl", dataset="digits", model="mlp", partition="iid", clients=10, rounds=10,
                            local_steps=3, batch_size=16, momentum=0.9, test_fraction=0.0, val_fraction=0.1,

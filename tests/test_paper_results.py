@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetfl_core.book import paper_scale_markdown
-from hetfl_core.experiments import source_hash
+from hetfl_core.runtime.experiments import source_hash
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError
-from hetfl_core.personalization import body_parameter_names, head_parameter_names
-from hetfl_core.system import dense_bits, sparse_bits
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.personalization import body_parameter_names, head_parameter_names
+from hetfl_core.science.system import dense_bits, sparse_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 PERSONAL = ["fedper", "fedrep", "lg-fedavg", "fedbabu", "local", "topk", "topk-ef"]

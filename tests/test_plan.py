@@ -24,7 +24,7 @@ seed: int = 0
 ```{code-cell} ipython3
 from hetfl_core import RunConfig
 from hetfl_core.book import Chapter
-from hetfl_core.report import final
+from hetfl_core.book.report import final
 
 book = Chapter("tiny", "Tiny", globals())
 rounds = book.by_scale(smoke=1, book=2, paper=3)
@@ -39,7 +39,7 @@ assert not any(r.get("planned") for r in runs.values()), "needs trained runs"
 ```
 
 ```{code-cell} ipython3
-from hetfl_core.experiments import sweep
+from hetfl_core.runtime.experiments import sweep
 
 more = sweep([base.replace(clients=8)])
 ```
@@ -160,7 +160,7 @@ def test_a_stand_in_has_the_engines_client_fields_and_the_methods_own_metrics():
     accuracy per ratio)."""
     from hetfl_core import RunConfig
     from hetfl_core.book import planned_result
-    from hetfl_core.system import HETEROGENEITY
+    from hetfl_core.science.system import HETEROGENEITY
 
     config = RunConfig(method="ofafl", dataset="digits", clients=10, participation=0.3, rounds=4,
                        heterogeneity="medium", options={"ratios": [1.0, 0.5, 0.25]})

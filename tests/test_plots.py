@@ -4,7 +4,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from hetfl_core import plots  # noqa: E402
+from hetfl_core.book import plots  # noqa: E402
 
 
 def test_no_colour_is_used_twice():
@@ -194,7 +194,7 @@ def test_panels_and_plot_cases_draw_one_panel_per_case():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hetfl_core import plots
+    from hetfl_core.book import plots
 
     fig, axes = plots.panels(5)
     assert len(axes) == 5 and len(fig.axes) == 5
@@ -218,7 +218,7 @@ def test_panels_and_plot_cases_draw_one_panel_per_case():
 def test_a_critical_difference_diagram_labels_every_method_with_its_rank():
     import matplotlib.pyplot as plt
 
-    from hetfl_core import arena, plots
+    from hetfl_core.book import arena, plots
 
     cd = arena.critical_difference({"fedavg": [0.8, 0.7, 0.9], "fedlps": [0.6, 0.5, 0.7], "local": [0.7, 0.6, 0.8]})
     fig, ax = plt.subplots()

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError
-from hetfl_core.masks import unit_masks_to_parameters
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.masks import unit_masks_to_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,7 +108,7 @@ def test_lotteryfl_waits_for_the_accuracy_threshold():
 
 
 def test_prunefl_mask_maximises_importance_per_time():
-    from hetfl_core.methods.prunefl import adaptive_mask
+    from hetfl_core.science.methods.prunefl import adaptive_mask
 
     importance = {"a": torch.tensor([4.0, 1.0]), "b": torch.tensor([[2.0, 3.0]])}
     # scores top-k sum / (c + k/4): c=1 -> 3.2, 4.67, 5.14, 5.0 (k=3); c=0 -> 16, 14, 12, 10 (k=1)

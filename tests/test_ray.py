@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hetfl_core.errors import ConfigError, HetflError
-from hetfl_core.experiments import cache_path, sweep
-from hetfl_core.methods import register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.errors import ConfigError, HetflError
+from hetfl_core.runtime.experiments import cache_path, sweep
+from hetfl_core.science.methods import register
+from hetfl_core.science.methods.fedavg import FedAvg
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -154,15 +154,15 @@ def test_a_plug_in_sent_by_value_keeps_its_own_declarations(tmp_path):
     script = tmp_path / "plug.py"
     script.write_text(
         "import sys\n"
-        "from hetfl_core.methods.fedavg import FedAvg\n"
-        "from hetfl_core.ray_executor import _method_by_value\n"
+        "from hetfl_core.science.methods.fedavg import FedAvg\n"
+        "from hetfl_core.runtime.ray_executor import _method_by_value\n"
         "class Mine(FedAvg, name='mine-by-value', label='Mine', reads_hardware_tiers=False):\n"
         "    '''A plug-in defined in __main__.'''\n"
         "open(sys.argv[1], 'wb').write(_method_by_value(Mine))\n")
     sent = tmp_path / "mine.bin"
     subprocess.run([sys.executable, str(script), str(sent)], check=True, cwd=ROOT,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
-    from hetfl_core.ray_executor import _load_method
+    from hetfl_core.runtime.ray_executor import _load_method
 
     cls = _load_method(sent.read_bytes())
     assert (cls.name, cls.label, cls.reads_hardware_tiers) == ("mine-by-value", "Mine", False)

@@ -2,14 +2,19 @@
 import ast
 import json
 import math
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hetfl_core import report
-from hetfl_core.methods.fedavg import FedAvg
-from hetfl_core.report import Ledger, above_chance, at_least, at_most, is_true
+from hetfl_core.book import report
+from hetfl_core.science.methods.fedavg import FedAvg
+from hetfl_core.book.report import Ledger, above_chance, at_least, at_most, is_true
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import scorecard  # noqa: E402  (the site's verdict boxes and scorecard, beside build_book.py)
 
 
 def run_of(accs, step_s=10.0, bits=100.0):
@@ -309,11 +314,11 @@ def test_saved_ledgers_make_the_verdict_box_and_the_scorecard(tmp_path):
     saved = json.loads((tmp_path / "alpha.json").read_text())
     assert saved["claims"][1]["values"] == ["inf"] * 4
     ledgers = report.load_ledgers(tmp_path)
-    box = report.verdict_box_markdown(ledgers["alpha"])
+    box = scorecard.verdict_box_markdown(ledgers["alpha"])
     assert "2 counted paper claims: 1 holds, 1 fails, 0 are inconclusive; 1 indicative" in box
     assert "{ref}`Evidence <alpha-table1>`" in box and "A is fast" not in box    # headline claims only
     assert "A is small" not in box                                                # never uncounted ones
-    card = report.scorecard_markdown(ledgers, ["beta", "alpha"])
+    card = scorecard.scorecard_markdown(ledgers, ["beta", "alpha"])
     counts = card.split("## Every claim")[0]
     assert counts.index("Beta") < counts.index("Alpha")
     # by chance, on the margin: 10% + 10% per t-interval claim, 1/16 + 1/16 for 4 yes/no seeds
@@ -374,7 +379,7 @@ def test_a_fixed_comparator_is_unbiased_where_a_per_seed_maximum_is_not():
 
 
 def test_probe_note_says_whether_the_gap_closes_narrows_stays_or_widens():
-    from hetfl_core.report import at_least, probe_note
+    from hetfl_core.book.report import at_least, probe_note
 
     crit = at_least(0, " points")
     assert probe_note([-5.0], [1.0], crit, [0]).endswith("the gap closes: the criterion passes")
@@ -405,7 +410,7 @@ def test_a_comparison_judged_by_two_ledgers_is_listed_side_by_side(tmp_path):
     twice = rendered(text)
     assert [len(row) for row, _ in twice.bodies] == [4, 4]             # comparison ... verdict
     assert all("3 seeds" in d or "4 seeds" in d for d in twice.details)
-    assert "The same comparison, judged twice" in report.scorecard_markdown(ledgers)
+    assert "The same comparison, judged twice" in scorecard.scorecard_markdown(ledgers)
     alone = {"fedlps": ledgers["fedlps"]}
     assert report.judged_twice_markdown(alone) == ""
 
@@ -425,7 +430,7 @@ def test_values_print_as_phrases_not_python_and_one_takes_the_singular():
 def test_final_total_and_mean_finite_read_a_history():
     import math
 
-    from hetfl_core.report import final, mean_finite, total
+    from hetfl_core.book.report import final, mean_finite, total
 
     result = {"history": [{"round": 1, "acc_personal": 0.5, "time_s": 2.0},
                           {"round": 2, "acc_personal": None, "time_s": 4.0},
@@ -441,7 +446,7 @@ def test_final_total_and_mean_finite_read_a_history():
 
 
 def test_sooner_judges_a_ratio_of_costs_on_the_log_scale():
-    from hetfl_core.report import judge, ratio, sooner
+    from hetfl_core.book.report import judge, ratio, sooner
 
     crit = sooner("time to 70%")
     assert crit(1.5) and not crit(1.0) and not crit(0.8)
@@ -708,7 +713,7 @@ def test_the_claim_argument_counter_reads_a_chapters_code_cells(tmp_path):
 def test_plural_counts_a_noun_without_hedging():
     import numpy as np
 
-    from hetfl_core.report import plural
+    from hetfl_core.book.report import plural
 
     assert plural(3, "seed") == "3 seeds"
     assert plural(1, "seed") == "1 seed"
@@ -724,8 +729,7 @@ def test_plural_counts_a_noun_without_hedging():
 def test_the_verdict_box_says_nothing_of_chance_when_no_claim_is_counted():
     """At smoke scale every row rests on one seed: the box then gives no chance count
     ("about 0.0 decisive verdicts among these 0" read as nonsense)."""
-    from hetfl_core.report import verdict_box_markdown
-
+    verdict_box_markdown = scorecard.verdict_box_markdown
     one_seed = Ledger("toy", "Toy", scale="smoke")
     one_seed.claim("Fig. 1", "A beats B", "+3", [2.0], at_least(0))
     assert "chance alone" not in verdict_box_markdown(one_seed.to_dict())

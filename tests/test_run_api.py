@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import single_thread
-from hetfl_core.errors import ConfigError
+from hetfl_core.runtime.engine import single_thread
+from hetfl_core.science.errors import ConfigError
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """The run log the book build reads for its execution report (HETFL_RUN_LOG)."""
 import json
 
-from hetfl_core.data.fingerprint import dataset_fingerprint
-from hetfl_core.experiments import cache_path, run_cached, sweep
+from hetfl_core.science.data.fingerprint import dataset_fingerprint
+from hetfl_core.runtime.experiments import cache_path, run_cached, sweep
 
 
 def test_runs_are_logged_as_computed_then_cached(tiny_config, cache, tmp_path, monkeypatch):
@@ -28,13 +28,14 @@ def test_nothing_is_logged_without_the_variable(tiny_config, cache, tmp_path, mo
 def test_the_cache_key_ignores_code_that_only_reads_results(tmp_path, monkeypatch):
     import functools
 
-    import hetfl_core.experiments as ex
+    import hetfl_core.runtime.experiments as ex
 
-    files = {"engine.py": "a", "book.py": "b", "report.py": "c", "methods/fedavg.py": "d"}
+    files = {"runtime/engine.py": "a", "book/chapter.py": "b", "book/report.py": "c",
+             "science/methods/fedavg.py": "d"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    monkeypatch.setattr(ex, "__file__", str(tmp_path / "experiments.py"))
+    monkeypatch.setattr(ex, "__file__", str(tmp_path / "runtime" / "experiments.py"))
     monkeypatch.setattr(ex, "source_hash", functools.cache(ex.source_hash.__wrapped__))  # a cache of its own
 
     def fresh():
@@ -42,8 +43,8 @@ def test_the_cache_key_ignores_code_that_only_reads_results(tmp_path, monkeypatc
         return ex.source_hash()
 
     before = fresh()
-    (tmp_path / "book.py").write_text("changed")
-    (tmp_path / "report.py").write_text("changed")
+    (tmp_path / "book" / "chapter.py").write_text("changed")
+    (tmp_path / "book" / "report.py").write_text("changed")
     assert fresh() == before
-    (tmp_path / "methods" / "fedavg.py").write_text("changed")
+    (tmp_path / "science" / "methods" / "fedavg.py").write_text("changed")
     assert fresh() != before

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from hetfl_core import RunConfig
-from hetfl_core import data as hd
-from hetfl_core.errors import ConfigError
+from hetfl_core.science import data as hd
+from hetfl_core.science.errors import ConfigError
 
 
 def uneven_labels(classes=10, seed=0):

@@ -1,16 +1,17 @@
-"""The lightweight personalised method of Tan et al. 2025 (hetfl_core/methods/sparse_prune_pfl.py)."""
+"""The lightweight personalised method of Tan et al. 2025 (hetfl_core/science/methods/sparse_prune_pfl.py)."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from hetfl_core import RunConfig, dca, system
-from hetfl_core.engine import build_simulation, run
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError
-from hetfl_core.personalization import paper_split, split_layers
-from hetfl_core.models import build_model, count_parameters
+from hetfl_core import RunConfig
+from hetfl_core.science import dca, system
+from hetfl_core.runtime.engine import build_simulation, run
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.personalization import paper_split, split_layers
+from hetfl_core.science.models import build_model, count_parameters
 
 from test_cli import cli
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation, run
-from hetfl_core.errors import ConfigError
-from hetfl_core.methods.sparse_prune_pfl import THETA_CLIP
+from hetfl_core.runtime.engine import build_simulation, run
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.methods.sparse_prune_pfl import THETA_CLIP
 
 
 def config(rounds=4, **options):

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from hetfl_core import ConfigError, RunConfig, run
-from hetfl_core.engine import build_simulation
-from hetfl_core.partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
-from hetfl_core.reinforced_walk import ReinforcedRateWalk, inclusion_probabilities, rate_grid, reinforcement
-from hetfl_core.system import dense_bits, sparse_bits
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.partial_update import fuse, mask_size, masked_aggregate, update_rate_mask
+from hetfl_core.science.reinforced_walk import ReinforcedRateWalk, inclusion_probabilities, rate_grid, reinforcement
+from hetfl_core.science.system import dense_bits, sparse_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,8 +1,8 @@
 """sweep() refuses arguments of the wrong type before any run, with one line each."""
 import pytest
 
-from hetfl_core.errors import ConfigError
-from hetfl_core.experiments import sweep
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.runtime.experiments import sweep
 
 
 @pytest.mark.parametrize("configs, needle", [

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hetfl_core.errors import HetflError
-from hetfl_core.experiments import cache_path, describe_run, sweep
-from hetfl_core.methods import METHODS
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.science.errors import HetflError
+from hetfl_core.runtime.experiments import cache_path, describe_run, sweep
+from hetfl_core.science.methods import METHODS
+from hetfl_core.science.methods.fedavg import FedAvg
 
 pytestmark = pytest.mark.slow     # servers, notebooks, processes or long runs: not in make test-fast
 
@@ -46,7 +46,7 @@ def test_sigkill_of_the_parent_leaves_no_worker_behind(tmp_path):
     script = tmp_path / "long_sweep.py"
     script.write_text(textwrap.dedent("""
         from hetfl_core import RunConfig
-        from hetfl_core.experiments import sweep
+        from hetfl_core.runtime.experiments import sweep
 
         if __name__ == "__main__":
             sweep([RunConfig(dataset="digits", partition="iid", clients=4, rounds=100000, seed=s) for s in (0, 1)],
@@ -171,7 +171,7 @@ class RaisesTypeError(FedAvg):
 def test_a_plugin_registered_in_the_caller_runs_in_the_pool_workers(tiny_config, cache):
     """A method registered at run time (here by the test) in a module the workers can
     import: the workers run it, and its error is one line while the other run is cached."""
-    from hetfl_core.methods import register
+    from hetfl_core.science.methods import register
 
     register(RaisesTypeError)
     bad, good = tiny_config.replace(method=RaisesTypeError.name), tiny_config.replace(seed=1)
@@ -197,8 +197,8 @@ def _sweep_in_a_subprocess(tmp_path, code: str, script: bool = False):
 def test_a_method_registered_in_a_notebook_runs_in_this_process_and_says_so(tmp_path):
     out = _sweep_in_a_subprocess(tmp_path, """
         from hetfl_core import RunConfig, sweep
-        from hetfl_core.methods import register
-        from hetfl_core.methods.fedavg import FedAvg
+        from hetfl_core.science.methods import register
+        from hetfl_core.science.methods.fedavg import FedAvg
 
         @register
         class MyMethod(FedAvg):
@@ -219,8 +219,8 @@ def test_a_method_registered_in_a_notebook_runs_in_this_process_and_says_so(tmp_
 def test_a_method_registered_under_the_main_guard_runs_in_this_process(tmp_path):
     out = _sweep_in_a_subprocess(tmp_path, """
         from hetfl_core import RunConfig, sweep
-        from hetfl_core.methods import register
-        from hetfl_core.methods.fedavg import FedAvg
+        from hetfl_core.science.methods import register
+        from hetfl_core.science.methods.fedavg import FedAvg
 
         if __name__ == "__main__":
             @register

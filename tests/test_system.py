@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from hetfl_core import models, system
-from hetfl_core.errors import ConfigError
+from hetfl_core.science import models, system
+from hetfl_core.science.errors import ConfigError
 
 LENET_MACS = {"conv1": 6 * 28 * 28 * 25, "conv2": 16 * 10 * 10 * 150, "conv3": 120 * 400,
               "fc1": 120 * 84, "classifier": 84 * 10}
@@ -92,7 +92,7 @@ def test_hardware_dealt_in_equal_tiers_and_seeded():
 def test_the_earlier_device_names_of_the_hardware_still_work(tiny_config):
     """Code written against the earlier names (``DeviceProfile``, ``make_devices``,
     ``REFERENCE_DEVICE``, ``sim.devices``, ``method.devices``) reads the same objects."""
-    from hetfl_core.engine import build_simulation
+    from hetfl_core.runtime.engine import build_simulation
 
     assert system.DeviceProfile is system.HardwareProfile
     assert system.REFERENCE_DEVICE is system.REFERENCE_HARDWARE

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from hetfl_core import RunConfig, run
-from hetfl_core.engine import build_simulation
-from hetfl_core.system import compute_noise
-from hetfl_core.errors import ConfigError
-from hetfl_core.system import client_time
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.system import compute_noise
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.system import client_time
 
 BASE = RunConfig(method="fedavg", dataset="digits", model="cnn", clients=4, rounds=2,
                  local_steps=2, batch_size=16, heterogeneity="medium", seed=1)

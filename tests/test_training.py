@@ -1,11 +1,11 @@
-"""Evaluation in parts (:func:`hetfl_core.training.forward_in_parts`): the same logits, hence
+"""Evaluation in parts (:func:`hetfl_core.science.training.forward_in_parts`): the same logits, hence
 the same accuracy and the same summed loss, as one forward pass over a batch."""
 import pytest
 import torch
 from torch import nn
 
-from hetfl_core import models, training
-from hetfl_core.transformer import LoRATransformer, _weight_shapes
+from hetfl_core.science import models, training
+from hetfl_core.science.transformer import LoRATransformer, _weight_shapes
 
 
 def inputs(name: str, rows: int) -> tuple[nn.Module, torch.Tensor]:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from hetfl_core import RunConfig
-from hetfl_core.data import datasets as data_module
-from hetfl_core.config import MODEL_INPUTS
-from hetfl_core.data import DATASET_INFO, DATASETS, load_dataset
-from hetfl_core.engine import run
-from hetfl_core.errors import ConfigError, DivergenceError
-from hetfl_core.models import MODELS
+from hetfl_core.science.data import datasets as data_module
+from hetfl_core.runtime.config import MODEL_INPUTS
+from hetfl_core.science.data import DATASET_INFO, DATASETS, load_dataset
+from hetfl_core.runtime.engine import run
+from hetfl_core.science.errors import ConfigError, DivergenceError
+from hetfl_core.science.models import MODELS
 
 BAD_FIELDS = [
     ("rounds", "3"), ("rounds", None), ("lr", [0.1]), ("lr", "0.1"), ("rounds", 2.5), ("batch_size", 2.5),

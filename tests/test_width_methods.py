@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core import submodel as sm
-from hetfl_core.engine import build_simulation
-from hetfl_core.errors import ConfigError
-from hetfl_core.models import build_model
-from hetfl_core.system import dense_bits, training_flops
+from hetfl_core.science import submodel as sm
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.models import build_model
+from hetfl_core.science.system import dense_bits, training_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {"mlp": (1, 8, 8), "lenet5": (1, 28, 28), "cnn": (1, 28, 28), "wcnn": (1, 8, 8), "pcnn": (1, 8, 8)}

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig, run
-from hetfl_core.data import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style, load_dataset,
-                             make_federated, writer_styles)
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.data import (PARTITIONS, WRITER_ROTATION, WRITER_SCALE, apply_style,
+                                     load_dataset, make_federated, writer_styles)
+from hetfl_core.science.errors import ConfigError
 
 
 def deal(partition, seed=0):

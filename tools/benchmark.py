@@ -13,11 +13,11 @@ width 0.5 against one at width 1, beside the model's own compute at those widths
 
 ``--batched`` adds (``only``: runs only) the comparison of a round's clients trained one
 after another against all of them as one vectorised batch (``RunConfig.batched_clients``,
-:mod:`hetfl_core.batched`): the LeNet-5 workload above and one paper-scale round of 100
+:mod:`hetfl_core.runtime.batched`): the LeNet-5 workload above and one paper-scale round of 100
 clients (``--paper-clients``), in samples per second, on ``--device``; on CUDA also the
 share of each round's wall time the GPU spends in kernels (``torch.profiler``). ``--tiny``
 shrinks both workloads to a smoke test of the script. ``--variants plain,compile,cudagraphs,fused``
-times each way a batched step can run (:func:`hetfl_core.batched.step_variant`), each with
+times each way a batched step can run (:func:`hetfl_core.runtime.batched.step_variant`), each with
 its largest weight difference from the sequential round; ``--json PATH`` writes the
 measurements (after every way, so an interrupted run keeps what it measured).
 
@@ -37,11 +37,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetfl_core import RunConfig
-from hetfl_core.batched import VARIANTS, step_variant
-from hetfl_core.engine import build_simulation, run_rounds
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.experiments import sweep
-from hetfl_core.models import build_model
+from hetfl_core.runtime.batched import VARIANTS, step_variant
+from hetfl_core.runtime.engine import build_simulation, run_rounds
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.runtime.experiments import sweep
+from hetfl_core.science.models import build_model
 
 
 class TextbookLeNet5(nn.Module):
@@ -129,7 +129,7 @@ def batched_comparison(lenet: RunConfig, paper_clients: int, tiny: bool,
                        variants=("plain",), backend: str | None = None, save=None) -> dict:
     """Sequential against batched clients, samples/s: the LeNet-5 workload's rounds, and one
     round of ``paper_clients`` clients; each batched step ``variant``
-    (:func:`hetfl_core.batched.step_variant`), with its largest weight difference from the
+    (:func:`hetfl_core.runtime.batched.step_variant`), with its largest weight difference from the
     sequential round's; on CUDA the kernel share of a round's wall time. Returns the
     measurements (the JSON that ``--json`` writes); ``save(measured)``, if given, is called
     with what is measured so far after each way, so a run stopped early keeps those."""
@@ -266,14 +266,14 @@ def main():
         seconds, _ = timed(lambda: sweep(configs, processes=2, directory=Path(tmp, "p2"), progress=False))
         rows.append((f"sweep, 2 processes ({args.runs} runs)", args.runs * per_run, seconds))
         if "ray" not in skip:
-            from hetfl_core.ray_executor import connect
+            from hetfl_core.runtime.ray_executor import connect
 
             seconds, _ = timed(lambda: (connect(cpus=2), sweep(configs, processes=2, executor="ray",
                                                                directory=Path(tmp, "ray"), progress=False)))
             rows.append((f"sweep on a local Ray, 2 CPUs ({args.runs} runs)", args.runs * per_run, seconds))
             connect().shutdown()
     if "flower" not in skip:
-        from hetfl_core.flower import run_flower
+        from hetfl_core.runtime.flower import run_flower
 
         seconds, _ = timed(lambda: run_flower([config]))
         rows.append(("Flower bridge (simulation, 20 nodes)", per_run, seconds))

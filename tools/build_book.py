@@ -24,14 +24,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hetfl_core.ladder import longer_training_note
-from hetfl_core.report import (NUMBERS_CLASS, load_ledgers, markdown_table, scorecard_markdown,
-                               verdict_box_markdown, within)
+from hetfl_core.book.ladder import longer_training_note
+from hetfl_core.book.report import NUMBERS_CLASS, load_ledgers, markdown_table, within
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))     # the tools beside this file
 from print_pdf import toc_files  # noqa: E402  (one reading of _toc.yml for both tools)
+from scorecard import scorecard_markdown, verdict_box_markdown  # noqa: E402
 
 
 def is_chapter(path: Path) -> bool:
@@ -383,7 +383,7 @@ TOTALS_MARK = "<!-- totals -->"
 def totals_markdown(ledgers: dict, scale: str) -> str:
     """The book's totals for the intro: the counted verdicts of the five papers' claims,
     summed over the chapters' ledgers, and the arena's apart."""
-    from hetfl_core.report import _counts, counts_sentence
+    from hetfl_core.book.report import _counts, counts_sentence
 
     def summed(names):
         total: dict[str, int] = {}

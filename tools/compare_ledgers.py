@@ -2,7 +2,7 @@
 under the rule that judged them from every seed alone.
 
 ``python tools/compare_ledgers.py BEFORE_DIR AFTER_DIR [--names A B]`` reads the ledgers
-(``<chapter>.json``, as :meth:`hetfl_core.report.Ledger.save` writes them) of two runs of
+(``<chapter>.json``, as :meth:`hetfl_core.book.report.Ledger.save` writes them) of two runs of
 the book, e.g. a build with ``-p baselines simplified`` and one with the baselines as their
 authors ran them, matches claims by chapter, reference and statement, and prints per
 chapter the claims whose verdict differs, with both sides' values and criterion; then the
@@ -12,7 +12,7 @@ counted verdicts of each side per chapter (paper claims only).
 the rule that says *holds* when every seed passes, *fails* when none does and
 *inconclusive* otherwise (whatever the number of seeds), and prints each claim whose verdict
 that rule would change, beside the paired-interval verdict of
-:func:`hetfl_core.report.judge`.
+:func:`hetfl_core.book.report.judge`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from collections import Counter
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hetfl_core.report import load_ledgers  # noqa: E402
+from hetfl_core.book.report import load_ledgers  # noqa: E402
 
 COUNTED = ("holds", "fails", "inconclusive")
 

@@ -73,7 +73,7 @@ def configurations(methods=None) -> dict:
     """``{name: RunConfig}``: every registered method (or those in ``methods``, given by
     registered name) at :data:`BASE`, and its :func:`variants` as ``"method[option=value]"``."""
     from hetfl_core import RunConfig
-    from hetfl_core.methods import METHODS
+    from hetfl_core.science.methods import METHODS
 
     chosen = sorted(METHODS) if methods is None else list(methods)
     unknown = [m for m in chosen if m not in METHODS]

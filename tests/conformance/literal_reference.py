@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetfl_core.methods.base import seeded_generator
+from hetfl_core.science.methods.base import seeded_generator
 
 #: total samples per client (a fifth held out): 56, 36, 10 and 72 training samples, so with
 #: batch 16 every client has a partial batch and client 2 has nothing but one

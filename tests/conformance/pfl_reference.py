@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from hetfl_core import RunConfig
-from hetfl_core.data import load_dataset
-from hetfl_core.engine import build_simulation
-from hetfl_core.methods.base import seeded_generator
+from hetfl_core.science.data import load_dataset
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.methods.base import seeded_generator
 
 TOL = 1e-5
 #: samples per client class and classes per client of the tiny federation

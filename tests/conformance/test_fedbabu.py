@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from hetfl_core.streams import STREAMS
+from hetfl_core.science.streams import STREAMS
 
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.personalization import body_parameter_names
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.personalization import body_parameter_names
 
 from .literal_reference import (UNEVEN_SIZES, client_stream, loader_epoch, max_diff, module_state,
                                 sum_then_divide, whole_epochs)

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from hetfl_core.methods.base import seeded_generator
-from hetfl_core.errors import ConfigError
-from hetfl_core.models import structured_units
+from hetfl_core.science.methods.base import seeded_generator
+from hetfl_core.science.errors import ConfigError
+from hetfl_core.science.models import structured_units
 
-from hetfl_core.methods.fedlps_code import CODE_TIERS
+from hetfl_core.science.methods.fedlps_code import CODE_TIERS
 
 from .literal_fedlps import fedlps_code_rounds
 from .literal_reference import UNEVEN_SIZES

@@ -5,11 +5,11 @@ uploads the body; the server averages bodies weighted by n_k. Each client is sco
 the current global body and its own (possibly stale) head."""
 import copy
 
-from hetfl_core.personalization import body_parameter_names
+from hetfl_core.science.personalization import body_parameter_names
 
 from .literal_reference import UNEVEN_SIZES, max_diff, pfllib_split_rounds
-from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, round_orders, scores,
-                            sgd, tiny_config, weighted_mean)
+from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, round_orders,
+                            scores, sgd, tiny_config, weighted_mean)
 
 
 def reference_split_round(sim, start, participants, shared, train):

@@ -2,9 +2,9 @@
 clientrep/serverrep): each round a client first trains its head for ``head_epochs`` with
 the body frozen, then the body for E epochs with the head frozen (a fresh shuffle each
 epoch), keeps the head and uploads the body for the data-weighted average."""
-from hetfl_core.personalization import body_parameter_names
+from hetfl_core.science.personalization import body_parameter_names
 
-from hetfl_core.methods.base import seeded_generator
+from hetfl_core.science.methods.base import seeded_generator
 
 import copy
 

@@ -5,8 +5,8 @@ federation of ``test_heterofl``: digits, 4 clients of widths 1, 1/2, 1/4, 2 roun
 import pytest
 import torch
 
-from hetfl_core.engine import build_simulation
-from hetfl_core.submodel import extract
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.submodel import extract
 
 from . import width_reference as ref
 from .pfl_reference import tiny_config

@@ -4,10 +4,10 @@ Flower (flwr 1.41) ships the server side of FedAvg in both of its APIs: the lega
 (``flwr.server.strategy``: ``aggregate``, ``aggregate_inplace`` and ``FedAvg.aggregate_fit``
 over ``FitRes``) and the Message one (``flwr.serverapp.strategy``: ``aggregate_arrayrecords``
 and ``FedAvg.start`` / ``aggregate_train`` over reply ``Message``s). Nothing of this
-package's aggregation runs on the Flower side (``hetfl_core.flower`` reuses the package's
+package's aggregation runs on the Flower side (``hetfl_core.runtime.flower`` reuses the package's
 own fold, so it is no oracle):
 
-* the folds of ``hetfl_core.methods.aggregate`` against Flower's functions on random
+* the folds of ``hetfl_core.science.methods.aggregate`` against Flower's functions on random
   updates with unequal example counts, to 1e-6;
 * the engine's FedAvg against Flower's FedAvg strategy aggregating the updates of this
   package's local training (the client side) on the tiny digits federation with unequal
@@ -39,8 +39,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 from flwr.supercore.task_identity import TaskIdentity
 from torch import nn
 
-from hetfl_core.methods.aggregate import average_over_holders, weighted_average
-from hetfl_core.methods.base import ClientPlan, seeded_generator
+from hetfl_core.science.methods.aggregate import average_over_holders, weighted_average
+from hetfl_core.science.methods.base import ClientPlan, seeded_generator
 
 from .pfl_reference import TOL, build, tiny_config
 

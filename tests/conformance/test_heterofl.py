@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hetfl_core import RunConfig
-from hetfl_core.engine import build_simulation
+from hetfl_core.runtime.engine import build_simulation
 
 from . import width_reference as ref
 from .pfl_reference import tiny_config

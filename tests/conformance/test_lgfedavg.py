@@ -7,8 +7,8 @@ import copy
 
 import numpy as np
 
-from hetfl_core.personalization import head_parameter_names
-from hetfl_core.system import dense_bits
+from hetfl_core.science.personalization import head_parameter_names
+from hetfl_core.science.system import dense_bits
 
 import pytest
 import torch
@@ -16,8 +16,8 @@ from torch import nn
 
 from .literal_reference import (UNEVEN_SIZES, client_stream, loader_epoch, max_diff, module_state,
                                 sum_then_divide, whole_epochs)
-from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, round_orders, scores,
-                            sgd, tiny_config, weighted_mean)
+from .pfl_reference import (TOL, assert_scores_close, assert_state_close, build, round_orders,
+                            scores, sgd, tiny_config, weighted_mean)
 
 
 def reference_lg(sim, start, participants, fedavg_rounds, weighting="n"):

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from hetfl_core import RunConfig
-from hetfl_core.data.partitions import dirichlet_partition, iid_partition, shards_partition
-from hetfl_core.engine import build_simulation
-from hetfl_core.errors import ConfigError
+from hetfl_core.science.data.partitions import dirichlet_partition, iid_partition, shards_partition
+from hetfl_core.runtime.engine import build_simulation
+from hetfl_core.science.errors import ConfigError
 
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 200))
 CLIENTS, SEEDS = 10, 30

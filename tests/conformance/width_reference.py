@@ -34,7 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from hetfl_core.methods.base import seeded_generator
+from hetfl_core.science.methods.base import seeded_generator
 
 HIDDEN = ("conv1", "conv2", "fc1")
 PIXELS_PER_CHANNEL = 4          # conv2's 2x2 output map of an 8x8 input, flattened into fc1

@@ -13,7 +13,7 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from hetfl_core.flower_app import client as hetfl_client
+from hetfl_core.runtime.flower_app import client as hetfl_client
 
 client = ClientApp()
 

@@ -1,8 +1,8 @@
 """A toy claim for the ladder's tests: FedAvg against local training on a few digits,
 two rungs of a few seconds each (loaded through $HETFL_LADDER_SPECS)."""
-from hetfl_core.config import RunConfig
-from hetfl_core.ladder import ClaimSpec, register
-from hetfl_core.report import at_least, final, per_seed
+from hetfl_core.runtime.config import RunConfig
+from hetfl_core.book.ladder import ClaimSpec, register
+from hetfl_core.book.report import at_least, final, per_seed
 
 
 def toy_setting(scale):

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from hetfl_core import run
-from hetfl_core.engine import build_simulation, run_rounds
-from hetfl_core.methods import METHODS, register
-from hetfl_core.methods.fedavg import FedAvg
+from hetfl_core.runtime.engine import build_simulation, run_rounds
+from hetfl_core.science.methods import METHODS, register
+from hetfl_core.science.methods.fedavg import FedAvg
 
 
 class SetupProbe(FedAvg, name="toy-setup-probe", label="Setup probe"):
@@ -63,7 +63,7 @@ def test_a_plugin_without_setup_runs_and_gets_the_cost_model(tiny_config):
 def test_the_constructor_does_no_per_client_work(tiny_config, monkeypatch):
     """FedLPS scores w^0 on every client's training set (its a_k^{-1}) in setup, not when
     it is constructed."""
-    from hetfl_core.methods import fedlps
+    from hetfl_core.science.methods import fedlps
 
     scored = []
     real = fedlps.evaluate

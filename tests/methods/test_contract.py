@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hetfl_core import run
-from hetfl_core.methods import METHODS
+from hetfl_core.science.methods import METHODS
 
 
 def runs_from_the_command_line(method, method_config, tmp_path, monkeypatch):
@@ -46,8 +46,8 @@ def charges_under_both_cost_models(method, method_config, tmp_path, monkeypatch)
 
 def runs_on_the_resolved_device(method, method_config, tmp_path, monkeypatch):
     """``device="auto"`` puts the model and every client's data on one device."""
-    from hetfl_core.devices import resolve_device
-    from hetfl_core.engine import build_simulation
+    from hetfl_core.science.devices import resolve_device
+    from hetfl_core.runtime.engine import build_simulation
 
     config = method_config(method, device="auto")
     sim = build_simulation(config)
@@ -66,7 +66,7 @@ def gives_the_same_numbers_twice(method, method_config, tmp_path, monkeypatch):
 
 def lists_and_checks_its_options(method, method_config, tmp_path, monkeypatch):
     """Each option is declared with a description; an unknown one is refused by name."""
-    from hetfl_core.errors import ConfigError
+    from hetfl_core.science.errors import ConfigError
 
     cls = METHODS[method]
     assert cls.summary and cls.name == method and cls.label
@@ -80,7 +80,7 @@ def lists_and_checks_its_options(method, method_config, tmp_path, monkeypatch):
 def has_a_style_of_its_own(method, method_config, tmp_path, monkeypatch):
     """The book's figures draw it in its own colour and marker, declared on its class
     (``color``, ``marker``; ``plots.METHOD_STYLES`` reads them)."""
-    from hetfl_core import plots
+    from hetfl_core.book import plots
 
     key = plots.method_key(method)
     assert key in plots.METHOD_STYLES, method
@@ -93,8 +93,8 @@ def declares_what_each_client_keeps(method, method_config, tmp_path, monkeypatch
     """After a round, every attribute it names in ``client_state`` and ``server_state``
     exists, each ``client_state`` one holds entries by client id, and no other attribute
     is a dict keyed by client ids (which a Flower node would receive whole)."""
-    from hetfl_core.engine import build_simulation
-    from hetfl_core.methods.base import client_entries
+    from hetfl_core.runtime.engine import build_simulation
+    from hetfl_core.science.methods.base import client_entries
 
     sim = build_simulation(method_config(method, clients=5))
     sim.round(1)
@@ -124,8 +124,8 @@ def test_contract(method, check, method_config, tmp_path, monkeypatch):
 @pytest.mark.parametrize("missing", ["client_step", "aggregate"])
 def test_a_method_must_say_how_a_client_trains_and_how_the_server_folds(missing, method_config):
     """``Method`` is abstract in its two hooks: a subclass missing one cannot be built."""
-    from hetfl_core.engine import build_simulation
-    from hetfl_core.methods.base import Method
+    from hetfl_core.runtime.engine import build_simulation
+    from hetfl_core.science.methods.base import Method
 
     def never_called(self, *args):
         raise AssertionError("never called")

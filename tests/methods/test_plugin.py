@@ -9,10 +9,10 @@ PLUGIN = textwrap.dedent('''
     """Server momentum on FedAvg, as one plug-in file."""
     import torch
 
-    from hetfl_core.methods.aggregate import weighted_average
-    from hetfl_core.methods.base import register
-    from hetfl_core.methods.fedavg import FedAvg
-    from hetfl_core.options import Option
+    from hetfl_core.science.methods.aggregate import weighted_average
+    from hetfl_core.science.methods.base import register
+    from hetfl_core.science.methods.fedavg import FedAvg
+    from hetfl_core.science.options import Option
 
 
     class Velocity:
@@ -53,7 +53,7 @@ PLUGIN = textwrap.dedent('''
 def plugin(tmp_path):
     """The plug-in's class, loaded from its file as ``--plugin FILE`` loads it."""
     from hetfl_core.cli import _load_plugin
-    from hetfl_core.methods import METHODS
+    from hetfl_core.science.methods import METHODS
 
     path = tmp_path / "fedavgm.py"
     path.write_text(PLUGIN)
@@ -63,8 +63,9 @@ def plugin(tmp_path):
 
 
 def test_a_plugin_declares_its_style_and_capabilities_on_its_class(plugin):
-    from hetfl_core import arena, flower, plots
+    from hetfl_core.book import arena, plots
 
+    from hetfl_core.runtime import flower
     assert plots.method_style("toy-fedavgm") == {"color": "#123456", "marker": "*"}
     assert plots.method_style("FedAvgM (toy)") == plots.method_style("toy-fedavgm")
     assert plots.METHOD_STYLES[plots.method_key("toy-fedavgm")] == ("#123456", "*")

@@ -38,7 +38,7 @@ INSPECT = """() => {
 
 #: the tallest a claim ledger may be, its rows folded, at a 1280 px wide window
 LEDGER_MAX_PX = 2500
-LEDGER_CLASS = "hetfl-ledger"      # hetfl_core.report.LEDGER_CLASS
+LEDGER_CLASS = "hetfl-ledger"      # hetfl_core.book.report.LEDGER_CLASS
 
 # Every table in the page's content column: its width (the whole table, also where a scroll
 # container clips it), its height, and whether it is a claim ledger; and the column's width.

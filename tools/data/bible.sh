@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The King James Version and the World English Bible as SWORD zText modules, for the
-# KJV/WEB sentence-pair task (hetfl_core/data/bible.py). Source: Debian's
+# KJV/WEB sentence-pair task (hetfl_core/science/data/bible.py). Source: Debian's
 # sword-text-kjv and sword-text-web, fetched with `apt-get download` (no root needed,
 # nothing installed system-wide) and unpacked with dpkg-deb; the SWORD tree
 # (mods.d/ and modules/) is kept under $1/bible/.
