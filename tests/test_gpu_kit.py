@@ -62,6 +62,7 @@ def test_pack_names_a_missing_or_unknown_dataset(tmp_path, datasets, needle):
         gpu_kit.pack(tmp_path / "kit", wheels=(), datasets=datasets, data_root=data_root(tmp_path))
 
 
+@pytest.mark.slow     # the kit's stages in processes: not in make test-fast
 def test_the_gpu_command_runs_its_stages_on_the_cpu(tmp_path):
     """``there`` end to end at the tiny scale, on the CPU: the tests (their CUDA cases skip),
     the benchmark, a ladder stand-in, and one archive that ``unpack`` reads."""

@@ -19,6 +19,8 @@ from hetfl_core.science.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "tests" / "ladder" / "toy_specs.py"
 TOOL = [sys.executable, str(ROOT / "tools" / "ladder.py")]
+#: the tool in processes and the toy ladder they compute (a minute): not in make test-fast
+SLOW = pytest.mark.slow
 
 
 @pytest.fixture(autouse=True)
@@ -58,6 +60,7 @@ def reference(tmp_path_factory):
     return store
 
 
+@SLOW
 def test_resume_after_a_kill_computes_only_the_rest(tmp_path, reference):
     total = len(ladder.planned_runs("toy"))
     env = {**os.environ, ladder.SPECS_ENV: str(TOY)}
@@ -81,6 +84,7 @@ def test_resume_after_a_kill_computes_only_the_rest(tmp_path, reference):
     assert _judged(tmp_path)["Local"].keys() == {"book", "x2"}
 
 
+@SLOW
 def test_the_stored_history_is_compact_and_the_ledger_judges_every_rung(reference):
     for path in (reference / "runs").glob("*.json"):
         record = json.loads(path.read_text())
@@ -106,6 +110,7 @@ def _with_an_old_run(tmp_path, reference):
     return store, victim, record
 
 
+@SLOW
 def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
     store, victim, record = _with_an_old_run(tmp_path, reference)
     ladder.write_ledgers("toy", store)
@@ -121,6 +126,7 @@ def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
     assert ladder.is_current({"provenance": {**record["provenance"], "equivalence_digest": "d"}}, "d")
 
 
+@SLOW
 def test_a_stale_ledger_file_is_marked_by_the_current_source(tmp_path, reference):
     """The ledger file was written when every run was current; a run's source hash changed since."""
     store, _, _ = _with_an_old_run(tmp_path, reference)
@@ -175,6 +181,7 @@ def test_a_run_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["k1.json"]
 
 
+@SLOW
 def test_bad_input_is_one_line_from_the_tool(tmp_path):
     done = _tool("run", "--chapter", "nope", store=tmp_path, timeout=300)
     assert done.returncode == 2 and done.stdout == ""
@@ -230,6 +237,7 @@ def test_a_claim_not_on_the_ladder_is_refused(tmp_path):
         ladder.ladder_sentence("toy", "Toy 9", directory=tmp_path)
 
 
+@SLOW
 def test_the_ladder_is_drawn_and_told_from_the_store(reference, monkeypatch):
     import matplotlib
 
@@ -562,6 +570,7 @@ def test_the_fedlps_fig9a_spec_is_the_chapters_headline_row_at_smoke_scale():
     assert side.train_samples == 2000
 
 
+@SLOW
 def test_a_claim_judged_case_by_case_is_drawn_and_told_from_the_store(tmp_path, reference, monkeypatch):
     """A per-case claim (:attr:`ClaimSpec.per_case`) on the toy's runs: the ledger judges it
     with judge_cases, the sentence and table give each case's verdict, the figure draws it."""
@@ -665,6 +674,7 @@ def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
     assert verdict != "holds"          # the IID end's mixed leads keep "every level" from holding
 
 
+@SLOW
 def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
     """The verdict box and the scorecard carry the ladder's highest judged rung where its
     verdict differs from the chapter's, for the chapter's own comparator only."""
