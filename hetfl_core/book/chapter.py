@@ -207,7 +207,9 @@ def caption_text(configs, notebook: str, scale: str, seed: int = 0, baselines: s
         used = [c for c in configs if c.partition in PARTITION_PARAMETERS.get(name, (c.partition,))]
         if name == "local_epochs":
             used = [c for c in used if c.local_steps is None]
-        values = [v for v in _values(used, name) if v is not None]
+        # a whole number of epochs prints as one ("1 local epoch", not "1.0")
+        values = [int(v) if isinstance(v, float) and v.is_integer() and name == "local_epochs" else v
+                  for v in _values(used, name) if v is not None]
         if name == "heterogeneity" and values == ["none"]:
             parts.append("identical hardware")
         elif values:

@@ -130,13 +130,13 @@ def holder_model(seed: int = 1) -> nn.Module:
 
 
 def holder_reports(held_fraction: float, seed: int = 2) -> list[SimpleNamespace]:
-    """Reports with ``(values, held)`` updates: each entry held with ``held_fraction``."""
+    """Reports with ``weights`` and where they are ``held``: each entry held with ``held_fraction``."""
     g = torch.Generator().manual_seed(seed)
     reports = []
     for state, n in zip(random_updates(seed), EXAMPLES):
         held = {k: (torch.rand(v.shape, generator=g) < held_fraction).float()
                 for k, v in state.items()}
-        reports.append(SimpleNamespace(update=(state, held), n_samples=n))
+        reports.append(SimpleNamespace(weights=state, held=held, n_samples=n))
     return reports
 
 
