@@ -699,6 +699,9 @@ def test_a_verdict_says_when_longer_training_reads_otherwise(reference):
     card = scorecard_markdown({"toy": ledger}, ["toy"], lambda name, c: note_of(c))
     assert note in card
     assert card.index("Toy 1: FedAvg beats") < card.index("Toy 0: second")   # the chapter's order
+    smoke = {**ledger, "scale": "smoke"}            # a toy's verdicts: no ladder beside them
+    assert note not in verdict_box_markdown(smoke, note_of)
+    assert note not in scorecard_markdown({"toy": smoke}, ["toy"], lambda name, c: note_of(c))
 
 
 def test_srp_table7_is_rmcl_against_the_best_other_variant_by_the_best_accuracy():

@@ -36,7 +36,10 @@ def verdict_box_markdown(ledger: dict, longer_training=None) -> str:
     """The box at the top of a chapter: the counted verdicts of the paper's claims, and
     each counted headline claim with its verdict and a link to its evidence section;
     ``longer_training(claim)``, where given, is a sentence on what longer training says
-    when it says something else (:func:`hetfl_core.book.ladder.longer_training_note`), or ``None``."""
+    when it says something else (:func:`hetfl_core.book.ladder.longer_training_note`), or ``None``;
+    not at smoke scale, whose verdicts are a toy's, below the ladder's first rung."""
+    if ledger.get("scale") == "smoke":
+        longer_training = None
     counts = _counts(ledger)
     lines = [":::{admonition} Verdict: does the paper hold up?", ":class: tip", "",
              f"At scale `{ledger.get('scale') or '?'}`, {counts_sentence(counts)} A verdict is "
@@ -78,7 +81,8 @@ def scorecard_markdown(ledgers: dict[str, dict], order: Sequence[str] | None = N
                            _by_chance(ledger)])
         claims = sorted(ledger["claims"], key=lambda c: c.get("kind", "paper") != "paper")
         if claims:
-            note = None if longer_training is None else (lambda c, name=name: longer_training(name, c))
+            note = None if longer_training is None or ledger.get("scale") == "smoke" else \
+                (lambda c, name=name: longer_training(name, c))      # a smoke verdict: a toy's
             rows, details = _claim_table(claims, scorecard=True, longer_training=note)
             sections.append(f"### {ledger['title']}\n\n" + folded_table(
                 rows, Ledger.HEADER, details, SCORECARD_DETAIL,
