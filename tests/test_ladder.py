@@ -425,8 +425,8 @@ def test_the_stored_book_rung_of_figs_2_3_gives_the_chapters_verdict():
                 pytest.skip("the book rung of Figs. 2-3 is not stored")
             grid[(case, method, seed)] = {"history": ladder.expand_history(runs[key])}
     seeds, cases = list(spec.seeds), list(LPFL_CASES)
-    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "gaps",
-                                          "gap_by_case"}, 'book.headline("Figs. 2–3')
+    ns = _lpfl_chapter_code({"seeds_of", "shared_seeds", "pick", "pct", "gaps",
+                            "gap_by_case"}, 'book.headline("Figs. 2–3')
     theirs = ns["gap_by_case"](grid, cases, "OPT", "FedPer", ns["shared_seeds"](grid, cases, ["OPT", "FedPer"]))
     verdict = judge_cases(theirs, len(cases), spec.criterion).verdict
     ledger = ladder.build_ledger("lightweight_pfl", store)
@@ -441,6 +441,18 @@ def _lpfl_grid(runs: dict) -> dict:
             for label, results in runs.items() for seed, result in zip((0, 1, 2), results)}
 
 
+def _lpfl_chapter_code(names: set, upto: str) -> dict:
+    """:func:`chapter_code` of the lightweight chapter, with the names its settings cell
+    imports that the extracted functions read."""
+    from hetfl_core.science import data, masks, models, personalization
+
+    return chapter_code("lightweight_pfl", names, upto, hd=data, build_model=models.build_model,
+                        structured_units=masks.structured_units,
+                        **{n: getattr(personalization, n) for n in
+                           ("body_parameter_names", "head_parameter_names", "split_parameter_names")},
+                        functools=__import__("functools"), dataclasses=__import__("dataclasses"))
+
+
 def test_the_table_iv_spec_is_the_chapters_headline_row_at_smoke_scale():
     """Table IV's value is the chapter's ``case_ratios(runs, cases, "OPT", BASELINES, x2.get)``
     with X2 from ``fedper_targets``, on the same smoke runs read back from the store; the
@@ -452,17 +464,11 @@ def test_the_table_iv_spec_is_the_chapters_headline_row_at_smoke_scale():
     spec = _spec("lightweight_pfl", "Table IV")
     whole, stored = smoke_runs(spec)
     grid, cases = _lpfl_grid(whole), list(LPFL_CASES)
-    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
-                                          "case_ratios", "fedper_targets", "BASELINES", "CASES",
-                                          "METHODS", "method_config", "split_model",
-                                          "baseline_split", "config_for"},
-                      'book.headline("Table IV', hd=__import__("hetfl_core.science.data", fromlist=["x"]),
-                      build_model=__import__("hetfl_core.science.models", fromlist=["x"]).build_model,
-                      **{n: getattr(__import__("hetfl_core.science.personalization", fromlist=["x"]), n)
-                         for n in ("body_parameter_names", "head_parameter_names",
-                                   "split_parameter_names")},
-                      structured_units=__import__("hetfl_core.science.masks", fromlist=["x"]).structured_units,
-                      functools=__import__("functools"), dataclasses=__import__("dataclasses"))
+    ns = _lpfl_chapter_code({"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
+                            "case_ratios", "fedper_targets", "BASELINES", "CASES",
+                            "METHODS", "method_config", "split_model",
+                            "baseline_split", "config_for"},
+                            'book.headline("Table IV')
     targets = ns["fedper_targets"](grid, cases)
     x2 = {c: targets[c][0.9] for c in cases}
     theirs = ns["case_ratios"](grid, cases, "OPT", ns["BASELINES"], x2.get)
@@ -494,17 +500,11 @@ def test_the_table_v_spec_is_the_chapters_headline_row_at_smoke_scale():
     spec = _spec("lightweight_pfl", "Table V")
     whole, stored = smoke_runs(spec)
     grid, cases = _lpfl_grid(whole), list(RESNET_CASES)
-    ns = chapter_code("lightweight_pfl", {"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
-                                          "case_ratios", "fedper_targets", "RES_METHODS", "CASES",
-                                          "method_config", "split_model", "baseline_split",
-                                          "config_for"},
-                      'book.headline("Table V', hd=__import__("hetfl_core.science.data", fromlist=["x"]),
-                      build_model=__import__("hetfl_core.science.models", fromlist=["x"]).build_model,
-                      **{n: getattr(__import__("hetfl_core.science.personalization", fromlist=["x"]), n)
-                         for n in ("body_parameter_names", "head_parameter_names",
-                                   "split_parameter_names")},
-                      structured_units=__import__("hetfl_core.science.masks", fromlist=["x"]).structured_units,
-                      functools=__import__("functools"), dataclasses=__import__("dataclasses"))
+    ns = _lpfl_chapter_code({"seeds_of", "shared_seeds", "pick", "pct", "case_costs",
+                            "case_ratios", "fedper_targets", "RES_METHODS", "CASES",
+                            "method_config", "split_model", "baseline_split",
+                            "config_for"},
+                      'book.headline("Table V')
     targets = ns["fedper_targets"](grid, cases)
     x2 = {c: targets[c][0.9] for c in cases}
     assert_same_cases(spec.value(stored, "FedPer"), ns["case_ratios"](grid, cases, "OPT", ["FedPer"], x2.get))
