@@ -66,3 +66,52 @@ def test_lenet5_third_layer_keeps_its_weights_and_cost():
     assert model.state_dict()["conv3.weight"].shape == (120, 16, 5, 5)
     conv3 = next(c for c in profile_model(model, (1, 28, 28)) if c.name == "conv3")
     assert (conv3.kind, conv3.macs, conv3.params) == ("conv", 120 * 16 * 25, 120 * 16 * 25 + 120)
+
+
+@pytest.mark.parametrize("shape", [(500, 10, 24, 24), (20, 6, 28, 28), (7, 3, 5, 7), (4, 16, 3, 2)])
+def test_the_evaluation_pooling_is_max_pool2d_bit_for_bit(shape):
+    """Exact ties (many zeros after a ReLU, repeated values) and a NaN, odd sizes: the
+    channels-last pooling of an evaluation gives max_pool2d's numbers, in its layout."""
+    torch.manual_seed(0)
+    x = (torch.randn(*shape) * 3).round().relu() / 3
+    x[0, 0, 0, 0] = math.nan
+    with torch.no_grad():
+        fast, plain = models.max_pool_2x2(x), torch.nn.functional.max_pool2d(x, 2)
+    assert fast.is_contiguous() and fast.shape == plain.shape
+    assert torch.equal(fast.nan_to_num(-7.0), plain.nan_to_num(-7.0))
+    assert fast[0, 0, 0, 0].isnan() == plain[0, 0, 0, 0].isnan()
+
+
+def test_the_pooling_keeps_max_pool2d_under_autograd_and_vmap():
+    """Training (autograd) and torch.func.vmap take max_pool2d itself: the same output and
+    gradient, and no memory-format query that vmap refuses."""
+    torch.manual_seed(1)
+    x = (torch.randn(6, 4, 8, 8) * 2).round().relu().requires_grad_()
+    y = models.max_pool_2x2(x)
+    y.sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    torch.nn.functional.max_pool2d(x2, 2).sum().backward()
+    assert torch.equal(y, torch.nn.functional.max_pool2d(x.detach(), 2))
+    assert torch.equal(x.grad, x2.grad)
+    stacked = torch.randn(3, 5, 4, 8, 8)
+    with torch.no_grad():
+        batched = torch.func.vmap(models.max_pool_2x2)(stacked)
+    assert torch.equal(batched, torch.nn.functional.max_pool2d(stacked.flatten(0, 1), 2).view(3, 5, 4, 4, 4))
+
+
+def test_every_pooling_model_evaluates_as_before():
+    """The models that pool (LeNet-5, the CNN, the width CNNs) give, without autograd, the
+    logits they give with max_pool2d in place of the evaluation pooling."""
+    torch.manual_seed(2)
+    x = torch.randn(64, 1, 28, 28)
+    for name in ("lenet5", "cnn", "wcnn", "pcnn"):
+        model = models.build_model(name, (1, 28, 28), 10).eval()
+        with torch.no_grad():
+            fast = model(x)
+            original = models.max_pool_2x2
+            models.max_pool_2x2 = lambda t: torch.nn.functional.max_pool2d(t, 2)
+            try:
+                plain = model(x)
+            finally:
+                models.max_pool_2x2 = original
+        assert torch.equal(fast, plain), name

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import ConfigError
+from .models import max_pool_2x2
 
 __all__ = ["Selection", "ComposedConv2d", "GroupConv2d", "GroupLinear", "ComposedNet", "ComposedCNN",
            "ComposedResNet", "ComposedLSTM", "COMPOSED_MODELS", "build_composed", "default_rank", "least_trained",
@@ -181,7 +182,7 @@ class ComposedCNN(ComposedNet):
         x = F.relu(self.head(x, sel.head))
         for conv in self.convs:
             if min(x.shape[-2:]) >= 2:
-                x = F.max_pool2d(x, 2)
+                x = max_pool_2x2(x)
             x = F.relu(conv(x, sel))
         x = F.adaptive_avg_pool2d(x, 2).flatten(1) if self.pooled else x.mean(dim=(-2, -1))
         return self.classifier(x, sel.cls)

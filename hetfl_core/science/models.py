@@ -18,13 +18,28 @@ from .errors import ConfigError
 
 __all__ = ["MLP", "WholeMapConv2d", "LeNet5", "SmallCNN", "WidthCNN", "PooledCNN", "ResNet", "CharLSTM",
            "EmbeddingBagClassifier", "MODELS", "build_model", "structured_units", "count_parameters",
-           "kept_units"]
+           "kept_units", "max_pool_2x2"]
 
 
 def kept_units(n_units: int, fraction: float) -> int:
     """Units a layer of ``n_units`` keeps at width (or unit ratio) ``fraction``: ceil(fraction
     n), at least one. Every width and unit-mask method sizes a layer by it."""
     return max(1, int(math.ceil(n_units * fraction)))
+
+
+def max_pool_2x2(x: torch.Tensor) -> torch.Tensor:
+    """``F.max_pool2d(x, 2)``, the same numbers, faster in an evaluation. Without autograd,
+    on the CPU, a plain (not ``torch.func``-wrapped) 4-d tensor is pooled as a channels-last
+    copy, whose kernel takes a third to a half of the time on these models' maps (LeNet-5,
+    the CNN: 500-row evaluation passes), then made contiguous again so that the next layer
+    sees the layout it always saw. A window's maximum is one of its values, whichever kernel
+    picks it, so the output is equal bit for bit. Training keeps ``F.max_pool2d`` itself:
+    its backward, which sends each gradient to the window's first maximum, is the one every
+    stored history was computed with."""
+    if (torch.is_grad_enabled() or x.dim() != 4 or x.device.type != "cpu"
+            or torch._C._functorch.is_functorch_wrapped_tensor(x)):
+        return F.max_pool2d(x, 2)
+    return F.max_pool2d(x.contiguous(memory_format=torch.channels_last), 2).contiguous()
 
 
 class MLP(nn.Module):
@@ -77,8 +92,8 @@ class LeNet5(nn.Module):
         self.classifier = nn.Linear(f1, num_classes)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = max_pool_2x2(F.relu(self.conv1(x)))
+        x = max_pool_2x2(F.relu(self.conv2(x)))
         x = F.relu(self.conv3(x)).flatten(1)
         return self.classifier(F.relu(self.fc1(x)))
 
@@ -101,7 +116,7 @@ class WidthCNN(nn.Module):
         for i, conv in enumerate(self.convs):
             x = F.relu(conv(x))
             if i < len(self.convs) - 1 and min(x.shape[-2:]) >= 2:
-                x = F.max_pool2d(x, 2)
+                x = max_pool_2x2(x)
         return self.classifier(self._pool(x))
 
     def _pool(self, x):
@@ -143,8 +158,8 @@ class SmallCNN(nn.Module):
         self.classifier = nn.Linear(f1, num_classes)
 
     def _features(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+        x = max_pool_2x2(F.relu(self.conv1(x)))
+        return max_pool_2x2(F.relu(self.conv2(x))).flatten(1)
 
     def forward(self, x):
         return self.classifier(F.relu(self.fc1(self._features(x))))
