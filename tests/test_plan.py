@@ -95,6 +95,18 @@ def test_a_speed_is_measured_not_assumed():
     assert speed.per_sample >= 0 and speed.per_round >= 0 and speed.per_sample + speed.per_round > 0
 
 
+def test_a_speed_is_measured_for_a_method_whose_option_needs_more_rounds():
+    """A warm-up of 5 rounds cannot run in the two timed rounds' config: the run's own
+    length is kept (the lightweight chapter's warm-up run, planned at paper scale)."""
+    from hetfl_core import RunConfig
+    from hetfl_core.book import measure_speed
+
+    config = RunConfig(method="sparse-prune-pfl", dataset="digits", clients=4, rounds=8,
+                       local_steps=1, options={"allocation": "dca", "theta_warmup_rounds": 5})
+    speed = measure_speed(config.validate())
+    assert speed.per_sample + speed.per_round > 0 and speed.global_model > 0
+
+
 def test_a_cell_that_computes_outside_a_sweep_is_interrupted_and_passed_over(tmp_path, monkeypatch):
     from hetfl_core.book import plan_chapter
 

@@ -738,10 +738,14 @@ def measure_speed(config, steps: tuple[int, int] = (2, 6)) -> RunSpeed:
     its other work (all of it, for a method whose work does not follow the local steps).
     Scoring: a run of two rounds, scored after each."""
     from ..runtime.engine import build_simulation, evaluate_method, score_global_model, single_thread
-    from ..science.errors import DivergenceError
+    from ..science.errors import ConfigError, DivergenceError
 
     short = config.replace(rounds=2, participation=min(1.0, 2 / config.clients), local_epochs=1,
                            eval_global_every=None)
+    try:
+        short.validate()
+    except ConfigError:      # an option bound to the run's length (a warm-up of some rounds):
+        short = short.replace(rounds=config.rounds)     # the run's own; two rounds are timed
     participants = max(1, round(short.clients * short.participation))
 
     def timed(work) -> float:
