@@ -250,3 +250,17 @@ def test_workers_that_fail_at_start_up_under_a_guard_do_not_blame_the_guard(tmp_
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode != 0 and "died while starting" in last, out.stderr
     assert "if __name__" not in last and "main module failed" in last
+
+
+def test_the_packages_own_methods_go_to_the_pool_when_it_is_installed(monkeypatch):
+    """Installed (an editable install is found by its own finder, not on ``sys.path``),
+    every method of the package and of its subpackages is one the workers can import: none
+    is run one after the other in the caller's process."""
+    from hetfl_core.runtime import experiments
+    from hetfl_core.science.methods import get_method
+
+    root = str(ROOT)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", root)])
+    monkeypatch.chdir(ROOT.parent)
+    for name in ("fedavg", "fedbabu", "srp-pfed", "sparse-prune-pfl"):
+        assert experiments._in_this_process_only(get_method(name)) is None, name

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import importlib
 import importlib.machinery
+import importlib.util
 import inspect
 import itertools
 import json
@@ -536,10 +537,13 @@ def _in_this_process_only(cls) -> str | None:
             return (f"its class is not defined at the top level of {Path(path).name} "
                     "(e.g. under the __main__ guard)")
         return None
-    if module.split(".")[0] == __package__:
+    top = module.split(".")[0]
+    if top == __name__.split(".")[0]:     # this package's own methods: a worker imports them
         return None
     try:
-        found = importlib.machinery.PathFinder.find_spec(module.split(".")[0], sys.path)
+        found = importlib.machinery.PathFinder.find_spec(top, sys.path)
+        if found is None:   # an editable install is found by its finder, set up at start-up
+            found = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         found = None
     return None if found is not None else f"its module {module} cannot be imported by a new process"
