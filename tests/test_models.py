@@ -99,19 +99,16 @@ def test_the_pooling_keeps_max_pool2d_under_autograd_and_vmap():
     assert torch.equal(batched, torch.nn.functional.max_pool2d(stacked.flatten(0, 1), 2).view(3, 5, 4, 4, 4))
 
 
-def test_every_pooling_model_evaluates_as_before():
+def test_every_pooling_model_evaluates_as_before(monkeypatch):
     """The models that pool (LeNet-5, the CNN, the width CNNs) give, without autograd, the
     logits they give with max_pool2d in place of the evaluation pooling."""
     torch.manual_seed(2)
     x = torch.randn(64, 1, 28, 28)
-    for name in ("lenet5", "cnn", "wcnn", "pcnn"):
-        model = models.build_model(name, (1, 28, 28), 10).eval()
-        with torch.no_grad():
-            fast = model(x)
-            original = models.max_pool_2x2
-            models.max_pool_2x2 = lambda t: torch.nn.functional.max_pool2d(t, 2)
-            try:
-                plain = model(x)
-            finally:
-                models.max_pool_2x2 = original
-        assert torch.equal(fast, plain), name
+    built = {name: models.build_model(name, (1, 28, 28), 10).eval()
+             for name in ("lenet5", "cnn", "wcnn", "pcnn")}
+    with torch.no_grad():
+        fast = {name: model(x) for name, model in built.items()}
+        monkeypatch.setattr(models, "max_pool_2x2", lambda t: torch.nn.functional.max_pool2d(t, 2))
+        plain = {name: model(x) for name, model in built.items()}
+    for name in built:
+        assert torch.equal(fast[name], plain[name]), name
