@@ -118,6 +118,24 @@ def test_mask_shares_the_smallest_magnitudes_and_is_nested():
     assert all(int(m.sum()) == round(0.5 * m.numel()) for m in layer.values())
 
 
+@pytest.mark.parametrize("personal", ["largest", "smallest"])
+def test_mask_without_sorting_equals_the_stable_sort_on_ties(personal):
+    """The k-th-value mask keeps exactly the entries a stable sort of |w| puts first: ties
+    (rounded weights, a block of zeros, a -0.0) broken by position, and a NaN sorted."""
+    from hetfl_core.science.partial_update import _ranked_mask, _sorted_mask
+    g = torch.Generator().manual_seed(3)
+    for trial in range(12):
+        flat = torch.round(torch.randn(5000, generator=g) * 4) / 4
+        flat[: 1000 * (trial % 3)] = 0.0
+        flat[7] = -0.0
+        if trial == 11:
+            flat[100] = float("nan")
+        for p in (0.01, 0.3, 0.5, 0.77, 0.9999, 1.0):
+            k = max(1, round(p * flat.numel()))
+            want = _sorted_mask(flat, k, personal) if k < flat.numel() else torch.ones_like(flat)
+            assert torch.equal(_ranked_mask(flat, p, personal), want), (trial, p)
+
+
 def test_fusion_is_m_wg_plus_one_minus_m_wi():
     w_g, w_i = random_weights(1), random_weights(2)
     m = update_rate_mask(w_i, 0.4)

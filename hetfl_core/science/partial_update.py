@@ -12,11 +12,37 @@ from .errors import ConfigError
 __all__ = ["update_rate_mask", "mask_size", "fuse", "masked_aggregate"]
 
 
-def _ranked_mask(flat: torch.Tensor, p: float, personal: str) -> torch.Tensor:
-    k = max(1, int(round(p * flat.numel())))
+def _sorted_mask(flat: torch.Tensor, k: int, personal: str) -> torch.Tensor:
+    """The k entries first in the stable sort of |flat| (descending for ``"smallest"``)."""
     order = torch.argsort(flat.abs(), stable=True, descending=(personal == "smallest"))
     mask = torch.zeros_like(flat)
     mask[order[:k]] = 1.0
+    return mask
+
+
+def _ranked_mask(flat: torch.Tensor, p: float, personal: str) -> torch.Tensor:
+    """1 on the round(p d) entries of ``flat`` that come first when |flat| is sorted stably
+    (ascending for ``personal="largest"``, descending for ``"smallest"``), 0 elsewhere.
+
+    The same mask as :func:`_sorted_mask` without sorting: the k-th value v of |flat|
+    (``torch.kthvalue``, linear time) splits the entries into those strictly before v, all
+    kept, and those equal to v, of which a stable sort keeps the first by position. A vector
+    holding a NaN, which the two orders may place differently, is sorted."""
+    n = flat.numel()
+    k = max(1, int(round(p * n)))
+    if k >= n:
+        return torch.ones_like(flat)
+    size = flat.abs()
+    if torch.isnan(size).any():
+        return _sorted_mask(flat, k, personal)
+    if personal == "smallest":
+        v = torch.kthvalue(size, n - k + 1).values
+        before = size > v
+    else:
+        v = torch.kthvalue(size, k).values
+        before = size < v
+    mask = before.to(flat.dtype)
+    mask[(size == v).nonzero().flatten()[:k - int(before.sum())]] = 1.0
     return mask
 
 
