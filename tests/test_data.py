@@ -235,3 +235,27 @@ def test_the_readme_dataset_example_runs_as_written(registry, capsys):
     exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
     accuracy = float(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= accuracy <= 1 and "blobs" in hd.DATASETS
+
+
+def test_standardisation_is_the_same_on_any_number_of_threads():
+    """Fashion-MNIST-sized statistics: equal bit for bit on one and on two torch threads
+    (a float32 ``mean()`` is not), and equal to NumPy's float64 mean and sample deviation."""
+    from hetfl_core.science.data.datasets import _standardise, training_moments
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3_000_000, generator=g).reshape(3000, 1, 1000) ** 3
+    test = torch.rand(10, 1, 1000, generator=g)
+    previous = torch.get_num_threads()
+    try:
+        out = {}
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out[threads] = (training_moments(x), *_standardise(x, test))
+            assert torch.get_num_threads() == threads      # the caller's count comes back
+    finally:
+        torch.set_num_threads(previous)
+    assert out[1][0] == out[2][0]
+    assert torch.equal(out[1][1], out[2][1]) and torch.equal(out[1][2], out[2][2])
+    values = x.numpy().astype(np.float64)
+    mean, std = out[1][0]
+    assert abs(mean - values.mean()) < 1e-12 and abs(std - values.std(ddof=1)) < 1e-9

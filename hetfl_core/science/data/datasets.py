@@ -14,6 +14,7 @@ with one line saying what to install or which parameter to change.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from functools import partial
 from pathlib import Path
@@ -31,8 +32,41 @@ __all__ = ["DATASETS", "DATASET_INFO", "DatasetInfo", "KINDS", "canonical_datase
            "load_dataset", "register_dataset"]
 
 
+#: elements per chunk of :func:`training_moments`' float64 sums
+_MOMENT_CHUNK = 1 << 20
+
+
+def training_moments(x: torch.Tensor) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n - 1) of every element of ``x``, the
+    same numbers whatever torch's thread count and (to float64 rounding) whatever the CPU.
+
+    A float32 ``x.mean()`` over Fashion-MNIST's 47 million pixels is split among torch's
+    threads and vectorised lanes, so its last bits depend on both: the standardised images,
+    and every run trained on them, would then depend on how many threads the process that
+    first loaded the dataset had. Here sums of x and x^2 are taken in float64, in fixed
+    chunks, on one thread; the statistics are rounded to float32 only when they are used."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        total = squares = 0.0
+        for chunk in x.detach().reshape(-1).split(_MOMENT_CHUNK):
+            chunk = chunk.double()
+            total += float(chunk.sum())
+            squares += float((chunk * chunk).sum())
+    finally:
+        torch.set_num_threads(previous)
+    n = x.numel()
+    mean = total / n
+    variance = max(squares - n * mean * mean, 0.0) / max(n - 1, 1)
+    return mean, math.sqrt(variance)
+
+
 def _standardise(x_train: torch.Tensor, x_test: torch.Tensor):
-    mean, std = x_train.mean(), x_train.std().clamp_min(1e-8)
+    """Both splits shifted and scaled by the training split's mean and standard deviation
+    (:func:`training_moments`; a constant image keeps a scale of 1e-8)."""
+    mean, std = training_moments(x_train)
+    mean = torch.tensor(mean, dtype=x_train.dtype)
+    std = torch.tensor(std, dtype=x_train.dtype).clamp_min(1e-8)
     return (x_train - mean) / std, (x_test - mean) / std
 
 
