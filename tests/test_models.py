@@ -83,8 +83,8 @@ def test_the_evaluation_pooling_is_max_pool2d_bit_for_bit(shape):
 
 
 def test_the_pooling_keeps_max_pool2d_under_autograd_and_vmap():
-    """Training (autograd) and torch.func.vmap take max_pool2d itself: the same output and
-    gradient, and no memory-format query that vmap refuses."""
+    """A small map under autograd and torch.func.vmap take max_pool2d itself: the same
+    output and gradient, and no memory-format query that vmap refuses."""
     torch.manual_seed(1)
     x = (torch.randn(6, 4, 8, 8) * 2).round().relu().requires_grad_()
     y = models.max_pool_2x2(x)
@@ -97,6 +97,48 @@ def test_the_pooling_keeps_max_pool2d_under_autograd_and_vmap():
     with torch.no_grad():
         batched = torch.func.vmap(models.max_pool_2x2)(stacked)
     assert torch.equal(batched, torch.nn.functional.max_pool2d(stacked.flatten(0, 1), 2).view(3, 5, 4, 4, 4))
+
+
+@pytest.mark.parametrize("shape", [(32, 32, 24, 24), (24, 16, 15, 13), (20, 64, 8, 8)])
+def test_the_training_pooling_is_max_pool2d_bit_for_bit(shape):
+    """Under autograd, a map of 65,536 elements or more is pooled channels-last: the same
+    output, the same gradient (ties, a NaN and odd sizes included) as max_pool2d."""
+    torch.manual_seed(3)
+    x = (torch.randn(*shape) * 3).round().relu() / 3
+    x[0, 0, 0, 0] = math.nan
+    x[-1, -1, :2, :2] = 1.0                     # a window of four equal maxima
+    fast_in, plain_in = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast, plain = models.max_pool_2x2(fast_in), torch.nn.functional.max_pool2d(plain_in, 2)
+    assert x.numel() >= models._FAST_POOL_MIN_ELEMENTS and fast.grad_fn is not None
+    assert "ChannelsLast" in type(fast.grad_fn).__name__ and fast.is_contiguous()
+    assert torch.equal(fast.nan_to_num(-7.0), plain.nan_to_num(-7.0))
+    grad = torch.randn(fast.shape, generator=torch.Generator().manual_seed(4))
+    fast.backward(grad)
+    plain.backward(grad)
+    assert torch.equal(fast_in.grad, plain_in.grad)
+
+
+def test_every_pooling_model_trains_as_before(monkeypatch):
+    """Three SGD steps of each pooling model reach the same weights, bit for bit, with
+    max_pool2d in place of the pooling."""
+    def trained():
+        torch.manual_seed(5)
+        x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+        out = {}
+        for name in ("lenet5", "cnn", "wcnn", "pcnn"):
+            model = models.build_model(name, (1, 28, 28), 10)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            out[name] = [p.detach().clone() for p in model.parameters()]
+        return out
+    fast = trained()
+    monkeypatch.setattr(models, "max_pool_2x2", lambda t: torch.nn.functional.max_pool2d(t, 2))
+    plain = trained()
+    for name in fast:
+        assert all(torch.equal(a, b) for a, b in zip(fast[name], plain[name])), name
 
 
 def test_every_pooling_model_evaluates_as_before(monkeypatch):
