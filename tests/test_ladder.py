@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hetfl_core.book import ladder
+from hetfl_core.science.data.fingerprint import dataset_fingerprint
 from hetfl_core.science.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +91,7 @@ def test_the_stored_history_is_compact_and_the_ledger_judges_every_rung(referenc
         record = json.loads(path.read_text())
         assert path.stat().st_size < 8000
         assert set(record["provenance"]) >= {"commit", "source_hash", "device", "date", "command",
-                                             "wall_s", "equivalence_digest"}
+                                             "wall_s", "equivalence_digest", "data"}
         assert len(record["history"]) == record["config"]["rounds"]
     claim = ladder.load_ledger("toy", reference)["claims"][0]
     for rung, row in claim["results"]["Local"].items():
@@ -123,7 +124,21 @@ def test_a_run_under_an_old_source_hash_is_stale(tmp_path, reference):
     assert rung in row[4] and rung not in row[2]
     assert [p.key for p in ladder.pending("toy", directory=store)] == [victim.stem]
     # the same golden histories (the equivalence digest) keep it current
-    assert ladder.is_current({"provenance": {**record["provenance"], "equivalence_digest": "d"}}, "d")
+    assert ladder.is_current({"config": record["config"],
+                              "provenance": {**record["provenance"], "equivalence_digest": "d"}}, "d")
+
+
+@SLOW
+def test_a_run_on_other_data_or_of_unknown_data_is_stale(tmp_path, reference):
+    """The store keeps the fingerprint of the data a run trained on: a run whose data differ
+    from what a run loads now, or that was stored without a fingerprint, is not current."""
+    record = json.loads(next(iter(sorted((reference / "runs").glob("*.json")))).read_text())
+    digest = record["provenance"]["equivalence_digest"]
+    assert record["provenance"]["data"] == dataset_fingerprint(record["config"]["dataset"])
+    assert ladder.is_current(record, digest)
+    other = {**record, "provenance": {**record["provenance"], "data": "0" * 16}}
+    unknown = {**record, "provenance": {k: v for k, v in record["provenance"].items() if k != "data"}}
+    assert not ladder.is_current(other, digest) and not ladder.is_current(unknown, digest)
 
 
 @SLOW

@@ -194,13 +194,15 @@ def test_a_run_stored_without_a_field_its_claim_reads_is_pending(tmp_path):
     """A run stored before ``idle_s`` was kept still serves the claims that do not read it,
     and is computed again for the one that does (Fig. 5a)."""
     from hetfl_core.runtime.experiments import source_hash
+    from hetfl_core.science.data.fingerprint import dataset_fingerprint
 
     spec = _spec("Fig. 5a")
     config = ladder.rung_config(spec, "book", "Heroes", 0)
     key = ladder.run_key(config)
     old = ("round", "time_s", "acc_personal", "acc_global", "uplink_bits", "downlink_bits")
     record = {"key": key, "config": config.to_dict(), "fields": list(old),
-              "history": [[1, 1.0, None, 0.5, 8, 8]], "provenance": {"source_hash": source_hash()}}
+              "history": [[1, 1.0, None, 0.5, 8, 8]],
+              "provenance": {"source_hash": source_hash(), "data": dataset_fingerprint(config.dataset)}}
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / f"{key}.json").write_text(json.dumps(record))
     planned = {p.key: p for p in ladder.planned_runs("heroes")}

@@ -249,6 +249,7 @@ def test_the_arena_value_is_its_leaderboard(tmp_path):
 def fake_record(config: RunConfig, acc: float) -> dict:
     """A stored run of ``config`` whose personalised accuracy ends at ``acc``."""
     from hetfl_core.runtime.experiments import source_hash
+    from hetfl_core.science.data.fingerprint import dataset_fingerprint
 
     key = ladder.run_key(config)
     history = [{"round": config.rounds, "time_s": 1.0, "acc_personal": acc, "acc_global": None,
@@ -257,7 +258,7 @@ def fake_record(config: RunConfig, acc: float) -> dict:
             "history": ladder.compact_history(history),
             "provenance": {"commit": "c", "source_hash": source_hash(), "device": "CPU",
                            "date": "2026-01-01 00:00 UTC", "command": "test", "wall_s": 1.0,
-                           "equivalence_digest": None}}
+                           "equivalence_digest": None, "data": dataset_fingerprint(config.dataset)}}
 
 
 def small_store(tmp_path: Path, boards: dict) -> Path:

@@ -261,6 +261,8 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
 
     how = provenance(command, wall_s)
     how["equivalence_digest"] = digest
+    if result.get("data"):
+        how["data"] = result["data"]
     fields = stored_fields(result["history"])
     record = {"key": key, "config": result["config"], "fields": list(fields),
               "history": compact_history(result["history"], fields), "provenance": how}
@@ -325,13 +327,31 @@ def equivalence_digest(directory=None, compute: bool = True) -> str | None:
     return digest
 
 
+def _current_data(dataset: str) -> str | None:
+    """The fingerprint of ``dataset`` as this process loads it, or ``None`` where it cannot
+    be loaded here (then no stored run on it can be checked, and none is current)."""
+    from ..science.data.fingerprint import dataset_fingerprint
+    from ..science.errors import ConfigError, DatasetUnavailable
+
+    try:
+        return dataset_fingerprint(dataset)
+    except (ConfigError, DatasetUnavailable, OSError):
+        return None
+
+
 def is_current(record: dict, digest: str | None) -> bool:
-    """Whether a stored run still stands for the current code: its source hash is the current
-    :func:`~hetfl_core.runtime.experiments.source_hash`, or its equivalence digest equals the current
-    one (``digest``; every method's golden history unchanged)."""
+    """Whether a stored run still stands for the current code and data: it was trained on
+    the data a run loads now (the provenance's ``data``, the fingerprint of the dataset in
+    the process that trained it, equals :func:`_current_data`; a run stored without one is
+    not current), and its source hash is the current
+    :func:`~hetfl_core.runtime.experiments.source_hash`, or its equivalence digest equals
+    the current one (``digest``; every method's golden history unchanged)."""
     from ..runtime.experiments import source_hash
 
     how = record.get("provenance", {})
+    data = how.get("data")
+    if data is None or data != _current_data(record.get("config", {}).get("dataset", "")):
+        return False
     return how.get("source_hash") == source_hash() or (
         digest is not None and how.get("equivalence_digest") == digest)
 
@@ -1172,13 +1192,16 @@ def _compute(config: dict, device: str) -> tuple[dict, float]:
     time. A run whose training diverges (:class:`~hetfl_core.science.errors.DivergenceError`) is a
     result too: no history, and ``diverged`` the message naming its round and client."""
     from ..runtime.engine import run
+    from ..science.data.fingerprint import dataset_fingerprint
     from ..science.errors import DivergenceError
 
     start = time.perf_counter()
+    config = RunConfig.from_dict(config).replace(device=device)
     try:
-        result = run(RunConfig.from_dict(config).replace(device=device))
+        result = run(config)
     except DivergenceError as exc:
-        result = {"config": config, "history": [], "diverged": str(exc).split(":")[0]}
+        result = {"config": config.to_dict(), "history": [], "diverged": str(exc).split(":")[0]}
+    result["data"] = dataset_fingerprint(config.dataset)   # the copy this process trained on
     return result, time.perf_counter() - start
 
 
