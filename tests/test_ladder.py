@@ -2,6 +2,7 @@
 resuming after a kill, staleness, the plan's order, atomic writes and bad input."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,6 +84,56 @@ def test_resume_after_a_kill_computes_only_the_rest(tmp_path, reference):
     assert _runs(tmp_path) == _runs(reference)
     assert _judged(tmp_path) == _judged(reference)
     assert _judged(tmp_path)["Local"].keys() == {"book", "x2"}
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@SLOW
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_tool_alone_ends_its_workers(tmp_path):
+    """SIGKILL to the tool's process only (not its group, as `kill PID` does): its
+    worker processes end too, instead of training on with no one to store their runs."""
+    env = {**os.environ, ladder.SPECS_ENV: str(TOY)}
+    process = subprocess.Popen([*TOOL, "run", "--chapter", "toy", "--no-progress", "--workers", "2",
+                                "--store", str(tmp_path)], env=env, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(workers := _children(process.pid)) < 2 and time.monotonic() < deadline:
+            assert process.poll() is None, "the tool ended before starting its workers"
+            time.sleep(0.05)
+        assert len(workers) >= 2
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 20
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_running, workers))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @SLOW

@@ -1268,8 +1268,12 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     counts = {"done": 0, "skipped": 0, "failed": 0}
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
+    from ..runtime.experiments import _die_with_parent
+
+    # a worker ends with the tool, even when only the tool's process is killed
     pool = _InThisProcess() if workers == 1 else \
-        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                            initializer=_die_with_parent, initargs=(os.getpid(),))
     with pool:
         running: dict = {}
         while queue or running:
