@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import _alive, _descendants
 
 from hetfl_core.book import ladder
 from hetfl_core.science.data.fingerprint import dataset_fingerprint
@@ -86,29 +87,6 @@ def test_resume_after_a_kill_computes_only_the_rest(tmp_path, reference):
     assert _judged(tmp_path)["Local"].keys() == {"book", "x2"}
 
 
-def _children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not ended (a zombie has)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 @SLOW
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_killing_the_tool_alone_ends_its_workers(tmp_path):
@@ -121,16 +99,16 @@ def test_killing_the_tool_alone_ends_its_workers(tmp_path):
                                start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while len(workers := _children(process.pid)) < 2 and time.monotonic() < deadline:
+        while len(workers := _descendants(process.pid)) < 2 and time.monotonic() < deadline:
             assert process.poll() is None, "the tool ended before starting its workers"
             time.sleep(0.05)
         assert len(workers) >= 2
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
         deadline = time.monotonic() + 20
-        while any(map(_running, workers)) and time.monotonic() < deadline:
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(map(_running, workers))
+        assert not any(map(_alive, workers))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
