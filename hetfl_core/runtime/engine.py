@@ -33,6 +33,7 @@ from ..science.errors import DivergenceError
 from ..science.methods.base import ClientPlan, ClientReport, Method, get_method, seeded_generator
 from ..science.streams import STREAMS
 from ..science.system import SYSTEMS, CostModel, HardwareProfile, make_hardware, round_time
+from ..science.threads import single_thread
 from ..science.training import evaluate
 
 __all__ = ["Simulation", "build_data", "build_hardware", "build_simulation", "local_updates", "run", "run_rounds", "divergence_suspects",
@@ -245,24 +246,6 @@ def local_updates(sim: Simulation, round_idx: int, plans: list[tuple[int, Client
         yield from batched_steps(sim.method, jobs)
     else:
         yield from (sim.method.client_update(*job) for job in jobs)
-
-
-class single_thread:  # noqa: N801 - used like a function: single_thread()
-    """One torch thread for every run (:func:`run`, the command line, sweeps' workers): a
-    different count changes float sums in the 8th digit, and the cache key does not hold it.
-
-    ``single_thread()`` sets it for good (a worker process); ``with single_thread():`` gives
-    the caller's thread count back afterwards (a run inside a notebook that trains on)."""
-
-    def __init__(self):
-        self.previous = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __enter__(self) -> "single_thread":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        torch.set_num_threads(self.previous)
 
 
 def divergence_suspects(config: RunConfig, method: Method) -> str:

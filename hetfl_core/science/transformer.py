@@ -34,6 +34,7 @@ from torch import nn
 
 from .data import bible, data_root
 from .errors import ConfigError
+from .threads import single_thread
 
 __all__ = ["ENCODER", "PRETRAIN", "TinyEncoder", "LoRA", "LoRATransformer", "encoder_forward", "pretrain",
            "pretrained_backbone"]
@@ -197,15 +198,11 @@ def pretrained_backbone(root=None, progress: bool = True) -> dict:
         with open(path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not path.exists():
-                threads = torch.get_num_threads()
-                torch.set_num_threads(1)
-                try:
+                with single_thread():
                     batches = bible.pretraining_batches(root, batch_size=PRETRAIN["batch"], seed=PRETRAIN["seed"])
                     weights, log = pretrain(batches, len(bible.vocabulary(root)), bible.SEQ_LEN,
                                             PRETRAIN["steps"], PRETRAIN["lr"], PRETRAIN["warmup"],
                                             seed=PRETRAIN["seed"], progress=progress, **ENCODER)
-                finally:
-                    torch.set_num_threads(threads)
                 if log[-1]["acc"] < MIN_PRETRAIN_ACC:
                     warnings.warn(f"the encoder's pre-training ended at {100 * log[-1]['acc']:.0f}% pair accuracy "
                                   f"(below {100 * MIN_PRETRAIN_ACC:.0f}%): the frozen backbone carries little, so "

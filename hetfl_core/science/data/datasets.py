@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DatasetUnavailable
+from ..threads import single_thread
 from .bible import load_bible_pairs, load_bible_topics
 from .shakespeare import load_shakespeare
 from .storage import ArrayDataset, data_root, stored_arrays
@@ -45,16 +46,12 @@ def training_moments(x: torch.Tensor) -> tuple[float, float]:
     and every run trained on them, would then depend on how many threads the process that
     first loaded the dataset had. Here sums of x and x^2 are taken in float64, in fixed
     chunks, on one thread; the statistics are rounded to float32 only when they are used."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        total = squares = 0.0
+    total = squares = 0.0
+    with single_thread():
         for chunk in x.detach().reshape(-1).split(_MOMENT_CHUNK):
             chunk = chunk.double()
             total += float(chunk.sum())
             squares += float((chunk * chunk).sum())
-    finally:
-        torch.set_num_threads(previous)
     n = x.numel()
     mean = total / n
     variance = max(squares - n * mean * mean, 0.0) / max(n - 1, 1)
