@@ -349,11 +349,11 @@ def is_current(record: dict, digest: str | None) -> bool:
     from ..runtime.experiments import source_hash
 
     how = record.get("provenance", {})
-    data = how.get("data")
-    if data is None or data != _current_data(record.get("config", {}).get("dataset", "")):
-        return False
-    return how.get("source_hash") == source_hash() or (
+    code = how.get("source_hash") == source_hash() or (
         digest is not None and how.get("equivalence_digest") == digest)
+    if not code or how.get("data") is None:     # the data last: reading them may load them
+        return False
+    return how["data"] == _current_data(record.get("config", {}).get("dataset", ""))
 
 
 def refresh_command(chapter: str, rung: str | None = None) -> str:
@@ -1252,6 +1252,8 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
 
     from tqdm import tqdm
 
+    from ..runtime.experiments import _die_with_parent
+
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
     if until_s is not None and until_s <= 0:
@@ -1268,8 +1270,6 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     counts = {"done": 0, "skipped": 0, "failed": 0}
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
-    from ..runtime.experiments import _die_with_parent
-
     # a worker ends with the tool, even when only the tool's process is killed
     pool = _InThisProcess() if workers == 1 else \
         ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
