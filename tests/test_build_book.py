@@ -268,3 +268,18 @@ def test_a_chapter_is_myst_markdown_and_is_staged_as_the_notebook_it_holds(tmp_p
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
     assert jupytext.read(chapter)["cells"][1]["source"] == 'scale: str = "book"'
     assert [p.suffix for p in build_book.chapters()] == [".md"] * 8
+
+
+def test_chapters_start_longest_first_by_the_recorded_seconds(tmp_path):
+    nbs = [Path(f"book/{n}.md") for n in ("intro_a", "long", "short", "new", "mid")]
+    seconds = tmp_path / "seconds.json"
+    seconds.write_text(json.dumps({"_about": "x", "intro_a": 5, "long": 900, "short": 10, "mid": 300}))
+    assert [p.stem for p in build_book.longest_first(nbs, seconds)] == ["new", "long", "mid", "short", "intro_a"]
+    assert build_book.longest_first(nbs, tmp_path / "missing.json") == nbs
+    seconds.write_text("not json")
+    assert build_book.longest_first(nbs, seconds) == nbs
+
+
+def test_the_recorded_seconds_name_every_chapter():
+    recorded = json.loads(build_book.CHAPTER_SECONDS.read_text())
+    assert sorted(k for k in recorded if not k.startswith("_")) == sorted(p.stem for p in build_book.chapters())

@@ -4,8 +4,9 @@
     python tools/build_book.py --scale smoke --build-dir _build/smoke   # part of make test
 
 At ``book`` (or ``paper``) scale every chapter listed in ``_toc.yml`` runs through
-papermill with ``-p scale SCALE`` (two chapters at a time, one torch thread each) into a
-staging copy of the sources, which Jupyter Book then renders without re-executing.
+papermill with ``-p scale SCALE`` (two chapters at a time, the longest first, one torch
+thread each) into a staging copy of the sources, which Jupyter Book then renders without
+re-executing.
 At ``smoke`` scale each chapter runs once under nbval (``pytest --nbval-lax``) with
 ``scale="smoke"`` injected, its cells' outputs kept, and the book is rendered from those
 executed notebooks, so the smoke build checks the chapters as a reader meets them
@@ -46,6 +47,24 @@ def is_chapter(path: Path) -> bool:
 def chapters() -> list[Path]:
     """The chapters listed in ``_toc.yml`` (in order): the MyST Markdown notebooks ``book/*.md``."""
     return [ROOT / f"{f}.md" for f in toc_files(ROOT) if is_chapter(ROOT / f"{f}.md")]
+
+
+#: each chapter's wall seconds in a timed cold build, by which the chapters are started
+CHAPTER_SECONDS = Path(__file__).resolve().parent / "chapter_seconds.json"
+
+
+def longest_first(notebooks: list[Path], seconds_file: Path = CHAPTER_SECONDS) -> list[Path]:
+    """The chapters in the order they are started: the longest first by the wall seconds
+    ``seconds_file`` records (a chapter it does not list first of all, then the table of
+    contents' order), so the last chapter to start is a short one and the two chapter
+    slots finish close together. A missing or unreadable file keeps the contents' order."""
+    try:
+        known = {k: float(v) for k, v in json.loads(seconds_file.read_text()).items()
+                 if not k.startswith("_")}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return list(notebooks)
+    position = {nb: i for i, nb in enumerate(notebooks)}
+    return sorted(notebooks, key=lambda nb: (-known.get(nb.stem, float("inf")), position[nb]))
 
 
 def staged(staging: Path, chapter: Path) -> Path:
@@ -775,8 +794,10 @@ def main() -> int:
         (staging / nb.relative_to(ROOT)).unlink()
     sources = {nb: to_notebook(nb, build_dir / "notebooks" / f"{nb.stem}.ipynb") for nb in notebooks}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda nb: papermill(nb, sources[nb], staged(staging, nb), args.scale,
-                                                  prepare_only), notebooks))
+        started = longest_first(notebooks) if not prepare_only else notebooks
+        finished = dict(zip(started, pool.map(lambda nb: papermill(nb, sources[nb], staged(staging, nb),
+                                                                   args.scale, prepare_only), started)))
+        done = [finished[nb] for nb in notebooks]
     for nb, _, err in done:
         if not err:
             tidy_outputs(staged(staging, nb))
