@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -465,3 +466,102 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_never_served_half(tiny_co
         writer.join()
     expected = json.loads(text)
     assert all(result is None or result == expected for result in served)
+
+
+# -- training slots: no more runs train at once than $HETFL_TRAINING_SLOTS ---------------
+
+
+@pytest.mark.parametrize("value, slots", [(None, 0), ("", 0), ("0", 0), ("2", 2), (" 3 ", 3)])
+def test_training_slots_read_the_variable(monkeypatch, value, slots):
+    if value is None:
+        monkeypatch.delenv("HETFL_TRAINING_SLOTS", raising=False)
+    else:
+        monkeypatch.setenv("HETFL_TRAINING_SLOTS", value)
+    assert experiments.training_slots() == slots
+
+
+@pytest.mark.parametrize("value", ["two", "-1", "1.5"])
+def test_a_bad_slot_count_stops_a_sweep_before_any_run(monkeypatch, cache, tiny_config, value):
+    monkeypatch.setenv("HETFL_TRAINING_SLOTS", value)
+    _refuse_training(monkeypatch)
+    with pytest.raises(ConfigError, match=r"\$HETFL_TRAINING_SLOTS must be a whole number.*" + re.escape(repr(value))):
+        sweep([tiny_config], processes=1)
+    with pytest.raises(ConfigError, match="HETFL_TRAINING_SLOTS"):
+        run_cached(tiny_config)
+
+
+def test_no_more_runs_train_at_once_than_there_are_slots(monkeypatch, cache):
+    import threading
+    import time
+
+    monkeypatch.setenv("HETFL_TRAINING_SLOTS", "2")
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def train():
+        with experiments.training_slot():
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.15)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=train) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert most[0] == 2 and inside[0] == 0
+    assert sorted(p.name for p in (cache / ".training-slots").iterdir()) == ["slot-0.lock", "slot-1.lock"]
+
+
+def test_a_killed_holder_frees_its_slot(monkeypatch, cache):
+    import time
+
+    monkeypatch.setenv("HETFL_TRAINING_SLOTS", "1")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from hetfl_core.runtime.experiments import training_slot
+        with training_slot():
+            print("held", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiting = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            from hetfl_core.runtime.experiments import training_slot
+            with training_slot():
+                print("got it", flush=True)
+            """)], stdout=subprocess.PIPE, text=True, env={**os.environ})
+        time.sleep(1.5)
+        assert waiting.poll() is None                 # the one slot is held
+        holder.kill()
+        assert waiting.communicate(timeout=30)[0].strip() == "got it"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_slots_change_no_result_and_the_log_leaves_the_wait_out(monkeypatch, cache, tiny_config, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    monkeypatch.setenv("HETFL_RUN_LOG", str(log))
+    monkeypatch.setenv("HETFL_TRAINING_SLOTS", "1")
+    free = run(tiny_config)
+    waits = []
+    real_slot = experiments.training_slot
+
+    @experiments.contextmanager
+    def slow_slot():
+        import time
+        time.sleep(2.0)                              # as if another process held the slot
+        waits.append(1)
+        with real_slot():
+            yield
+
+    monkeypatch.setattr(experiments, "training_slot", slow_slot)
+    import time
+    start = time.perf_counter()
+    assert run_cached(tiny_config) == free
+    took = time.perf_counter() - start
+    assert waits == [1]
+    assert json.loads(log.read_text().splitlines()[-1])["seconds"] <= took - 2.0 + 0.01

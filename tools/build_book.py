@@ -281,7 +281,18 @@ def env(chapter: str | None = None) -> dict:
             e["HETFL_RUN_LOG"] = str(RUN_LOGS / f"{chapter}.jsonl")
     e["PATH"] = str(BIN) + os.pathsep + e.get("PATH", "")
     e.setdefault("OMP_NUM_THREADS", "1")
+    # two chapters with two worker processes each: no more runs train at once than there
+    # are cores (hetfl_core.runtime.experiments.training_slot), unless the caller says
+    e.setdefault("HETFL_TRAINING_SLOTS", str(usable_cores()))
     return e
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                # not Linux
+        return os.cpu_count() or 1
 
 
 def papermill(chapter: Path, src: Path, dst: Path, scale: str,
