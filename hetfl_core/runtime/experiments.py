@@ -389,14 +389,13 @@ def training_slot():
 
     On a machine with as many cores as slots, more processes training at once than cores
     only take turns on them, and each turn starts on caches another process has filled: on
-    2 cores, four processes training LeNet-sized models spent 13-23% more CPU per run than
+    2 cores, four processes training the baselines' CNN spent 13-23% more CPU per run than
     two did. The book build runs two chapters with two worker processes each, so it sets
     the slots to the core count: the workers beyond it wait (asleep, polling every 50 ms)
     instead of training. A slot is an ``flock`` on ``.training-slots/slot-<i>.lock`` in the
     cache directory (``$HETFL_CACHE``'s, whatever directory the run is stored in), shared by
-    every process that shares it, and dies with its holder.
-    Scheduling only: what a run computes does not depend on it. Without slots, or without
-    ``fcntl``, nothing is held."""
+    every process that shares it, and dies with its holder. Scheduling only: what a run
+    computes does not depend on it. Without slots nothing is held."""
     slots = training_slots()
     if not slots:
         yield
