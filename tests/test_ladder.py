@@ -288,7 +288,10 @@ def test_the_ladder_is_drawn_and_told_from_the_store(reference, monkeypatch):
     matplotlib.use("Agg")
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
-    fig = ladder.show_ladder("toy", "Toy 1", reference)
+    import matplotlib.pyplot as plt
+
+    assert ladder.show_ladder("toy", "Toy 1", reference) is None   # a cell ending with it shows it once
+    fig = plt.gcf()
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["book", "x2"]
     values = {rung: row["values"] for rung, row in
               ladder.load_ledger("toy", reference)["claims"][0]["results"]["Local"].items()}
@@ -657,7 +660,10 @@ def test_a_claim_judged_case_by_case_is_drawn_and_told_from_the_store(tmp_path, 
     assert "| case |" in table and "the claim: 2 of 2 cases" in table
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj.data))
-    fig = ladder.show_ladder("toy", "Toy cases", store)
+    import matplotlib.pyplot as plt
+
+    assert ladder.show_ladder("toy", "Toy cases", store) is None
+    fig = plt.gcf()
     assert [line.get_label() for line in fig.axes[0].get_lines()][:2] == \
         ["as is (mean)", "ten points lower (mean)"]
     assert shown[-1] == sentence
@@ -770,3 +776,30 @@ def test_srp_table7_is_rmcl_against_the_best_other_variant_by_the_best_accuracy(
     runs["RM+CL"] = runs_at([0.65, 0.6, 0.6], [0.62, 0.61, 0.5], [0.4, 0.52, 0.5])
     assert np.allclose(rmcl_lead(runs, "the best other on average"), [-5, 2, 2])
     assert np.allclose(rmcl_lead(runs, "RD+CL"), [5, 7, 7])
+
+
+def test_a_stale_diverged_rung_is_labelled_stale_and_ratios_read_plainly(tmp_path, monkeypatch):
+    """The figure says which rungs are stale, a diverged one too, and a log axis of ratios
+    reads 2, 3, not 2 x 10^0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    row = {"values": [2.0, 3.0, 2.5], "verdict": "holds", "stale": False}
+    claim = {"ref": "Toy", "statement": "waits less", "rungs": ["book", "x2", "x4"], "method": "A",
+             "paper_value": 2.1, "bound": 1.0, "log": True, "unit": "x", "per_case": False,
+             "results": {"B": {"book": row, "x2": {**row, "values": [2.5, 3.5, 3.0]},
+                               "x4": {"values": [], "verdict": "diverged", "stale": True,
+                                      "diverged": ["A, seed 2: diverged in round 113"]}}}}
+    monkeypatch.setattr(ladder, "_stored_claim", lambda chapter, ref, directory=None: claim)
+    monkeypatch.setattr(ladder, "ladder_sentence", lambda *a, **k: "sentence")
+    monkeypatch.setattr("IPython.display.display", lambda obj: None)
+    assert ladder.show_ladder("toy", "Toy") is None
+    ax = plt.gcf().axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "diverged (stale)" in texts and texts.count("holds") == 2
+    plt.gcf().canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
+    assert labels and not any("10^" in t or "times" in t for t in labels)
+    plt.close("all")

@@ -757,8 +757,11 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     """Draw the claim's paired value against the budget from the store only: per seed (dots)
     and their mean (a line) for each rival (and, for a claim judged case by case, each
     case), the paper's number as a dashed line, the criterion's bound dotted, the verdict
-    above each rung, stale rungs hollow; with :func:`ladder_sentence` under it. Says so
-    (with the command) when nothing is stored."""
+    above each rung, stale rungs hollow and so labelled; with :func:`ladder_sentence` under
+    it. Says so (with the command) when nothing is stored. Returns nothing, so that a cell
+    ending with it shows the figure once (under a non-interactive backend ``plt.gcf()``
+    still holds it)."""
+    import matplotlib
     import matplotlib.pyplot as plt
     from IPython.display import Markdown, display
 
@@ -766,7 +769,7 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     if claim is None:
         display(Markdown(f"*{_nothing_stored(chapter, claim_ref)}*"))
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
+    _, ax = plt.subplots(figsize=(7, 3.6), constrained_layout=True)
     rungs = claim["rungs"]
     (_draw_cases if claim.get("per_case") else _draw_rivals)(ax, claim)
     if claim["paper_value"] is not None:
@@ -776,6 +779,9 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     plotted = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections] or [np.ones(1)])
     if claim["log"] and (plotted > 0).all():
         ax.set_yscale("log")        # ratios: the paper's 212x and a 4x on one page
+        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+        ax.yaxis.set_major_formatter(plain)   # 3, not 3 x 10^0
+        ax.yaxis.set_minor_formatter(plain)
     ax.set_xticks(range(len(rungs)), rungs)
     ax.set_xlabel("training budget (rung)")
     ax.set_ylabel(f"paired value ({claim['unit'].strip() or 'value'})")
@@ -785,7 +791,6 @@ def show_ladder(chapter: str, claim_ref: str, directory=None):
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     plt.show()
     display(Markdown(ladder_sentence(chapter, claim_ref, directory=directory)))
-    return fig
 
 
 def _draw_rivals(ax, claim: dict) -> None:
@@ -800,7 +805,8 @@ def _draw_rivals(ax, claim: dict) -> None:
             row = by_rung[rung]
             offset = x + 0.08 * (i - (len(claim["results"]) - 1) / 2)
             if row.get("diverged"):     # no value: named on the axis, no point on the line
-                ax.annotate("diverged", (offset, 0), xycoords=("data", "axes fraction"),
+                ax.annotate("diverged" + (" (stale)" if row.get("stale") else ""), (offset, 0),
+                            xycoords=("data", "axes fraction"),
                             xytext=(0, 4 + 10 * i), textcoords="offset points", ha="center",
                             fontsize=8, color=f"C{i}")
                 continue
