@@ -323,6 +323,24 @@ def load_cached(config: RunConfig, directory: Path | None = None) -> dict | None
     return result if is_result_of(result, config) else None
 
 
+def _make_folder(folder: Path) -> None:
+    """Make the cache's ``folder``, or say in one line why not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HetflError(f"{CACHE_WHAT}: cannot make {folder} ({exc.strerror})") from None
+
+
+def _open_lock_file(path: Path, what: str) -> int:
+    """A descriptor of the lock file ``path`` (made if missing), opened without following a
+    symbolic link; one there, or any other failure, is refused in one line naming ``what``."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | _NO_LINKS, 0o666)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise HetflError(f"{CACHE_WHAT}: cannot open the {what} {path} ({why})") from None
+
+
 @contextmanager
 def run_lock(config: RunConfig, directory: Path | None = None):
     """Hold ``config``'s lock file while it is computed, so concurrent sweeps into one cache
@@ -332,17 +350,9 @@ def run_lock(config: RunConfig, directory: Path | None = None):
     line) and removed by its holder when done; a process that waited on a removed file
     finds it gone once it holds the lock and locks the new one instead."""
     path = cache_path(config, directory).with_suffix(".lock")
-    flags = os.O_RDWR | os.O_CREAT | _NO_LINKS
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HetflError(f"{CACHE_WHAT}: cannot make {path.parent} ({exc.strerror})") from None
+    _make_folder(path.parent)
     while True:
-        try:
-            fd = os.open(path, flags, 0o666)
-        except OSError as exc:
-            why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-            raise HetflError(f"{CACHE_WHAT}: cannot open the lock file {path} ({why})") from None
+        fd = _open_lock_file(path, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.fstat(fd)
@@ -401,33 +411,27 @@ def training_slot():
         yield
         return
     folder = cache_dir() / ".training-slots"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HetflError(f"{CACHE_WHAT}: cannot make {folder} ({exc.strerror})") from None
+    _make_folder(folder)
     first = os.getpid() % slots               # processes start their search at different slots
-    fd = None
-    while fd is None:
-        for i in range(slots):
-            path = folder / f"slot-{(first + i) % slots}.lock"
-            try:
-                candidate = os.open(path, os.O_RDWR | os.O_CREAT | _NO_LINKS, 0o666)
-            except OSError as exc:
-                why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-                raise HetflError(f"{CACHE_WHAT}: cannot open the slot file {path} ({why})") from None
-            try:
-                fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(candidate)
-                continue
-            fd = candidate
-            break
-        else:
-            time.sleep(_SLOT_POLL_S)
+    fds = []
     try:
+        for i in range(slots):                 # opened once, tried every poll
+            fds.append(_open_lock_file(folder / f"slot-{(first + i) % slots}.lock", "slot file"))
+        while not any(_try_lock(fd) for fd in fds):
+            time.sleep(_SLOT_POLL_S)
         yield
     finally:
-        os.close(fd)                                 # releases the slot
+        for fd in fds:
+            os.close(fd)                               # releases the slot held
+
+
+def _try_lock(fd: int) -> bool:
+    """Whether this process now holds ``fd``'s ``flock`` (taken without waiting)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _plain_result(value):
