@@ -49,6 +49,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
+           "probe_path", "load_probe", "divergence_note",
            "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
            "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
@@ -1007,6 +1008,92 @@ def show_ladder_cost(chapter: str, claim_ref: str, directory=None) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(ladder_cost(chapter, claim_ref, directory)))
+
+
+# -- why a run diverged: the stored probes ---------------------------------------------------
+def probe_path(chapter: str, label: str, rung: str, seed: int, directory=None) -> Path:
+    """Where ``tools/divergence_probe.py --save`` keeps its probe of one ladder run: the
+    store's ``probes/<chapter>-<label>-<rung>-s<seed>.json`` (the label made file-safe)."""
+    safe = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()
+    return store_dir(directory) / "probes" / f"{chapter}-{safe}-{rung}-s{seed}.json"
+
+
+def load_probe(chapter: str, label: str, rung: str, seed: int, directory=None) -> dict | None:
+    """The stored probe of that run, or ``None`` where none is stored (or it is not whole)."""
+    path = probe_path(chapter, label, rung, seed, directory)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "rounds" in record else None
+
+
+def _blow_up(traced: list[dict]) -> tuple[dict, int | None] | None:
+    """The traced participant whose loss rose the most (or first stopped being finite), and
+    the step where it stopped being finite (``None``: it stayed finite)."""
+    def worst(phase):
+        losses = [s["loss"] for s in phase["steps"]]
+        return max((math.inf if not math.isfinite(v) else v) for v in losses) if losses else -math.inf
+
+    if not traced:
+        return None
+    phase = max(traced, key=worst)
+    bad = [i for i, s in enumerate(phase["steps"]) if not math.isfinite(s["loss"])]
+    return phase, (bad[0] if bad else None)
+
+
+def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=None) -> str:
+    """What the stored probe (``tools/divergence_probe.py --save``) of ``label``'s diverged
+    run (``rung``, ``seed``) found, in two sentences of Markdown with its numbers: how the
+    global model moved over the rounds before the traced one, and how the traced round's
+    worst participant went step by step. A probe computed on other code (neither its source
+    hash nor its equivalence digest current, :func:`is_current`) is marked stale with the
+    command that refreshes it; where none is stored, the sentence gives that command."""
+    record = load_probe(chapter, label, rung, seed, directory)
+    if record is None:
+        return (f"No probe of {label}'s seed {seed} at the {rung} rung is stored: `python "
+                f"tools/divergence_probe.py {chapter} CLAIM {rung} '{label}' {seed} --steps-at ROUND "
+                f"--save` computes one.")
+    how = record["provenance"]
+    stale = "" if is_current(record, equivalence_digest(directory, compute=False)) else (
+        f" **Stale:** it was computed on source {how.get('source_hash')}; `{how['command']}` "
+        f"computes it again.")
+    at = record["steps_at"]
+    before = [r for r in record["rounds"] if at is None or r["round"] < at]
+    parts = [f"Re-run round by round (`{how['command']}`)"]
+    if before:
+        first, last = before[0], before[-1]
+        largest = [r["largest"] for r in before]
+        parts.append(f", {label}'s global model gives no warning: its parameter norm goes from "
+                     f"{first['norm']:.3g} after round {first['round']} to {last['norm']:.3g} after "
+                     f"round {last['round']}, and its largest weight stays between {min(largest):.3g} "
+                     f"and {max(largest):.3g}.")
+    else:
+        parts.append(".")
+    found = _blow_up(record.get("traced") or [])
+    if found is not None:
+        phase, bad = found
+        steps = phase["steps"][: (bad + 1) if bad is not None else None]
+        path = " → ".join(f"{s['loss']:.3g}" if math.isfinite(s["loss"]) else "not finite" for s in steps)
+        grads = [s["grad"] for s in steps if math.isfinite(s.get("grad", math.nan))]
+        others = [max(s["loss"] for s in p["steps"]) for p in record["traced"]
+                  if p is not phase and p["steps"]]
+        parts.append(f" In round {at}, client {phase['client']} starts its local training at loss "
+                     f"{steps[0]['loss']:.3g} with logits up to {steps[0]['logit']:.3g}; step by step "
+                     f"its loss goes {path}")
+        if grads:
+            parts.append(f", its gradient norm from {grads[0]:.3g} to {max(grads):.3g}")
+        if others:
+            who = ("the round's other participant stays" if len(others) == 1 else
+                   f"the round's {len(others)} other participants stay")
+            parts.append(f", while {who} below loss {max(others):.3g}")
+        parts.append(".")
+    after = [r for r in record["rounds"] if at is not None and r["round"] == at]
+    if record.get("diverged"):
+        parts.append(f" Averaged into the global model, it leaves weights up to {after[0]['largest']:.3g}, "
+                     f"and the next round stops: {record['diverged']}." if after else
+                     f" The run stops there: {record['diverged']}.")
+    return "".join(parts) + stale
 
 
 # -- the arena: does the ranking settle? ------------------------------------------------------

@@ -1,0 +1,142 @@
+"""tools/divergence_probe.py: a traced round trains exactly as an untraced one, and bad
+input is one line."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import divergence_probe  # noqa: E402
+
+from hetfl_core.book.ladder_specs import SPECS  # noqa: E402
+from hetfl_core.runtime.engine import build_simulation  # noqa: E402
+
+
+def smoke_config(chapter, ref, label, **changes):
+    """The ladder's run of ``label`` for claim ``ref``, at the smoke scale's setting."""
+    spec = next(s for s in SPECS[chapter] if s.ref == ref)
+    name, options, *_ = spec.methods[label]
+    return spec.setting("smoke").replace(method=name, options=options, **changes)
+
+
+@pytest.mark.parametrize("chapter, ref, label, changes", [
+    ("heroes", "Table I", "ENC-fixed", {}),                    # composed factors, plain SGD
+    ("fedlps", "Table I", "FedLPS", {}),                         # a penalty of the method's own
+    ("heroes", "Table I", "Flanc", {"momentum": 0.5}),
+    ("fedlps", "Table I", "FedPer", {"momentum": 0.5, "weight_decay": 1e-3}),
+])
+def test_a_traced_round_trains_as_the_run_does(chapter, ref, label, changes):
+    config = smoke_config(chapter, ref, label, **changes)
+    plain, traced = build_simulation(config), build_simulation(config)
+    for sim in (plain, traced):
+        sim.round(1)
+    expected = plain.round(2)
+    row, phases, diverged = divergence_probe.traced_round(traced, 2)
+    assert diverged is None and row["loss"] == expected["loss"]
+    for k in range(config.clients):          # every client's model is the untraced run's
+        mine = traced.method.personal_model(k).state_dict()
+        theirs = plain.method.personal_model(k).state_dict()
+        assert all(torch.equal(mine[n], theirs[n]) for n in theirs)
+    assert [client for client, _ in phases] == [c["id"] for c in expected["clients"]]
+    for (_, steps), record in zip(phases, expected["clients"], strict=True):
+        assert len(steps) == record["local_steps"] > 0
+        assert all(s["grad"] > 0 and s["weight"] > 0 and s["loss"] > 0 for s in steps)
+    # the training module is as it was
+    assert divergence_probe.training.local_sgd.__module__ == "hetfl_core.science.training"
+
+
+def test_the_probe_names_a_divergence_and_the_round_it_happened_in():
+    config = smoke_config("heroes", "Table I", "ENC-fixed", lr=1e4)
+    sim = build_simulation(config)
+    row, phases, diverged = divergence_probe.traced_round(sim, 1)
+    assert row is None and diverged.startswith("heroes diverged in round 1 (client ")
+    assert any(s["loss"] != s["loss"] or s["loss"] > 1e3 for _, steps in phases for s in steps)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["nonesuch", "Table I", "book", "X", "0"], "no chapter 'nonesuch' on the ladder"),
+    (["heroes", "Table Z", "book", "Heroes", "0"], "no claim 'Table Z' in heroes"),
+    (["heroes", "Table I", "book", "Nobody", "0"], "names no method 'Nobody'"),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--steps-at", "999"], "past the run's 30 rounds"),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--every", "0"], "--every must be at least 1"),
+])
+def test_bad_input_is_one_line(args, says):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "divergence_probe.py"), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_saved_probe_is_read_by_the_chapter_and_marked_stale_on_other_code(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from hetfl_core.book.ladder import STORE_ENV, divergence_note, probe_path
+
+    shutil.copy(ROOT / "results" / "ladder" / "digests.json", tmp_path / "digests.json")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path))
+    assert "No probe of ENC-fixed's seed 0 at the book rung is stored" in divergence_note(
+        "heroes", "ENC-fixed", "book", 0)
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "divergence_probe.py"), "heroes", "Table I",
+                           "book", "ENC-fixed", "0", "--rounds", "3", "--steps-at", "2", "--save"],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ})
+    assert done.returncode == 0, done.stderr
+    path = probe_path("heroes", "ENC-fixed", "book", 0)
+    record = json.loads(path.read_text())
+    assert [r["round"] for r in record["rounds"]] == [1, 2, 3] and record["diverged"] is None
+    assert len(record["traced"]) == 8 and all(len(p["steps"]) == 10 for p in record["traced"])
+    note = divergence_note("heroes", "ENC-fixed", "book", 0)
+    assert note.startswith("Re-run round by round (`python tools/divergence_probe.py heroes 'Table I' book")
+    assert "after round 1 to" in note and "In round 2, client" in note and "Stale" not in note
+    record["provenance"].update(source_hash="000000000000", equivalence_digest="0" * 64)
+    path.write_text(json.dumps(record))
+    assert "**Stale:** it was computed on source 000000000000" in divergence_note("heroes", "ENC-fixed", "book", 0)
+
+
+def _probe(tmp_path, traced, rounds, at, diverged):
+    import json
+
+    from hetfl_core.book.ladder import probe_path
+
+    record = {"steps_at": at, "rounds": rounds, "traced": traced, "diverged": diverged,
+              "config": {"dataset": "digits"},
+              "provenance": {"command": "python tools/divergence_probe.py x", "source_hash": "0"}}
+    path = probe_path("c", "M", "x4", 1, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def _steps(*losses):
+    return [{"loss": v, "logit": 10.0, "grad": 2.0 * (i + 1), "weight": 1.0} for i, v in enumerate(losses)]
+
+
+def test_the_note_follows_the_worst_client_to_where_its_loss_stops_being_finite(tmp_path):
+    from hetfl_core.book.ladder import divergence_note
+
+    rounds = [{"round": r, "norm": 10.0 + r, "largest": 1.0 + r / 10} for r in (1, 2)]
+    traced = [{"client": 4, "steps": _steps(0.5, 0.4, 0.3)},
+              {"client": 9, "steps": _steps(0.1, 2.0, float("inf"), float("nan"))}]
+    _probe(tmp_path, traced, rounds, 3, "m diverged in round 3 (client 9 loss nan)")
+    note = divergence_note("c", "M", "x4", 1, tmp_path)
+    assert "parameter norm goes from 11 after round 1 to 12 after round 2" in note
+    assert "largest weight stays between 1.1 and 1.2" in note
+    assert "client 9 starts its local training at loss 0.1" in note
+    assert "its loss goes 0.1 → 2 → not finite, its gradient norm from 2 to 6" in note
+    assert "while the round's other participant stays below loss 0.5" in note
+    assert note.endswith("The run stops there: m diverged in round 3 (client 9 loss nan). **Stale:** it "
+                         "was computed on source 0; `python tools/divergence_probe.py x` computes it again.")
+
+
+def test_a_blow_up_that_stays_finite_is_followed_into_the_next_round(tmp_path):
+    from hetfl_core.book.ladder import divergence_note
+
+    rounds = [{"round": 1, "norm": 5.0, "largest": 1.0}, {"round": 2, "norm": 900.0, "largest": 450.0}]
+    traced = [{"client": 8, "steps": _steps(0.2, 50.0, 1.4e4)}]
+    _probe(tmp_path, traced, rounds, 2, "m diverged in round 3 (client 0 loss nan)")
+    note = divergence_note("c", "M", "x4", 1, tmp_path)
+    assert "largest weight stays between 1 and 1." in note and "not finite" not in note
+    assert "its loss goes 0.2 → 50 → 1.4e+04" in note
+    assert "it leaves weights up to 450, and the next round stops: m diverged in round 3" in note

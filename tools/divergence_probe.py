@@ -1,0 +1,223 @@
+"""How a ladder run that diverged got there: its rounds re-run, with what grows on the way.
+
+``python tools/divergence_probe.py CHAPTER CLAIM RUNG LABEL SEED [--every 10]`` rebuilds the
+run of the ladder (:func:`hetfl_core.book.ladder.rung_config`) that the claim ``CLAIM`` of
+``CHAPTER`` needs at rung ``RUNG`` for its method ``LABEL`` (as the claim names it, e.g.
+``ENC-fixed``) and seed ``SEED``, and trains it round by round exactly as the ladder did
+(same config, same scoring schedule, so the same random streams). Every ``--every`` rounds,
+and at every round of the last ``--tail`` before the end or the divergence, it prints:
+
+* the round's mean and largest local training loss over its participants;
+* the largest number of local steps a participant took (a method that sets them per
+  round, as Heroes' Eq. (27) does, shows it here);
+* the global model's parameter norm (L2 over every parameter) and largest absolute
+  weight, and the layer holding it;
+* the global accuracy where the round was scored.
+
+It stops at the divergence (the round and client the ladder recorded should be the ones it
+names: that is the check that the probe re-ran the same run) or after the run's last
+round. ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``,
+with its provenance), where the chapter's :func:`hetfl_core.book.ladder.divergence_note`
+reads it. A run costs what the ladder's did (``python tools/ladder.py plan`` lists it).
+
+``--steps-at ROUND`` also traces that round step by step: for each participant's local
+SGD (:func:`hetfl_core.science.training.local_sgd`, run here, not batched), each step's
+training loss, largest absolute logit, gradient norm over the trained parameters and
+largest absolute trained weight before the step. The traced round trains as the run
+does (the loss is computed by the same operations); the probe stops after it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import hetfl_core.science.training as training  # noqa: E402
+from hetfl_core.book.ladder import rung_config  # noqa: E402
+from hetfl_core.book.ladder_specs import SPECS  # noqa: E402
+from hetfl_core.book.ladder_specs.claims import RUNGS  # noqa: E402
+from hetfl_core.runtime.engine import build_simulation, single_thread  # noqa: E402
+from hetfl_core.science.errors import DivergenceError  # noqa: E402
+
+
+def find_spec(chapter: str, claim: str):
+    """The ladder's claim ``claim`` of ``chapter``, or a one-line error naming the choices."""
+    if chapter not in SPECS:
+        sys.exit(f"error: no chapter {chapter!r} on the ladder (one of {', '.join(SPECS)})")
+    for spec in SPECS[chapter]:
+        if spec.ref == claim:
+            return spec
+    sys.exit(f"error: no claim {claim!r} in {chapter} (one of {', '.join(s.ref for s in SPECS[chapter])})")
+
+
+def weight_summary(model: torch.nn.Module) -> tuple[float, float, str]:
+    """The model's parameter norm (L2 over all of them), its largest absolute weight and the
+    parameter holding it."""
+    squares, largest, where = 0.0, 0.0, ""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            squares += float(p.double().pow(2).sum())
+            top = float(p.abs().max()) if p.numel() else 0.0
+            if top > largest:
+                largest, where = top, name
+    return math.sqrt(squares), largest, where
+
+
+def traced_round(sim, round_idx: int) -> tuple[dict | None, list[tuple[int, list[dict]]], str | None]:
+    """Round ``round_idx`` of ``sim`` with every local SGD step recorded: the history row
+    (``None`` if it diverged), per phase of local SGD its client and steps (``loss``,
+    ``logit``: the largest absolute logit, ``grad``: the gradient norm over the trained
+    parameters, ``weight``: their largest absolute value before the step), and the
+    divergence's message, if any."""
+    phases: list[tuple[int, list[dict]]] = []
+    original_sgd, original_run = training.local_sgd, training.LocalSGD.run
+
+    def run(phase):                                    # which client the phase trains
+        phases.append((phase.client.client_id, []))
+        return original_run(phase)
+
+    def local_sgd(model, x, y, *args, loss_fn=None, penalty=None, **kwargs):
+        steps = phases[-1][1]
+
+        def recorded(model_, xb, yb):                 # local_sgd's loss, by the same operations
+            if loss_fn is not None:
+                loss, logit = loss_fn(model_, xb, yb), float("nan")
+            else:
+                out = model_(xb)
+                loss, logit = F.cross_entropy(out, yb), float(out.detach().abs().max())
+                if penalty is not None:
+                    loss = loss + penalty(model_)
+            steps.append({"loss": float(loss.detach()), "logit": logit})
+            return loss
+        return original_sgd(model, x, y, *args, loss_fn=recorded, penalty=None, **kwargs)
+
+    def before_step(optimizer, args, kwargs):
+        if phases and phases[-1][1]:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            grads = [float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None]
+            phases[-1][1][-1].update(grad=math.sqrt(sum(grads)),
+                                     weight=max(float(p.detach().abs().max()) for p in params))
+
+    hook = register_optimizer_step_pre_hook(before_step)
+    training.local_sgd, training.LocalSGD.run = local_sgd, run
+    try:
+        return sim.round(round_idx), phases, None
+    except DivergenceError as exc:
+        return None, phases, str(exc).split(":")[0]
+    finally:
+        hook.remove()
+        training.local_sgd, training.LocalSGD.run = original_sgd, original_run
+
+
+def print_steps(phases) -> None:
+    """Each phase's steps, one line a step."""
+    if not phases:
+        print("no local SGD ran step by step in this round (a batched run traces nothing)")
+    for client, steps in phases:
+        print(f"client {client}:")
+        for i, s in enumerate(steps):
+            print(f"  step {i}: loss {s['loss']:.3g}, max|logit| {s['logit']:.3g}, "
+                  f"|grad| {s.get('grad', float('nan')):.3g}, max|w| {s.get('weight', float('nan')):.3g}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapter")
+    parser.add_argument("claim", help="the claim's reference, e.g. 'Table I'")
+    parser.add_argument("rung", choices=RUNGS)
+    parser.add_argument("label", help="the method as the claim names it, e.g. 'ENC-fixed'")
+    parser.add_argument("seed", type=int)
+    parser.add_argument("--every", type=int, default=10, help="print every so many rounds (default 10)")
+    parser.add_argument("--tail", type=int, default=8,
+                        help="print every round of the last so many (default 8)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="stop after this round (default: the run's last)")
+    parser.add_argument("--steps-at", type=int, default=None, metavar="ROUND",
+                        help="trace this round step by step, then stop (unless --rounds)")
+    parser.add_argument("--save", action="store_true",
+                        help="keep the probe in the ladder's store, where the chapter reads it")
+    args = parser.parse_args(argv)
+    if args.every < 1 or args.tail < 0:
+        sys.exit("error: --every must be at least 1 and --tail at least 0")
+    if args.steps_at is not None and args.steps_at < 1:
+        sys.exit("error: --steps-at must be a round, at least 1")
+    spec = find_spec(args.chapter, args.claim)
+    if args.label not in spec.methods:
+        sys.exit(f"error: {args.claim} of {args.chapter} names no method {args.label!r} "
+                 f"(one of {', '.join(spec.methods)})")
+    config = rung_config(spec, args.rung, args.label, args.seed)
+    if args.steps_at is not None and args.steps_at > config.rounds:
+        sys.exit(f"error: --steps-at {args.steps_at} is past the run's {config.rounds} rounds")
+    last = config.rounds if args.rounds is None else min(args.rounds, config.rounds)
+    if args.steps_at is not None and args.rounds is None:
+        last = args.steps_at                      # the traced round is the last, unless --rounds
+    print(f"{config.method} {config.options} at {args.rung}, seed {args.seed}: {config.rounds} rounds, "
+          f"{config.clients} clients, lr {config.lr}, momentum {config.momentum}")
+    print(f"{'round':>5} {'loss mean':>9} {'loss max':>9} {'steps':>5} {'|w|':>9} {'max|w|':>8}  "
+          f"{'acc':>6}  largest weight in")
+    start = time.perf_counter()
+    rounds, traced, diverged = [], [], None
+    with single_thread():
+        sim = build_simulation(config)
+        for r in range(1, last + 1):
+            if r == args.steps_at:
+                row, traced, diverged = traced_round(sim, r)
+                print_steps(traced)
+            else:
+                try:
+                    row = sim.round(r)
+                except DivergenceError as exc:
+                    row, diverged = None, str(exc).split(":")[0]
+            if diverged:
+                print(f"{r:>5} diverged: {diverged}")
+                break
+            norm, largest, where = weight_summary(sim.method.global_model())
+            rounds.append({"round": r, "loss": row["loss"],
+                           "loss_max": max(c.loss for c in sim.reports if c.local_steps > 0),
+                           "steps": max(c["local_steps"] for c in row["clients"]),
+                           "norm": norm, "largest": largest, "where": where, "acc": row["acc_global"]})
+            if r % args.every == 0 or r > last - args.tail or r == 1 or r == args.steps_at:
+                got = rounds[-1]
+                acc = "" if got["acc"] is None else f"{100 * got['acc']:.1f}"
+                print(f"{r:>5} {got['loss']:9.4f} {got['loss_max']:9.4f} {got['steps']:>5} {norm:9.2f} "
+                      f"{largest:8.3f}  {acc:>6}  {where}", flush=True)
+    wall = time.perf_counter() - start
+    print(f"({wall:.0f} s)")
+    if args.save:
+        path = save_probe(args, config, rounds, traced, diverged, wall, argv)
+        print(f"wrote {path}")
+    return 0
+
+
+def save_probe(args, config, rounds, traced, diverged, wall_s, argv) -> pathlib.Path:
+    """Keep the probe in the ladder's store (``probes/``, :func:`hetfl_core.book.ladder.probe_path`)
+    with its provenance, as the ladder keeps a run: a chapter renders it from there."""
+    from hetfl_core.book.chapter import provenance
+    from hetfl_core.book.ladder import _current_data, equivalence_digest, probe_path
+    from hetfl_core.runtime.experiments import write_atomic
+
+    command = "python tools/divergence_probe.py " + " ".join(
+        f"'{a}'" if " " in a else a for a in (sys.argv[1:] if argv is None else argv))
+    how = provenance(command, wall_s)
+    how["equivalence_digest"] = equivalence_digest()
+    how["data"] = _current_data(config.dataset)
+    record = {"chapter": args.chapter, "claim": args.claim, "rung": args.rung, "label": args.label,
+              "seed": args.seed, "steps_at": args.steps_at, "config": config.to_dict(),
+              "rounds": rounds, "traced": [{"client": c, "steps": s} for c, s in traced],
+              "diverged": diverged, "provenance": how}
+    path = probe_path(args.chapter, args.label, args.rung, args.seed)
+    write_atomic(path, json.dumps(record, indent=None, separators=(",", ":"), allow_nan=True).encode())
+    return path
+
+if __name__ == "__main__":
+    sys.exit(main())
