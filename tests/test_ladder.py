@@ -720,6 +720,9 @@ def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch)
         ladder.ladder_sentence("toy", "Toy 1", directory=tmp_path)
     assert "| Local | x2 |" in ladder.ladder_markdown("toy", "Toy 1", directory=tmp_path)
     assert "| x2 |" not in ladder.arena_settling("toy", "Toy 1", tmp_path)
+    rows = {label: (runs, where) for label, _, runs, where in ladder.divergence_rows("toy", tmp_path)}
+    assert rows == {"FedAvg": (6, []), "Local": (6, ["x2, seed 1, round 3"])}
+    assert "| Local | mlp | 6 | 1 | x2, seed 1, round 3 |" in ladder.divergence_table("toy", tmp_path)
 
 
 def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():

@@ -49,7 +49,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
-           "probe_path", "load_probe", "divergence_note",
+           "probe_path", "load_probe", "divergence_note", "divergence_rows", "divergence_table",
            "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
            "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
@@ -340,13 +340,15 @@ def _current_data(dataset: str) -> str | None:
         return None
 
 
-def is_current(record: dict, digest: str | None) -> bool:
+def is_current(record: dict, digest: str | None, fingerprints: dict | None = None) -> bool:
     """Whether a stored run still stands for the current code and data: it was trained on
     the data a run loads now (the provenance's ``data``, the fingerprint of the dataset in
     the process that trained it, equals :func:`_current_data`; a run stored without one is
     not current), and its source hash is the current
     :func:`~hetfl_core.runtime.experiments.source_hash`, or its equivalence digest equals
-    the current one (``digest``; every method's golden history unchanged)."""
+    the current one (``digest``; every method's golden history unchanged). ``fingerprints``,
+    where given, keeps each dataset's current fingerprint between calls (computing one may
+    load the data)."""
     from ..runtime.experiments import source_hash
 
     how = record.get("provenance", {})
@@ -354,7 +356,12 @@ def is_current(record: dict, digest: str | None) -> bool:
         digest is not None and how.get("equivalence_digest") == digest)
     if not code or how.get("data") is None:     # the data last: reading them may load them
         return False
-    return how["data"] == _current_data(record.get("config", {}).get("dataset", ""))
+    dataset = record.get("config", {}).get("dataset", "")
+    if fingerprints is None:
+        return how["data"] == _current_data(dataset)
+    if dataset not in fingerprints:
+        fingerprints[dataset] = _current_data(dataset)
+    return how["data"] == fingerprints[dataset]
 
 
 def refresh_command(chapter: str, rung: str | None = None) -> str:
@@ -1094,6 +1101,42 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
                      f"and the next round stops: {record['diverged']}." if after else
                      f" The run stops there: {record['diverged']}.")
     return "".join(parts) + stale
+
+
+def divergence_rows(chapter: str, directory=None) -> list[tuple[str, str, int, list[str]]]:
+    """For each method (as the chapter's claims name it) and model of ``chapter``'s ladder:
+    ``(label, model, current runs, where its runs diverged)``: how many of its stored runs
+    are current (:func:`is_current`; a run two claims share counts once) and, for each of
+    them that diverged, its rung, seed and round."""
+    stored, digest, data = stored_runs(directory), equivalence_digest(directory, compute=False), {}
+    seen, table = set(), {}
+    for spec in specs_of(chapter):
+        for rung in spec.rungs:
+            for label in spec.methods:
+                for seed in spec.seeds:
+                    key = run_key(rung_config(spec, rung, label, seed))
+                    record = stored.get(key)
+                    if key in seen or record is None:
+                        continue
+                    seen.add(key)
+                    if not is_current(record, digest, data):
+                        continue
+                    row = table.setdefault((label, record["config"].get("model", "")), [0, []])
+                    row[0] += 1
+                    if record.get("diverged"):
+                        found = re.search(r"round (\d+)", record["diverged"])
+                        row[1].append(f"{rung}, seed {seed}" + (f", round {found[1]}" if found else ""))
+    return [(label, model, runs, where) for (label, model), (runs, where) in table.items()]
+
+
+def divergence_table(chapter: str, directory=None) -> str:
+    """:func:`divergence_rows` as a Markdown table."""
+    from .report import markdown_table
+
+    rows = [[label, model, runs, len(where), "; ".join(where) or "—"]
+            for label, model, runs, where in divergence_rows(chapter, directory)]
+    return markdown_table(rows, ["method", "model", "current runs", "diverged", "where"],
+                          align=["l", "l", "r", "r", "l"])
 
 
 # -- the arena: does the ranking settle? ------------------------------------------------------
