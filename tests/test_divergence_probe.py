@@ -90,18 +90,19 @@ def test_a_saved_probe_is_read_by_the_chapter_and_marked_stale_on_other_code(tmp
     assert len(record["traced"]) == 8 and all(len(p["steps"]) == 10 for p in record["traced"])
     note = divergence_note("heroes", "ENC-fixed", "book", 0)
     assert note.startswith("Re-run round by round (`python tools/divergence_probe.py heroes 'Table I' book")
-    assert "after round 1 to" in note and "In round 2, client" in note and "Stale" not in note
+    assert "ENC-fixed's global model's parameter norm goes from" in note and "(round 1)" in note
+    assert "In round 2, client" in note and "Stale" not in note
     record["provenance"].update(source_hash="000000000000", equivalence_digest="0" * 64)
     path.write_text(json.dumps(record))
     assert "**Stale:** it was computed on source 000000000000" in divergence_note("heroes", "ENC-fixed", "book", 0)
 
 
-def _probe(tmp_path, traced, rounds, at, diverged):
+def _probe(tmp_path, traced, rounds, at, diverged, scope="global model"):
     import json
 
     from hetfl_core.book.ladder import probe_path
 
-    record = {"steps_at": at, "rounds": rounds, "traced": traced, "diverged": diverged,
+    record = {"scope": scope, "steps_at": at, "rounds": rounds, "traced": traced, "diverged": diverged,
               "config": {"dataset": "digits"},
               "provenance": {"command": "python tools/divergence_probe.py x", "source_hash": "0"}}
     path = probe_path("c", "M", "x4", 1, tmp_path)
@@ -121,8 +122,9 @@ def test_the_note_follows_the_worst_client_to_where_its_loss_stops_being_finite(
               {"client": 9, "steps": _steps(0.1, 2.0, float("inf"), float("nan"))}]
     _probe(tmp_path, traced, rounds, 3, "m diverged in round 3 (client 9 loss nan)")
     note = divergence_note("c", "M", "x4", 1, tmp_path)
-    assert "parameter norm goes from 11 after round 1 to 12 after round 2" in note
-    assert "largest weight stays between 1.1 and 1.2" in note
+    assert ("over the rounds before the traced one, M's global model's parameter norm goes from 11 "
+            "(round 1) to 12 (round 2), never changing by more than 9.09% from one round to the next, "
+            "and the largest weight stays between 1.1 and 1.2.") in note
     assert "client 9 starts its local training at loss 0.1" in note
     assert "its loss goes 0.1 → 2 → not finite, its gradient norm from 2 to 6" in note
     assert "while the round's other participant stays below loss 0.5" in note
@@ -133,10 +135,22 @@ def test_the_note_follows_the_worst_client_to_where_its_loss_stops_being_finite(
 def test_a_blow_up_that_stays_finite_is_followed_into_the_next_round(tmp_path):
     from hetfl_core.book.ladder import divergence_note
 
-    rounds = [{"round": 1, "norm": 5.0, "largest": 1.0}, {"round": 2, "norm": 900.0, "largest": 450.0}]
+    rounds = [{"round": 1, "norm": 5.0, "largest": 1.0}, {"round": 2, "norm": 6.0, "largest": 1.5},
+              {"round": 3, "norm": 900.0, "largest": 450.0}]
     traced = [{"client": 8, "steps": _steps(0.2, 50.0, 1.4e4)}]
-    _probe(tmp_path, traced, rounds, 2, "m diverged in round 3 (client 0 loss nan)")
+    _probe(tmp_path, traced, rounds, 3, "m diverged in round 4 (client 0 loss nan)", "clients' models")
     note = divergence_note("c", "M", "x4", 1, tmp_path)
-    assert "largest weight stays between 1 and 1." in note and "not finite" not in note
-    assert "its loss goes 0.2 → 50 → 1.4e+04" in note
-    assert "it leaves weights up to 450, and the next round stops: m diverged in round 3" in note
+    assert ("the largest parameter norm among M's clients' models goes from 5 (round 1) to 6 (round 2), "
+            "never changing by more than 20% from one round to the next, and the largest weight stays "
+            "between 1 and 1.5.") in note
+    assert "its loss goes 0.2 → 50 → 1.4e+04" in note and "not finite" not in note
+    assert "it leaves weights up to 450, and the next round stops: m diverged in round 4" in note
+
+
+def test_a_long_climb_is_shown_by_its_start_and_its_last_steps(tmp_path):
+    from hetfl_core.book.ladder import divergence_note
+
+    traced = [{"client": 3, "steps": _steps(*[float(v) for v in range(1, 15)], float("nan"))}]
+    _probe(tmp_path, traced, [{"round": 1, "norm": 5.0, "largest": 1.0}], 2, "m diverged in round 2 (x)")
+    assert ("its loss goes 1 → 2 → … (6 steps) … → 9 → 10 → 11 → 12 → 13 → 14 → not finite"
+            in divergence_note("c", "M", "x4", 1, tmp_path))

@@ -11,7 +11,8 @@ and at every round of the last ``--tail`` before the end or the divergence, it p
 * the largest number of local steps a participant took (a method that sets them per
   round, as Heroes' Eq. (27) does, shows it here);
 * the global model's parameter norm (L2 over every parameter) and largest absolute
-  weight, and the layer holding it;
+  weight, and the layer holding it (a method without a global model, e.g. FedPer: the
+  largest norm and weight among its clients' models);
 * the global accuracy where the round was scored.
 
 It stops at the divergence (the round and client the ladder recorded should be the ones it
@@ -58,6 +59,17 @@ def find_spec(chapter: str, claim: str):
         if spec.ref == claim:
             return spec
     sys.exit(f"error: no claim {claim!r} in {chapter} (one of {', '.join(s.ref for s in SPECS[chapter])})")
+
+
+def models_summary(method, clients: int) -> tuple[float, float, str]:
+    """:func:`weight_summary` of the method's global model, or where it has none, the
+    largest norm and largest weight among its clients' models (and where that weight is)."""
+    model = method.global_model()
+    if model is not None:
+        return weight_summary(model)
+    each = [weight_summary(method.personal_model(k)) for k in range(clients)]
+    top = max(each, key=lambda s: s[1])
+    return max(s[0] for s in each), top[1], top[2]
 
 
 def weight_summary(model: torch.nn.Module) -> tuple[float, float, str]:
@@ -181,7 +193,7 @@ def main(argv=None) -> int:
             if diverged:
                 print(f"{r:>5} diverged: {diverged}")
                 break
-            norm, largest, where = weight_summary(sim.method.global_model())
+            norm, largest, where = models_summary(sim.method, config.clients)
             rounds.append({"round": r, "loss": row["loss"],
                            "loss_max": max(c.loss for c in sim.reports if c.local_steps > 0),
                            "steps": max(c["local_steps"] for c in row["clients"]),
@@ -194,12 +206,13 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     print(f"({wall:.0f} s)")
     if args.save:
-        path = save_probe(args, config, rounds, traced, diverged, wall, argv)
+        scope = "global model" if sim.method.global_model() is not None else "clients' models"
+        path = save_probe(args, config, scope, rounds, traced, diverged, wall, argv)
         print(f"wrote {path}")
     return 0
 
 
-def save_probe(args, config, rounds, traced, diverged, wall_s, argv) -> pathlib.Path:
+def save_probe(args, config, scope, rounds, traced, diverged, wall_s, argv) -> pathlib.Path:
     """Keep the probe in the ladder's store (``probes/``, :func:`hetfl_core.book.ladder.probe_path`)
     with its provenance, as the ladder keeps a run: a chapter renders it from there."""
     from hetfl_core.book.chapter import provenance
@@ -211,7 +224,7 @@ def save_probe(args, config, rounds, traced, diverged, wall_s, argv) -> pathlib.
     how = provenance(command, wall_s)
     how["equivalence_digest"] = equivalence_digest()
     how["data"] = _current_data(config.dataset)
-    record = {"chapter": args.chapter, "claim": args.claim, "rung": args.rung, "label": args.label,
+    record = {"scope": scope, "chapter": args.chapter, "claim": args.claim, "rung": args.rung, "label": args.label,
               "seed": args.seed, "steps_at": args.steps_at, "config": config.to_dict(),
               "rounds": rounds, "traced": [{"client": c, "steps": s} for c, s in traced],
               "diverged": diverged, "provenance": how}

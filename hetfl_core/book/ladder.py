@@ -1071,17 +1071,25 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
     if before:
         first, last = before[0], before[-1]
         largest = [r["largest"] for r in before]
-        parts.append(f", {label}'s global model gives no warning: its parameter norm goes from "
-                     f"{first['norm']:.3g} after round {first['round']} to {last['norm']:.3g} after "
-                     f"round {last['round']}, and its largest weight stays between {min(largest):.3g} "
-                     f"and {max(largest):.3g}.")
+        whose = (f"{label}'s global model's parameter norm"
+                 if record.get("scope", "global model") == "global model" else
+                 f"the largest parameter norm among {label}'s clients' models")
+        changes = [abs(b["norm"] / a["norm"] - 1) for a, b in zip(before, before[1:]) if a["norm"] > 0]
+        most = f", never changing by more than {100 * max(changes):.3g}% from one round to the next" \
+            if changes else ""
+        parts.append(f": over the rounds before the traced one, {whose} goes from {first['norm']:.3g} "
+                     f"(round {first['round']}) to {last['norm']:.3g} (round {last['round']}){most}, "
+                     f"and the largest weight stays between {min(largest):.3g} and {max(largest):.3g}.")
     else:
         parts.append(".")
     found = _blow_up(record.get("traced") or [])
     if found is not None:
         phase, bad = found
         steps = phase["steps"][: (bad + 1) if bad is not None else None]
-        path = " → ".join(f"{s['loss']:.3g}" if math.isfinite(s["loss"]) else "not finite" for s in steps)
+        shown = [f"{s['loss']:.3g}" if math.isfinite(s["loss"]) else "not finite" for s in steps]
+        if len(shown) > 10:                 # the start, then the last steps before the end
+            shown = shown[:2] + [f"… ({len(shown) - 9} steps) …"] + shown[-7:]
+        path = " → ".join(shown)
         grads = [s["grad"] for s in steps if math.isfinite(s.get("grad", math.nan))]
         others = [max(s["loss"] for s in p["steps"]) for p in record["traced"]
                   if p is not phase and p["steps"]]
