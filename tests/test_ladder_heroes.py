@@ -236,5 +236,16 @@ def test_the_cost_a_chapter_states_is_the_plans(tmp_path):
     assert "(all of them serve other claims of the chapter too)" in text   # E1's runs
     assert "serve other" not in ladder.ladder_cost("heroes", "Fig. 4b (ResNet)", tmp_path)
     assert "about" not in ladder.ladder_cost("heroes", "Fig. 5a", tmp_path / "elsewhere")
+    assert "stored so far" not in text
+    # the stored runs' own wall times, once some are stored (a run two rungs share counts once)
+    keys = [ladder.run_key(ladder.rung_config(spec, "book", label, seed))
+            for label in spec.methods for seed in spec.seeds][:2]
+    (tmp_path / "runs").mkdir()
+    for key, wall in zip(keys, (1800.0, 5400.0)):
+        (tmp_path / "runs" / f"{key}.json").write_text(json.dumps(
+            {"key": key, "history": [], "config": {}, "provenance": {"wall_s": wall}}))
+    assert text + " The 2 runs of it stored so far took 2.0 hours of wall time, one thread each, on " \
+        "the machines that computed them (sharing them with other work)." == \
+        ladder.ladder_cost("heroes", "Table I", tmp_path)
     with pytest.raises(Exception, match="has no claim"):
         ladder.ladder_cost("heroes", "Table IX", tmp_path)

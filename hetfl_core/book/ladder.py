@@ -1002,12 +1002,19 @@ def ladder_cost(chapter: str, claim_ref: str, directory=None) -> str:
     known = record["runs"]
     hours = {r: [known.get(k, {}).get("hours") for k in ks] for r, ks in keys.items()}
     command = f"`python tools/ladder.py plan --chapter {chapter}`"
+    stored = stored_runs(directory)
+    took = [stored[k]["provenance"].get("wall_s") for k in dict.fromkeys(k for ks in keys.values() for k in ks)
+            if k in stored]
+    took = [t for t in took if t is not None]
+    measured = (f" The {plural(len(took), 'run')} of it stored so far took {_hours(sum(took) / 3600)} hours "
+                "of wall time, one thread each, on the machines that computed them (sharing them "
+                "with other work).") if took else ""
     if any(h is None for hs in hours.values() for h in hs):
-        return text + f"; their CPU time is not estimated yet ({command} estimates it)."
+        return text + f"; their CPU time is not estimated yet ({command} estimates it)." + measured
     per_rung = {r: sum(hs) for r, hs in hours.items()}
     return (text + f"; about {_hours(sum(per_rung.values()))} CPU-hours on one thread ("
             + ", ".join(f"{r} {_hours(h)}" for r, h in per_rung.items())
-            + f"), as {command} estimated them ({record['device']}, {record['date']}).")
+            + f"), as {command} estimated them ({record['device']}, {record['date']})." + measured)
 
 
 def show_ladder_cost(chapter: str, claim_ref: str, directory=None) -> None:
