@@ -1,6 +1,5 @@
 """tools/divergence_probe.py: a traced round trains exactly as an untraced one, and bad
 input is one line."""
-import subprocess
 import sys
 from pathlib import Path
 
@@ -65,9 +64,10 @@ def test_the_probe_names_a_divergence_and_the_round_it_happened_in():
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--every", "0"], "--every must be at least 1"),
 ])
 def test_bad_input_is_one_line(args, says):
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "divergence_probe.py"), *args],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as stop:
+        divergence_probe.main(args)
+    message = str(stop.value.code)
+    assert message.startswith("error: ") and says in message and "\n" not in message
 
 
 def test_a_saved_probe_is_read_by_the_chapter_and_marked_stale_on_other_code(tmp_path, monkeypatch):
@@ -80,10 +80,8 @@ def test_a_saved_probe_is_read_by_the_chapter_and_marked_stale_on_other_code(tmp
     monkeypatch.setenv(STORE_ENV, str(tmp_path))
     assert "No probe of ENC-fixed's seed 0 at the book rung is stored" in divergence_note(
         "heroes", "ENC-fixed", "book", 0)
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "divergence_probe.py"), "heroes", "Table I",
-                           "book", "ENC-fixed", "0", "--rounds", "3", "--steps-at", "2", "--save"],
-                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ})
-    assert done.returncode == 0, done.stderr
+    assert divergence_probe.main(["heroes", "Table I", "book", "ENC-fixed", "0", "--rounds", "3",
+                                  "--steps-at", "2", "--save"]) == 0
     path = probe_path("heroes", "ENC-fixed", "book", 0)
     record = json.loads(path.read_text())
     assert [r["round"] for r in record["rounds"]] == [1, 2, 3] and record["diverged"] is None
