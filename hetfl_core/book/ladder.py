@@ -1058,9 +1058,9 @@ def _blow_up(traced: list[dict]) -> tuple[dict, int | None] | None:
 
 def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=None) -> str:
     """What the stored probe (``tools/divergence_probe.py --save``) of ``label``'s diverged
-    run (``rung``, ``seed``) found, in two sentences of Markdown with its numbers: how the
-    global model moved over the rounds before the traced one, and how the traced round's
-    worst participant went step by step. A probe computed on other code (neither its source
+    run (``rung``, ``seed``) found, in a few sentences of Markdown with its numbers: how the
+    global model moved over the rounds before the traced one, how the traced round's worst
+    participant went step by step, and where the run stopped. A probe computed on other code (neither its source
     hash nor its equivalence digest current, :func:`is_current`) is marked stale with the
     command that refreshes it; where none is stored, the sentence gives that command."""
     record = load_probe(chapter, label, rung, seed, directory)
@@ -1100,9 +1100,10 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
         grads = [s["grad"] for s in steps if math.isfinite(s.get("grad", math.nan))]
         others = [max(s["loss"] for s in p["steps"]) for p in record["traced"]
                   if p is not phase and p["steps"]]
+        logit = steps[0].get("logit", math.nan)       # not known where the method has its own loss
         parts.append(f" In round {at}, client {phase['client']} starts its local training at loss "
-                     f"{steps[0]['loss']:.3g} with logits up to {steps[0]['logit']:.3g}; step by step "
-                     f"its loss goes {path}")
+                     f"{steps[0]['loss']:.3g}" + (f" with logits up to {logit:.3g}" if math.isfinite(logit) else "")
+                     + f"; step by step its loss goes {path}")
         if grads:
             parts.append(f", its gradient norm from {grads[0]:.3g} to {max(grads):.3g}")
         if others:
