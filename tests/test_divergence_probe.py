@@ -62,6 +62,9 @@ def test_the_probe_names_a_divergence_and_the_round_it_happened_in():
     (["heroes", "Table I", "book", "Nobody", "0"], "names no method 'Nobody'"),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--steps-at", "999"], "past the run's 30 rounds"),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--every", "0"], "--every must be at least 1"),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "lr"], "--set takes FIELD=VALUE, got 'lr'"),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "nonesuch=1"], "--set nonesuch=1: "),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "lr=-1"], "--set lr=-1: "),
 ])
 def test_bad_input_is_one_line(args, says):
     with pytest.raises(SystemExit) as stop:
@@ -152,3 +155,35 @@ def test_a_long_climb_is_shown_by_its_start_and_its_last_steps(tmp_path):
     _probe(tmp_path, traced, [{"round": 1, "norm": 5.0, "largest": 1.0}], 2, "m diverged in round 2 (x)")
     assert ("its loss goes 1 → 2 → … (6 steps) … → 9 → 10 → 11 → 12 → 13 → 14 → not finite"
             in divergence_note("c", "M", "x4", 1, tmp_path))
+
+
+def test_a_re_run_with_a_changed_config_is_kept_apart_and_told_how_it_ended(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from hetfl_core.book.ladder import STORE_ENV, divergence_note, probe_path
+
+    shutil.copy(ROOT / "results" / "ladder" / "digests.json", tmp_path / "digests.json")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path))
+    spec = next(s for s in SPECS["heroes"] if s.ref == "Table I")
+    monkeypatch.setattr(spec, "setting", smoke_setting)        # two rounds, six clients
+    assert divergence_probe.main(["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "lr=0.02",
+                                  "--save"]) == 0
+    path = probe_path("heroes", "ENC-fixed", "book", 0, variant="lr=0.02")
+    assert path.name == "heroes-enc-fixed-book-s0-lr-0-02.json" and not probe_path(
+        "heroes", "ENC-fixed", "book", 0).exists()
+    record = json.loads(path.read_text())
+    assert record["changes"] == {"lr": 0.02} and record["config"]["lr"] == 0.02
+    note = divergence_note("heroes", "ENC-fixed", "book", 0, variant="lr=0.02")
+    rounds = record["config"]["rounds"]
+    assert note.startswith("Re-run round by round with lr 0.02 (`python tools/divergence_probe.py heroes")
+    assert "over its rounds, ENC-fixed's global model's parameter norm goes from" in note
+    assert f"It does not diverge in its {rounds} rounds, and its last scored global accuracy is " in note
+    assert f"(round {rounds})." in note
+    assert "with lr=0.03 is stored" in divergence_note("heroes", "ENC-fixed", "book", 0, variant="lr=0.03")
+
+
+def smoke_setting(scale):
+    from hetfl_core.book.ladder_specs.heroes import heroes_setting
+
+    return heroes_setting("smoke")

@@ -830,3 +830,25 @@ def test_a_stale_diverged_rung_is_labelled_stale_and_ratios_read_plainly(tmp_pat
     labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
     assert labels and not any("10^" in t or "times" in t for t in labels)
     plt.close("all")
+
+
+def test_stored_runs_are_read_again_where_a_file_changed(tmp_path):
+    """The store is read once per process until a run file is added, removed or changed."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+
+    def write(key, n):
+        (folder / f"{key}.json").write_text(json.dumps({"key": key, "history": [[i] for i in range(n)]}))
+
+    write("a-1", 1)
+    first = ladder.stored_runs(tmp_path)
+    first.pop("a-1")                                   # the caller's own dict
+    assert list(ladder.stored_runs(tmp_path)) == ["a-1"]
+    write("a-1", 3)                                    # changed in place
+    write("b-2", 2)
+    runs = ladder.stored_runs(tmp_path)
+    assert len(runs["a-1"]["history"]) == 3 and list(runs) == ["a-1", "b-2"]
+    (folder / "a-1.json").unlink()
+    (folder / "c-3.json").write_text("{not json")    # a file that is not a whole record
+    assert list(ladder.stored_runs(tmp_path)) == ["b-2"]
+    assert ladder.stored_runs(tmp_path / "nowhere") == {}

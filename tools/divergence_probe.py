@@ -17,7 +17,8 @@ and at every round of the last ``--tail`` before the end or the divergence, it p
 
 It stops at the divergence (the round and client the ladder recorded should be the ones it
 names: that is the check that the probe re-ran the same run) or after the run's last
-round. ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``,
+round. ``--set FIELD=VALUE`` re-runs it with a field of its config changed (e.g. a smaller
+``lr``), kept apart from the ladder's own run. ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``,
 with its provenance), where the chapter's :func:`hetfl_core.book.ladder.divergence_note`
 reads it. A run costs what the ladder's did (``python tools/ladder.py plan`` lists it).
 
@@ -48,7 +49,7 @@ from hetfl_core.book.ladder import rung_config  # noqa: E402
 from hetfl_core.book.ladder_specs import SPECS  # noqa: E402
 from hetfl_core.book.ladder_specs.claims import RUNGS  # noqa: E402
 from hetfl_core.runtime.engine import build_simulation, single_thread  # noqa: E402
-from hetfl_core.science.errors import DivergenceError  # noqa: E402
+from hetfl_core.science.errors import DivergenceError, HetflError  # noqa: E402
 
 
 def find_spec(chapter: str, claim: str):
@@ -142,6 +143,21 @@ def print_steps(phases) -> None:
                   f"|grad| {s.get('grad', float('nan')):.3g}, max|w| {s.get('weight', float('nan')):.3g}")
 
 
+def parse_changes(pairs: list[str]) -> dict:
+    """``["lr=0.025", ...]`` as config changes (a value read as JSON where it parses), or a
+    one-line error for a pair without ``=``."""
+    changes = {}
+    for pair in pairs:
+        field, sep, text = pair.partition("=")
+        if not sep or not field:
+            sys.exit(f"error: --set takes FIELD=VALUE, got {pair!r}")
+        try:
+            changes[field] = json.loads(text)
+        except ValueError:
+            changes[field] = text
+    return changes
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapter")
@@ -156,6 +172,9 @@ def main(argv=None) -> int:
                         help="stop after this round (default: the run's last)")
     parser.add_argument("--steps-at", type=int, default=None, metavar="ROUND",
                         help="trace this round step by step, then stop (unless --rounds)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change a field of the run's config, e.g. lr=0.025 (repeatable; the value "
+                             "is read as JSON where it parses, else as text)")
     parser.add_argument("--save", action="store_true",
                         help="keep the probe in the ladder's store, where the chapter reads it")
     args = parser.parse_args(argv)
@@ -168,6 +187,12 @@ def main(argv=None) -> int:
         sys.exit(f"error: {args.claim} of {args.chapter} names no method {args.label!r} "
                  f"(one of {', '.join(spec.methods)})")
     config = rung_config(spec, args.rung, args.label, args.seed)
+    changes = parse_changes(args.set)
+    if changes:
+        try:
+            config = config.replace(**changes).validate()
+        except (TypeError, ValueError, HetflError) as exc:
+            sys.exit(f"error: --set {', '.join(args.set)}: {str(exc).splitlines()[0]}")
     if args.steps_at is not None and args.steps_at > config.rounds:
         sys.exit(f"error: --steps-at {args.steps_at} is past the run's {config.rounds} rounds")
     last = config.rounds if args.rounds is None else min(args.rounds, config.rounds)
@@ -207,12 +232,17 @@ def main(argv=None) -> int:
     print(f"({wall:.0f} s)")
     if args.save:
         scope = "global model" if sim.method.global_model() is not None else "clients' models"
-        path = save_probe(args, config, scope, rounds, traced, diverged, wall, argv)
+        path = save_probe(args, config, changes, scope, rounds, traced, diverged, wall, argv)
         print(f"wrote {path}")
     return 0
 
 
-def save_probe(args, config, scope, rounds, traced, diverged, wall_s, argv) -> pathlib.Path:
+def variant_name(changes: dict) -> str | None:
+    """The probe's name for its config changes (``lr=0.025``), ``None`` without any."""
+    return ",".join(f"{k}={v}" for k, v in sorted(changes.items())) or None
+
+
+def save_probe(args, config, changes, scope, rounds, traced, diverged, wall_s, argv) -> pathlib.Path:
     """Keep the probe in the ladder's store (``probes/``, :func:`hetfl_core.book.ladder.probe_path`)
     with its provenance, as the ladder keeps a run: a chapter renders it from there."""
     from hetfl_core.book.chapter import provenance
@@ -224,11 +254,12 @@ def save_probe(args, config, scope, rounds, traced, diverged, wall_s, argv) -> p
     how = provenance(command, wall_s)
     how["equivalence_digest"] = equivalence_digest()
     how["data"] = _current_data(config.dataset)
-    record = {"scope": scope, "chapter": args.chapter, "claim": args.claim, "rung": args.rung, "label": args.label,
-              "seed": args.seed, "steps_at": args.steps_at, "config": config.to_dict(),
+    record = {"scope": scope, "chapter": args.chapter, "claim": args.claim, "rung": args.rung,
+              "label": args.label, "seed": args.seed, "changes": changes, "steps_at": args.steps_at,
+              "config": config.to_dict(),
               "rounds": rounds, "traced": [{"client": c, "steps": s} for c, s in traced],
               "diverged": diverged, "provenance": how}
-    path = probe_path(args.chapter, args.label, args.rung, args.seed)
+    path = probe_path(args.chapter, args.label, args.rung, args.seed, variant=variant_name(changes))
     write_atomic(path, json.dumps(record, indent=None, separators=(",", ":"), allow_nan=True).encode())
     return path
 

@@ -274,18 +274,37 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
     return path
 
 
+#: the last read of each store's runs: folder -> (each file's name, size and mtime; the runs)
+_STORED: dict[str, tuple[tuple, dict[str, dict]]] = {}
+
+
 def stored_runs(directory=None) -> dict[str, dict]:
-    """Every stored run of the store, by key (a file that is not a whole record is left out)."""
-    runs = {}
+    """Every stored run of the store, by key (a file that is not a whole record is left out).
+
+    A chapter asks for them many times: the records are read again only where a file was
+    added, removed or changed since the last read in this process (its name, size and
+    modification time and inode tell); the caller gets a dict of its own, the records are
+    shared and read only."""
     folder = store_dir(directory) / "runs"
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+    try:
+        found = [(e.name, e.stat()) for e in os.scandir(folder) if e.name.endswith(".json") and e.is_file()]
+    except OSError:                                  # no store yet
+        return {}
+    files = tuple(sorted((name, st.st_size, st.st_mtime_ns, st.st_ino) for name, st in found))
+    known = _STORED.get(str(folder))
+    if known is not None and known[0] == files:
+        return dict(known[1])
+    runs = {}
+    for name, *_ in files:
+        path = folder / name
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and record.get("key") == path.stem and "history" in record:
             runs[path.stem] = record
-    return runs
+    _STORED[str(folder)] = (files, runs)
+    return dict(runs)
 
 
 # -- staleness ----------------------------------------------------------------------------------
@@ -1025,16 +1044,22 @@ def show_ladder_cost(chapter: str, claim_ref: str, directory=None) -> None:
 
 
 # -- why a run diverged: the stored probes ---------------------------------------------------
-def probe_path(chapter: str, label: str, rung: str, seed: int, directory=None) -> Path:
+def probe_path(chapter: str, label: str, rung: str, seed: int, directory=None,
+               variant: str | None = None) -> Path:
     """Where ``tools/divergence_probe.py --save`` keeps its probe of one ladder run: the
-    store's ``probes/<chapter>-<label>-<rung>-s<seed>.json`` (the label made file-safe)."""
-    safe = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()
-    return store_dir(directory) / "probes" / f"{chapter}-{safe}-{rung}-s{seed}.json"
+    store's ``probes/<chapter>-<label>-<rung>-s<seed>.json`` (names made file-safe), with
+    ``-<variant>`` before ``.json`` for a re-run with its config changed (``lr=0.025``)."""
+    def safe(text):
+        return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+    tail = f"-{safe(variant)}" if variant else ""
+    return store_dir(directory) / "probes" / f"{chapter}-{safe(label)}-{rung}-s{seed}{tail}.json"
 
 
-def load_probe(chapter: str, label: str, rung: str, seed: int, directory=None) -> dict | None:
+def load_probe(chapter: str, label: str, rung: str, seed: int, directory=None,
+               variant: str | None = None) -> dict | None:
     """The stored probe of that run, or ``None`` where none is stored (or it is not whole)."""
-    path = probe_path(chapter, label, rung, seed, directory)
+    path = probe_path(chapter, label, rung, seed, directory, variant)
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -1056,25 +1081,30 @@ def _blow_up(traced: list[dict]) -> tuple[dict, int | None] | None:
     return phase, (bad[0] if bad else None)
 
 
-def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=None) -> str:
+def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=None,
+                    variant: str | None = None) -> str:
     """What the stored probe (``tools/divergence_probe.py --save``) of ``label``'s diverged
     run (``rung``, ``seed``) found, in a few sentences of Markdown with its numbers: how the
     global model moved over the rounds before the traced one, how the traced round's worst
     participant went step by step, and where the run stopped. A probe computed on other code (neither its source
     hash nor its equivalence digest current, :func:`is_current`) is marked stale with the
-    command that refreshes it; where none is stored, the sentence gives that command."""
-    record = load_probe(chapter, label, rung, seed, directory)
+    command that refreshes it; where none is stored, the sentence gives that command.
+    ``variant`` names a re-run with its config changed (``"lr=0.025"``, the probe's
+    ``--set``): the note says so, and where it did not diverge, how it ended."""
+    record = load_probe(chapter, label, rung, seed, directory, variant)
     if record is None:
-        return (f"No probe of {label}'s seed {seed} at the {rung} rung is stored: `python "
-                f"tools/divergence_probe.py {chapter} CLAIM {rung} '{label}' {seed} --steps-at ROUND "
-                f"--save` computes one.")
+        setting = f" --set {variant}" if variant else ""
+        return (f"No probe of {label}'s seed {seed} at the {rung} rung{setting and ' with ' + variant} "
+                f"is stored: `python tools/divergence_probe.py {chapter} CLAIM {rung} '{label}' {seed}"
+                f"{setting} --steps-at ROUND --save` computes one.")
     how = record["provenance"]
     stale = "" if is_current(record, equivalence_digest(directory, compute=False)) else (
         f" **Stale:** it was computed on source {how.get('source_hash')}; `{how['command']}` "
         f"computes it again.")
     at = record["steps_at"]
     before = [r for r in record["rounds"] if at is None or r["round"] < at]
-    parts = [f"Re-run round by round (`{how['command']}`)"]
+    changed = ", ".join(f"{k} {v}" for k, v in (record.get("changes") or {}).items())
+    parts = [f"Re-run round by round{' with ' + changed if changed else ''} (`{how['command']}`)"]
     if before:
         first, last = before[0], before[-1]
         largest = [r["largest"] for r in before]
@@ -1084,7 +1114,8 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
         changes = [abs(b["norm"] / a["norm"] - 1) for a, b in zip(before, before[1:]) if a["norm"] > 0]
         most = f", never changing by more than {100 * max(changes):.3g}% from one round to the next" \
             if changes else ""
-        parts.append(f": over the rounds before the traced one, {whose} goes from {first['norm']:.3g} "
+        over = "the rounds before the traced one" if at is not None else "its rounds"
+        parts.append(f": over {over}, {whose} goes from {first['norm']:.3g} "
                      f"(round {first['round']}) to {last['norm']:.3g} (round {last['round']}){most}, "
                      f"and the largest weight stays between {min(largest):.3g} and {max(largest):.3g}.")
     else:
@@ -1116,6 +1147,11 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
         parts.append(f" Averaged into the global model, it leaves weights up to {after[0]['largest']:.3g}, "
                      f"and the next round stops: {record['diverged']}." if after else
                      f" The run stops there: {record['diverged']}.")
+    elif record["rounds"] and record["rounds"][-1]["round"] == record.get("config", {}).get("rounds"):
+        scored = [r for r in record["rounds"] if r.get("acc") is not None]
+        parts.append(f" It does not diverge in its {record['rounds'][-1]['round']} rounds"
+                     + (f", and its last scored global accuracy is {100 * scored[-1]['acc']:.1f}% "
+                        f"(round {scored[-1]['round']})" if scored else "") + ".")
     return "".join(parts) + stale
 
 
