@@ -707,9 +707,13 @@ def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch)
         return real(config, *args, **kwargs)
 
     monkeypatch.setattr(engine, "run", local_diverges)
-    counts = ladder.run_pending("toy", workers=1, directory=tmp_path, progress=False, log=lambda *_: None)
-    assert counts == {"done": 12, "skipped": 0, "failed": 0}
+    said = []
+    counts = ladder.run_pending("toy", workers=1, directory=tmp_path, progress=False, log=said.append)
+    # Local's seed 2 at x2 comes after seed 1, whose divergence leaves its rung without a value
+    assert counts == {"done": 11, "skipped": 0, "failed": 0, "moot": 1}
+    assert "not needed: 1 run of a rung that cannot be judged now" in said
     assert ladder.pending("toy", directory=tmp_path) == []
+    assert [r for r in ladder.status_rows(tmp_path) if r[0] == "toy"] == [["toy", "Toy 1", "book, x2", "—", "—"]]
     diverged = [r for r in ladder.stored_runs(tmp_path).values() if r.get("diverged")]
     assert len(diverged) == 1 and diverged[0]["history"] == []
     rows = ladder.load_ledger("toy", tmp_path)["claims"][0]["results"]["Local"]
@@ -721,8 +725,8 @@ def test_a_diverged_run_is_stored_and_its_rung_not_judged(tmp_path, monkeypatch)
     assert "| Local | x2 |" in ladder.ladder_markdown("toy", "Toy 1", directory=tmp_path)
     assert "| x2 |" not in ladder.arena_settling("toy", "Toy 1", tmp_path)
     rows = {label: (runs, where) for label, _, runs, where in ladder.divergence_rows("toy", tmp_path)}
-    assert rows == {"FedAvg": (6, []), "Local": (6, ["x2, seed 1, round 3"])}
-    assert "| Local | mlp | 6 | 1 | x2, seed 1, round 3 |" in ladder.divergence_table("toy", tmp_path)
+    assert rows == {"FedAvg": (6, []), "Local": (5, ["x2, seed 1, round 3"])}
+    assert "| Local | mlp | 5 | 1 | x2, seed 1, round 3 |" in ladder.divergence_table("toy", tmp_path)
 
 
 def test_fedlps_fig6_is_judged_level_by_level_as_the_chapter_judges_it():
@@ -852,3 +856,34 @@ def test_stored_runs_are_read_again_where_a_file_changed(tmp_path):
     (folder / "c-3.json").write_text("{not json")    # a file that is not a whole record
     assert list(ladder.stored_runs(tmp_path)) == ["b-2"]
     assert ladder.stored_runs(tmp_path / "nowhere") == {}
+
+
+def test_a_run_that_diverged_below_goes_first_and_a_judged_rung_needs_no_more(tmp_path):
+    """Within a rung, the method and seed that diverged at a lower rung run first; once a
+    run a rung needs has diverged (current), that rung's other runs are not pending."""
+    from hetfl_core.runtime.experiments import source_hash
+
+    spec = ladder.specs_of("toy")[0]
+    (tmp_path / "runs").mkdir()
+
+    def key(label, seed, rung):
+        return ladder.run_key(ladder.rung_config(spec, rung, label, seed))
+
+    def store(label, seed, rung, current=True):
+        record = {"key": key(label, seed, rung), "config": ladder.rung_config(spec, rung, label, seed).to_dict(),
+                  "fields": [], "history": [], "diverged": "local diverged in round 2 (client 0 loss nan)",
+                  "provenance": {"source_hash": source_hash() if current else "000000000000",
+                                 "data": dataset_fingerprint("digits"), "wall_s": 1.0, "commit": "c",
+                                 "device": "cpu", "date": "2026-11-29 12:00 UTC"}}
+        (tmp_path / "runs" / f"{record['key']}.json").write_text(json.dumps(record))
+
+    store("Local", 1, "book")
+    todo = ladder.pending("toy", directory=tmp_path)
+    assert [p.rung for p in todo] == ["x2"] * 6                  # book is judged: "diverged"
+    assert todo[0].key == key("Local", 1, "x2")                   # diverged below: first in x2
+    assert [r for r in ladder.status_rows(tmp_path) if r[0] == "toy"] == [["toy", "Toy 1", "book", "x2", "—"]]
+    assert ladder.build_ledger("toy", tmp_path)["claims"][0]["results"]["Local"]["book"]["verdict"] == "diverged"
+    store("Local", 1, "book", current=False)                      # a stale divergence settles nothing
+    todo = ladder.pending("toy", directory=tmp_path)
+    assert [p.rung for p in todo] == ["book"] * 6 + ["x2"] * 6
+    assert todo[6].key == key("Local", 1, "x2") and todo[0].key == key("FedAvg", 0, "book")

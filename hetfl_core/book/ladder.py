@@ -395,21 +395,25 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
     claim reads, :attr:`ClaimSpec.fields`); for a claim judged case by case
     (:attr:`ClaimSpec.per_case`), per rival a dict from each case to its per-seed values.
     Where a run it needs diverged, ``diverged`` lists them (label, seed, where) and every
-    rival's values are ``None``."""
+    rival's values are ``None``, whether or not its other runs are stored (the ladder does
+    not compute those, :func:`pending`); ``keys`` are then the stored runs'."""
     results: dict[str, list[dict]] = {}
-    keys, diverged = [], []
+    keys, diverged, missing = [], [], False
     for label in spec.methods:
         results[label] = []
         for seed in spec.seeds:
             key = run_key(rung_config(spec, rung, label, seed))
             if key not in runs or not has_fields(runs[key], spec.fields):
-                return None
+                missing = True
+                continue
             keys.append(key)
             if runs[key].get("diverged"):
                 diverged.append(f"{label}, seed {seed}: {runs[key]['diverged']}")
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
     if diverged:        # no paired value where a run has none: the rung is not judged
         return {"keys": keys, "diverged": diverged, "values": {rival: None for rival in spec.rivals}}
+    if missing:
+        return None
     values = {}
     for rival in spec.rivals:
         got = spec.value(results, rival)
@@ -1317,15 +1321,65 @@ def plan_markdown(chapter: str | None = None, directory=None, device: str = "cpu
 
 
 # -- computing the pending runs ---------------------------------------------------------------
+def _diverged_at(spec: ClaimSpec, rung: str, runs: Mapping[str, dict], digest: str | None,
+                 fingerprints: dict) -> bool:
+    """Whether a run the claim needs at ``rung`` is stored, current (:func:`is_current`) and
+    diverged: the rung can have no value, whatever its other runs would give."""
+    for label in spec.methods:
+        for seed in spec.seeds:
+            record = runs.get(run_key(rung_config(spec, rung, label, seed)))
+            if record is not None and record.get("diverged") and is_current(record, digest, fingerprints):
+                return True
+    return False
+
+
+def _diverged_below(planned: PlannedRun, specs: Mapping[str, ClaimSpec], runs: Mapping[str, dict]) -> bool:
+    """Whether the same method and seed of one of the run's claims diverged at a lower rung
+    (stored, current or not): likely to diverge again, so it runs first in its rung."""
+    for claim in planned.claims:
+        spec = specs[claim]
+        lower = spec.rungs[:spec.rungs.index(planned.rung)] if planned.rung in spec.rungs else ()
+        for label in spec.methods:
+            for seed in spec.seeds:
+                if run_key(rung_config(spec, planned.rung, label, seed)) != planned.key:
+                    continue
+                if any(runs.get(run_key(rung_config(spec, r, label, seed)), {}).get("diverged") for r in lower):
+                    return True
+    return False
+
+
 def pending(chapter: str | None = None, rung: str | None = None, directory=None,
             digest: str | None = None) -> list[PlannedRun]:
     """The planned runs (:func:`planned_runs`) not stored, stored under code whose results
     may differ (:func:`is_current`), or stored without a history field one of their claims
-    reads (:func:`has_fields`), in the order they will run."""
+    reads (:func:`has_fields`), in the order they will run: the plan's, except that within a
+    rung a run whose method and seed diverged at a lower rung goes first. A run every claim
+    of which already has a current diverged run at its rung is left out: it could not give
+    that rung a value (:func:`ladder_values`)."""
     runs = stored_runs(directory)
-    return [p for p in planned_runs(chapter, rung)
+    specs = {f"{s.chapter}: {s.ref}": s for s in specs_of()}
+    todo = [p for p in planned_runs(chapter, rung)
             if p.key not in runs or not is_current(runs[p.key], digest)
             or not has_fields(runs[p.key], p.fields)]
+    return _without_moot(_first_likely_to_diverge(todo, specs, runs), specs, runs, digest)
+
+
+def _first_likely_to_diverge(todo: list[PlannedRun], specs, runs) -> list[PlannedRun]:
+    """``todo`` (in rung order) with, within each rung, the runs of :func:`_diverged_below` first."""
+    return sorted(todo, key=lambda p: (_rung_order(p.rung), not _diverged_below(p, specs, runs)))
+
+
+def _without_moot(todo: list[PlannedRun], specs, runs, digest) -> list[PlannedRun]:
+    """``todo`` less the runs whose every claim has a current diverged run at their rung."""
+    settled: dict[tuple[str, str], bool] = {}
+    fingerprints: dict = {}
+
+    def diverged(claim: str, rung: str) -> bool:
+        if (claim, rung) not in settled:
+            settled[(claim, rung)] = _diverged_at(specs[claim], rung, runs, digest, fingerprints)
+        return settled[(claim, rung)]
+
+    return [p for p in todo if not all(diverged(c, p.rung) for c in p.claims)]
 
 
 def _shape(config: RunConfig, device: str) -> str:
@@ -1433,8 +1487,9 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     (one: in this process),
     each written to the store the moment it finishes (:func:`store_run`); a run is started
     only if, by its estimated time (:class:`SpeedBook`), it can finish within ``until_s``
-    seconds of the call. Then rewrite the ladder ledgers. Returns counts: ``done``,
-    ``skipped`` (would pass the deadline) and ``failed``."""
+    seconds of the call. A run that diverges leaves out the queued runs that only its rung's
+    claims need (:func:`pending`). Then rewrite the ladder ledgers. Returns counts: ``done``,
+    ``skipped`` (would pass the deadline), ``failed`` and ``moot`` (left out)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from multiprocessing import get_context
 
@@ -1455,7 +1510,8 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     log(f"{plural(len(todo), 'run')} pending" + (f" for {chapter}" if chapter else "")
         + (f" at rung {rung}" if rung else "") + f"; device {device}, {plural(workers, 'worker')}")
     speeds = SpeedBook(directory, measure=deadline is not None)
-    counts = {"done": 0, "skipped": 0, "failed": 0}
+    counts = {"done": 0, "skipped": 0, "failed": 0, "moot": 0}
+    specs = {f"{s.chapter}: {s.ref}": s for s in specs_of()}
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
     # a worker ends with the tool, even when only the tool's process is killed
@@ -1489,6 +1545,13 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
                     store_run(result, planned.key, command, wall, digest, directory)
                     if result.get("diverged"):
                         log(f"diverged: {planned.key} ({', '.join(planned.claims)}): {result['diverged']}")
+                        kept = _without_moot(queue, specs, stored_runs(directory), digest)
+                        if len(kept) < len(queue):
+                            log(f"not needed: {plural(len(queue) - len(kept), 'run')} of a rung that "
+                                "cannot be judged now")
+                            counts["moot"] += len(queue) - len(kept)
+                            bar.update(len(queue) - len(kept))
+                            queue = kept
                     else:
                         speeds.learn(planned.config, device, wall)
                     counts["done"] += 1
@@ -1496,7 +1559,7 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
     bar.close()
     write_ledgers(chapter, directory, digest)
     log(f"stored {plural(counts['done'], 'run')}; {counts['skipped']} left for later (would pass the "
-        f"deadline); {counts['failed']} failed")
+        f"deadline); {counts['failed']} failed; {counts['moot']} not needed (a rung that diverged)")
     return counts
 
 
@@ -1504,12 +1567,15 @@ def status_rows(directory=None) -> list[list[str]]:
     """Per chapter and claim, which rungs are done, pending and stale (from the store only)."""
     runs = stored_runs(directory)
     digest = equivalence_digest(directory, compute=False)
-    rows = []
+    rows, fingerprints = [], {}
     for spec in specs_of():
         state = {"done": [], "pending": [], "stale": []}
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
+            diverged = _diverged_at(spec, rung, runs, digest, fingerprints)
+            if diverged:                   # judged "diverged": its other runs are not needed
+                keys = [k for k in keys if k in runs]
             if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
