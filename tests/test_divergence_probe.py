@@ -131,6 +131,21 @@ def test_the_note_follows_the_worst_client_to_where_its_loss_stops_being_finite(
     assert "while the round's other participant stays below loss 0.5" in note
     assert note.endswith("The run stops there: m diverged in round 3 (client 9 loss nan). **Stale:** it "
                          "was computed on source 0; `python tools/divergence_probe.py x` computes it again.")
+    assert "dense twin" not in note
+    from hetfl_core.book.ladder import twin_ends
+
+    assert twin_ends("c", "M", "x4", 1, tmp_path) is None
+    for step, dense in zip(traced[1]["steps"], (0.1, 1.5, 0.9, 0.7)):
+        step["dense_loss"] = dense
+    _probe(tmp_path, traced, rounds, 3, "m diverged in round 3 (client 9 loss nan)")
+    assert ("Its dense twin, trained from the same start on the same batches with each composed weight as "
+            "one plain parameter instead of a product of factors, goes "
+            "0.1 → 1.5 → 0.9 → 0.7.") in divergence_note("c", "M", "x4", 1, tmp_path)
+    from hetfl_core.book.ladder import twin_ends
+
+    ends = twin_ends("c", "M", "x4", 1, tmp_path)
+    assert ends["client"] == 9 and ends["factored"] != ends["factored"]        # not finite: nan
+    assert (ends["dense_peak"], ends["dense_last"]) == (1.5, 0.7)
 
 
 def test_a_blow_up_that_stays_finite_is_followed_into_the_next_round(tmp_path):
@@ -187,3 +202,24 @@ def smoke_setting(scale):
     from hetfl_core.book.ladder_specs.heroes import heroes_setting
 
     return heroes_setting("smoke")
+
+
+@pytest.mark.parametrize("ref, label", [("Table I", "ENC-fixed"), ("Fig. 4b (ResNet)", "Flanc")])
+def test_the_dense_twin_starts_where_the_composed_model_is_and_leaves_the_run_alone(ref, label):
+    """The twin's first step sees the composed model's own weights (the same loss, bit for
+    bit), and the run trains as it would without the twin."""
+    config = smoke_config("heroes", ref, label)
+    plain, traced = build_simulation(config), build_simulation(config)
+    for sim in (plain, traced):
+        sim.round(1)
+    expected = plain.round(2)
+    row, phases, _ = divergence_probe.traced_round(traced, 2, twins=True)
+    assert row["loss"] == expected["loss"]
+    for k in range(config.clients):
+        mine, theirs = traced.method.personal_model(k).state_dict(), plain.method.personal_model(k).state_dict()
+        assert all(torch.equal(mine[n], theirs[n]) for n in theirs)
+    for _, steps in phases:
+        assert all("dense_loss" in s for s in steps)
+        assert steps[0]["dense_loss"] == steps[0]["loss"]
+        assert any(s["dense_loss"] != s["loss"] for s in steps[1:])      # then their paths part
+    assert divergence_probe.dense_twin(torch.nn.Linear(2, 2)) is None

@@ -17,7 +17,9 @@ and at every round of the last ``--tail`` before the end or the divergence, it p
 
 It stops at the divergence (the round and client the ladder recorded should be the ones it
 names: that is the check that the probe re-ran the same run) or after the run's last
-round. ``--set FIELD=VALUE`` re-runs it with a field of its config changed (e.g. a smaller
+round. ``--dense-twin`` also trains, in the traced round, each composed model's twin whose composed
+weights are plain parameters (the local step as Alg. 2 of Heroes writes it), from the same
+start on the same batches: whether the factors are what runs away. ``--set FIELD=VALUE`` re-runs it with a field of its config changed (e.g. a smaller
 ``lr``), kept apart from the ladder's own run. ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``,
 with its provenance), where the chapter's :func:`hetfl_core.book.ladder.divergence_note`
 reads it. A run costs what the ladder's did (``python tools/ladder.py plan`` lists it).
@@ -31,11 +33,13 @@ does (the loss is computed by the same operations); the probe stops after it.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import pathlib
 import sys
 import time
+import types
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +53,7 @@ from hetfl_core.book.ladder import rung_config  # noqa: E402
 from hetfl_core.book.ladder_specs import SPECS  # noqa: E402
 from hetfl_core.book.ladder_specs.claims import RUNGS  # noqa: E402
 from hetfl_core.runtime.engine import build_simulation, single_thread  # noqa: E402
+from hetfl_core.science.composition import ComposedConv2d  # noqa: E402
 from hetfl_core.science.errors import DivergenceError, HetflError  # noqa: E402
 
 
@@ -86,14 +91,37 @@ def weight_summary(model: torch.nn.Module) -> tuple[float, float, str]:
     return math.sqrt(squares), largest, where
 
 
-def traced_round(sim, round_idx: int) -> tuple[dict | None, list[tuple[int, list[dict]]], str | None]:
+def dense_twin(model: torch.nn.Module) -> torch.nn.Module | None:
+    """A copy of a composed model (:class:`~hetfl_core.science.composition.ComposedNet`) whose
+    every composed weight W_p = v . u (Eq. 4) at its selection is one plain parameter: SGD on
+    it trains the composed weights themselves, as Alg. 2 l. 5 writes the local step (the
+    book trains the factors v and u). ``None`` for a model without composed layers."""
+    layers = [m for m in model.modules() if isinstance(m, ComposedConv2d)]
+    if not layers:
+        return None
+    twin = copy.deepcopy(model)
+    sel = twin.selection
+    for layer in (m for m in twin.modules() if isinstance(m, ComposedConv2d)):
+        with torch.no_grad():
+            layer.dense = torch.nn.Parameter(layer.weight(sel.blocks, sel.p).clone())
+        layer.forward = types.MethodType(
+            lambda self, x, sel: F.conv2d(x, self.dense, stride=self.stride, padding=self.kernel // 2), layer)
+    return twin
+
+
+def traced_round(sim, round_idx: int, twins: bool = False
+                 ) -> tuple[dict | None, list[tuple[int, list[dict]]], str | None]:
     """Round ``round_idx`` of ``sim`` with every local SGD step recorded: the history row
     (``None`` if it diverged), per phase of local SGD its client and steps (``loss``,
     ``logit``: the largest absolute logit, ``grad``: the gradient norm over the trained
     parameters, ``weight``: their largest absolute value before the step), and the
-    divergence's message, if any."""
+    divergence's message, if any. With ``twins``, a phase on a composed model is also run,
+    before the phase itself, from the same start on the same batches by its
+    :func:`dense_twin`, and each step keeps the twin's loss as ``dense_loss`` (the run
+    itself trains as it would without)."""
     phases: list[tuple[int, list[dict]]] = []
     original_sgd, original_run = training.local_sgd, training.LocalSGD.run
+    in_twin = [False]
 
     def run(phase):                                    # which client the phase trains
         phases.append((phase.client.client_id, []))
@@ -101,6 +129,24 @@ def traced_round(sim, round_idx: int) -> tuple[dict | None, list[tuple[int, list
 
     def local_sgd(model, x, y, *args, loss_fn=None, penalty=None, **kwargs):
         steps = phases[-1][1]
+        twin = dense_twin(model) if twins and loss_fn is None and penalty is None else None
+        if twin is not None:
+            steps_, batch_size, lr, generator = args
+            same = torch.Generator()
+            same.set_state(generator.get_state())          # the same batches; the run's stream untouched
+            losses = []
+
+            def twin_loss(model_, xb, yb):
+                loss = F.cross_entropy(model_(xb), yb)
+                losses.append(float(loss.detach()))
+                return loss
+            in_twin[0] = True
+            try:
+                original_sgd(twin, x, y, steps_, batch_size, lr, same, loss_fn=twin_loss,
+                             **{k: kwargs[k] for k in ("momentum", "weight_decay", "clip_norm", "drop_last")
+                                if k in kwargs})
+            finally:
+                in_twin[0] = False
 
         def recorded(model_, xb, yb):                 # local_sgd's loss, by the same operations
             if loss_fn is not None:
@@ -112,10 +158,14 @@ def traced_round(sim, round_idx: int) -> tuple[dict | None, list[tuple[int, list
                     loss = loss + penalty(model_)
             steps.append({"loss": float(loss.detach()), "logit": logit})
             return loss
-        return original_sgd(model, x, y, *args, loss_fn=recorded, penalty=None, **kwargs)
+        result = original_sgd(model, x, y, *args, loss_fn=recorded, penalty=None, **kwargs)
+        if twin is not None:
+            for step, dense in zip(steps, losses):
+                step["dense_loss"] = dense
+        return result
 
     def before_step(optimizer, args, kwargs):
-        if phases and phases[-1][1]:
+        if phases and phases[-1][1] and not in_twin[0]:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             grads = [float(p.grad.double().pow(2).sum()) for p in params if p.grad is not None]
             phases[-1][1][-1].update(grad=math.sqrt(sum(grads)),
@@ -139,8 +189,9 @@ def print_steps(phases) -> None:
     for client, steps in phases:
         print(f"client {client}:")
         for i, s in enumerate(steps):
+            dense = f", dense twin's loss {s['dense_loss']:.3g}" if "dense_loss" in s else ""
             print(f"  step {i}: loss {s['loss']:.3g}, max|logit| {s['logit']:.3g}, "
-                  f"|grad| {s.get('grad', float('nan')):.3g}, max|w| {s.get('weight', float('nan')):.3g}")
+                  f"|grad| {s.get('grad', float('nan')):.3g}, max|w| {s.get('weight', float('nan')):.3g}{dense}")
 
 
 def parse_changes(pairs: list[str]) -> dict:
@@ -175,6 +226,9 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="change a field of the run's config, e.g. lr=0.025 (repeatable; the value "
                              "is read as JSON where it parses, else as text)")
+    parser.add_argument("--dense-twin", action="store_true",
+                        help="at --steps-at, also train each composed model's dense twin (its composed "
+                             "weights as plain parameters) from the same start on the same batches")
     parser.add_argument("--save", action="store_true",
                         help="keep the probe in the ladder's store, where the chapter reads it")
     args = parser.parse_args(argv)
@@ -208,7 +262,7 @@ def main(argv=None) -> int:
         sim = build_simulation(config)
         for r in range(1, last + 1):
             if r == args.steps_at:
-                row, traced, diverged = traced_round(sim, r)
+                row, traced, diverged = traced_round(sim, r, twins=args.dense_twin)
                 print_steps(traced)
             else:
                 try:

@@ -50,6 +50,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
            "probe_path", "load_probe", "divergence_note", "divergence_rows", "divergence_table",
+           "twin_ends",
            "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
            "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
@@ -1085,6 +1086,32 @@ def _blow_up(traced: list[dict]) -> tuple[dict, int | None] | None:
     return phase, (bad[0] if bad else None)
 
 
+def twin_ends(chapter: str, label: str, rung: str, seed: int, directory=None) -> dict | None:
+    """Where the stored probe traced a dense twin (``--dense-twin``), the traced round's
+    worst participant's last loss (``factored``, ``nan`` where it stopped being finite) and
+    its twin's largest and last losses (``dense_peak``, ``dense_last``); else ``None``."""
+    record = load_probe(chapter, label, rung, seed, directory)
+    found = _blow_up((record or {}).get("traced") or [])
+    if found is None:
+        return None
+    steps = found[0]["steps"]
+    dense = [s["dense_loss"] for s in steps if "dense_loss" in s]
+    if not dense:
+        return None
+    last = steps[-1]["loss"]
+    return {"client": found[0]["client"], "factored": last if math.isfinite(last) else math.nan,
+            "dense_peak": max(dense), "dense_last": dense[-1]}
+
+
+def _loss_path(losses: list[float]) -> str:
+    """Losses step by step, ``a → b → … → not finite``; more than ten shown by the first two
+    and the last seven."""
+    shown = [f"{v:.3g}" if math.isfinite(v) else "not finite" for v in losses]
+    if len(shown) > 10:                     # the start, then the last steps before the end
+        shown = shown[:2] + [f"… ({len(shown) - 9} steps) …"] + shown[-7:]
+    return " → ".join(shown)
+
+
 def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=None,
                     variant: str | None = None) -> str:
     """What the stored probe (``tools/divergence_probe.py --save``) of ``label``'s diverged
@@ -1128,10 +1155,7 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
     if found is not None:
         phase, bad = found
         steps = phase["steps"][: (bad + 1) if bad is not None else None]
-        shown = [f"{s['loss']:.3g}" if math.isfinite(s["loss"]) else "not finite" for s in steps]
-        if len(shown) > 10:                 # the start, then the last steps before the end
-            shown = shown[:2] + [f"… ({len(shown) - 9} steps) …"] + shown[-7:]
-        path = " → ".join(shown)
+        path = _loss_path([s["loss"] for s in steps])
         grads = [s["grad"] for s in steps if math.isfinite(s.get("grad", math.nan))]
         others = [max(s["loss"] for s in p["steps"]) for p in record["traced"]
                   if p is not phase and p["steps"]]
@@ -1146,6 +1170,11 @@ def divergence_note(chapter: str, label: str, rung: str, seed: int, directory=No
                    f"the round's {len(others)} other participants stay")
             parts.append(f", while {who} below loss {max(others):.3g}")
         parts.append(".")
+        dense = [s["dense_loss"] for s in phase["steps"] if "dense_loss" in s]
+        if dense:
+            parts.append(f" Its dense twin, trained from the same start on the same batches with each "
+                         f"composed weight as one plain parameter instead of a product of factors, goes "
+                         f"{_loss_path(dense)}.")
     after = [r for r in record["rounds"] if at is not None and r["round"] == at]
     if record.get("diverged"):
         parts.append(f" Averaged into the global model, it leaves weights up to {after[0]['largest']:.3g}, "
