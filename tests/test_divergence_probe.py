@@ -63,6 +63,7 @@ def test_the_probe_names_a_divergence_and_the_round_it_happened_in():
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--steps-at", "999"], "past the run's 30 rounds"),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--every", "0"], "--every must be at least 1"),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "lr"], "--set takes FIELD=VALUE, got 'lr'"),
+    (["heroes", "Table I", "book", "ENC-fixed", "0", "--dense-twin"], "give --steps-at ROUND"),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "nonesuch=1"], "--set nonesuch=1: "),
     (["heroes", "Table I", "book", "ENC-fixed", "0", "--set", "lr=-1"], "--set lr=-1: "),
 ])

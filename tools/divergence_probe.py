@@ -17,18 +17,21 @@ and at every round of the last ``--tail`` before the end or the divergence, it p
 
 It stops at the divergence (the round and client the ladder recorded should be the ones it
 names: that is the check that the probe re-ran the same run) or after the run's last
-round. ``--dense-twin`` also trains, in the traced round, each composed model's twin whose composed
-weights are plain parameters (the local step as Alg. 2 of Heroes writes it), from the same
-start on the same batches: whether the factors are what runs away. ``--set FIELD=VALUE`` re-runs it with a field of its config changed (e.g. a smaller
-``lr``), kept apart from the ladder's own run. ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``,
-with its provenance), where the chapter's :func:`hetfl_core.book.ladder.divergence_note`
-reads it. A run costs what the ladder's did (``python tools/ladder.py plan`` lists it).
+round. A run costs what the ladder's did (``python tools/ladder.py plan`` lists it).
 
-``--steps-at ROUND`` also traces that round step by step: for each participant's local
-SGD (:func:`hetfl_core.science.training.local_sgd`, run here, not batched), each step's
-training loss, largest absolute logit, gradient norm over the trained parameters and
-largest absolute trained weight before the step. The traced round trains as the run
-does (the loss is computed by the same operations); the probe stops after it.
+* ``--steps-at ROUND`` traces that round step by step: for each participant's local SGD
+  (:func:`hetfl_core.science.training.local_sgd`, run here, not batched), each step's
+  training loss, largest absolute logit, gradient norm over the trained parameters and
+  largest absolute trained weight before the step. The traced round trains as the run
+  does (the loss is computed by the same operations); the probe stops after it, unless
+  ``--rounds`` says a later round.
+* ``--dense-twin`` also trains, in the traced round, each composed model's twin whose
+  composed weights are plain parameters (the local step as Heroes' Alg. 2, l. 5 writes
+  it), from the same start on the same batches: whether the factors are what runs away.
+* ``--set FIELD=VALUE`` re-runs it with a field of its config changed (e.g. a smaller
+  ``lr``), kept apart from the ladder's own run.
+* ``--save`` keeps what it found in the ladder's store (``results/ladder/probes/``, with
+  its provenance), where a chapter's :func:`hetfl_core.book.ladder.divergence_note` reads it.
 """
 from __future__ import annotations
 
@@ -236,6 +239,8 @@ def main(argv=None) -> int:
         sys.exit("error: --every must be at least 1 and --tail at least 0")
     if args.steps_at is not None and args.steps_at < 1:
         sys.exit("error: --steps-at must be a round, at least 1")
+    if args.dense_twin and args.steps_at is None:
+        sys.exit("error: --dense-twin trains twins in the traced round: give --steps-at ROUND")
     spec = find_spec(args.chapter, args.claim)
     if args.label not in spec.methods:
         sys.exit(f"error: {args.claim} of {args.chapter} names no method {args.label!r} "
