@@ -1350,30 +1350,41 @@ def plan_markdown(chapter: str | None = None, directory=None, device: str = "cpu
 
 
 # -- computing the pending runs ---------------------------------------------------------------
-def _diverged_at(spec: ClaimSpec, rung: str, runs: Mapping[str, dict], digest: str | None,
+class _Keys:
+    """The run keys of each claim's methods and seeds at each rung, computed once:
+    ``keys(claim, rung)`` maps ``(label, seed)`` to the run's key."""
+
+    def __init__(self, specs: Mapping[str, ClaimSpec]):
+        self.specs, self.known = specs, {}
+
+    def __call__(self, claim: str, rung: str) -> dict[tuple[str, int], str]:
+        if (claim, rung) not in self.known:
+            spec = self.specs[claim]
+            self.known[(claim, rung)] = {(label, seed): run_key(rung_config(spec, rung, label, seed))
+                                         for label in spec.methods for seed in spec.seeds}
+        return self.known[(claim, rung)]
+
+
+def _diverged_at(keys: dict[tuple[str, int], str], runs: Mapping[str, dict], digest: str | None,
                  fingerprints: dict) -> bool:
-    """Whether a run the claim needs at ``rung`` is stored, current (:func:`is_current`) and
-    diverged: the rung can have no value, whatever its other runs would give."""
-    for label in spec.methods:
-        for seed in spec.seeds:
-            record = runs.get(run_key(rung_config(spec, rung, label, seed)))
-            if record is not None and record.get("diverged") and is_current(record, digest, fingerprints):
-                return True
-    return False
+    """Whether one of a claim's runs at a rung (``keys``, :class:`_Keys`) is stored, current
+    (:func:`is_current`) and diverged: the rung can have no value, whatever its other runs
+    would give."""
+    return any(runs.get(k, {}).get("diverged") and is_current(runs[k], digest, fingerprints)
+               for k in keys.values())
 
 
-def _diverged_below(planned: PlannedRun, specs: Mapping[str, ClaimSpec], runs: Mapping[str, dict]) -> bool:
+def _diverged_below(planned: PlannedRun, keys: _Keys, runs: Mapping[str, dict]) -> bool:
     """Whether the same method and seed of one of the run's claims diverged at a lower rung
     (stored, current or not): likely to diverge again, so it runs first in its rung."""
     for claim in planned.claims:
-        spec = specs[claim]
-        lower = spec.rungs[:spec.rungs.index(planned.rung)] if planned.rung in spec.rungs else ()
-        for label in spec.methods:
-            for seed in spec.seeds:
-                if run_key(rung_config(spec, planned.rung, label, seed)) != planned.key:
-                    continue
-                if any(runs.get(run_key(rung_config(spec, r, label, seed)), {}).get("diverged") for r in lower):
-                    return True
+        spec = keys.specs[claim]
+        if planned.rung not in spec.rungs:
+            continue
+        for which, key in keys(claim, planned.rung).items():
+            if key == planned.key and any(runs.get(keys(claim, r)[which], {}).get("diverged")
+                                          for r in spec.rungs[:spec.rungs.index(planned.rung)]):
+                return True
     return False
 
 
@@ -1386,26 +1397,22 @@ def pending(chapter: str | None = None, rung: str | None = None, directory=None,
     of which already has a current diverged run at its rung is left out: it could not give
     that rung a value (:func:`ladder_values`)."""
     runs = stored_runs(directory)
-    specs = {f"{s.chapter}: {s.ref}": s for s in specs_of()}
+    keys = _Keys({f"{s.chapter}: {s.ref}": s for s in specs_of()})
     todo = [p for p in planned_runs(chapter, rung)
             if p.key not in runs or not is_current(runs[p.key], digest)
             or not has_fields(runs[p.key], p.fields)]
-    return _without_moot(_first_likely_to_diverge(todo, specs, runs), specs, runs, digest)
+    todo.sort(key=lambda p: (_rung_order(p.rung), not _diverged_below(p, keys, runs)))
+    return _without_moot(todo, keys, runs, digest)
 
 
-def _first_likely_to_diverge(todo: list[PlannedRun], specs, runs) -> list[PlannedRun]:
-    """``todo`` (in rung order) with, within each rung, the runs of :func:`_diverged_below` first."""
-    return sorted(todo, key=lambda p: (_rung_order(p.rung), not _diverged_below(p, specs, runs)))
-
-
-def _without_moot(todo: list[PlannedRun], specs, runs, digest) -> list[PlannedRun]:
+def _without_moot(todo: list[PlannedRun], keys: _Keys, runs, digest) -> list[PlannedRun]:
     """``todo`` less the runs whose every claim has a current diverged run at their rung."""
     settled: dict[tuple[str, str], bool] = {}
     fingerprints: dict = {}
 
     def diverged(claim: str, rung: str) -> bool:
         if (claim, rung) not in settled:
-            settled[(claim, rung)] = _diverged_at(specs[claim], rung, runs, digest, fingerprints)
+            settled[(claim, rung)] = _diverged_at(keys(claim, rung), runs, digest, fingerprints)
         return settled[(claim, rung)]
 
     return [p for p in todo if not all(diverged(c, p.rung) for c in p.claims)]
@@ -1540,7 +1547,7 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
         + (f" at rung {rung}" if rung else "") + f"; device {device}, {plural(workers, 'worker')}")
     speeds = SpeedBook(directory, measure=deadline is not None)
     counts = {"done": 0, "skipped": 0, "failed": 0, "moot": 0}
-    specs = {f"{s.chapter}: {s.ref}": s for s in specs_of()}
+    keys = _Keys({f"{s.chapter}: {s.ref}": s for s in specs_of()})
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
     # a worker ends with the tool, even when only the tool's process is killed
@@ -1574,7 +1581,7 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
                     store_run(result, planned.key, command, wall, digest, directory)
                     if result.get("diverged"):
                         log(f"diverged: {planned.key} ({', '.join(planned.claims)}): {result['diverged']}")
-                        kept = _without_moot(queue, specs, stored_runs(directory), digest)
+                        kept = _without_moot(queue, keys, stored_runs(directory), digest)
                         if len(kept) < len(queue):
                             log(f"not needed: {plural(len(queue) - len(kept), 'run')} of a rung that "
                                 "cannot be judged now")
@@ -1602,7 +1609,7 @@ def status_rows(directory=None) -> list[list[str]]:
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
-            diverged = _diverged_at(spec, rung, runs, digest, fingerprints)
+            diverged = _diverged_at(dict(enumerate(keys)), runs, digest, fingerprints)
             if diverged:                   # judged "diverged": its other runs are not needed
                 keys = [k for k in keys if k in runs]
             if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
