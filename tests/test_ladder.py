@@ -887,3 +887,8 @@ def test_a_run_that_diverged_below_goes_first_and_a_judged_rung_needs_no_more(tm
     todo = ladder.pending("toy", directory=tmp_path)
     assert [p.rung for p in todo] == ["book"] * 6 + ["x2"] * 6
     assert todo[6].key == key("Local", 1, "x2") and todo[0].key == key("FedAvg", 0, "book")
+    store("Local", 2, "book")                                     # a current one beside the stale one
+    row = ladder.build_ledger("toy", tmp_path)["claims"][0]["results"]["Local"]["book"]
+    assert row["diverged"] == ["Local, seed 2: local diverged in round 2 (client 0 loss nan)"]
+    assert row["stale"] is False and row["keys"] == [key("Local", 2, "book")]
+    assert [r for r in ladder.status_rows(tmp_path) if r[0] == "toy"][0][2] == "book"

@@ -390,14 +390,17 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 
 
 # -- the ledger -----------------------------------------------------------------------------------
-def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict | None:
+def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict], current=None) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
     record), or ``None`` when a run it needs is not stored (or lacks a history field the
     claim reads, :attr:`ClaimSpec.fields`); for a claim judged case by case
     (:attr:`ClaimSpec.per_case`), per rival a dict from each case to its per-seed values.
     Where a run it needs diverged, ``diverged`` lists them (label, seed, where) and every
     rival's values are ``None``, whether or not its other runs are stored (the ladder does
-    not compute those, :func:`pending`); ``keys`` are then the stored runs'."""
+    not compute those, :func:`pending`); ``keys`` are then the diverged runs'. Given
+    ``current(record)`` (whether a stored run stands for the current code, :func:`is_current`),
+    a current diverged run is reason enough and a stale one is named only where no current
+    one is."""
     results: dict[str, list[dict]] = {}
     keys, diverged, missing = [], [], False
     for label in spec.methods:
@@ -409,10 +412,13 @@ def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict]) -> dict 
                 continue
             keys.append(key)
             if runs[key].get("diverged"):
-                diverged.append(f"{label}, seed {seed}: {runs[key]['diverged']}")
+                diverged.append((key, f"{label}, seed {seed}: {runs[key]['diverged']}"))
             results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
     if diverged:        # no paired value where a run has none: the rung is not judged
-        return {"keys": keys, "diverged": diverged, "values": {rival: None for rival in spec.rivals}}
+        now = [d for d in diverged if current is not None and current(runs[d[0]])]
+        reasons = now or diverged
+        return {"keys": [k for k, _ in reasons], "diverged": [why for _, why in reasons],
+                "values": {rival: None for rival in spec.rivals}}
     if missing:
         return None
     values = {}
@@ -486,11 +492,11 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
     the chapter's rule), the interval, whether a run behind it is stale, and the provenance
     of its runs (commits, source hashes, devices, dates, wall time)."""
     runs = stored_runs(directory)
-    claims = []
+    claims, fingerprints = [], {}
     for spec in specs_of(chapter):
         rows = {}
         for rung in spec.rungs:
-            got = ladder_values(spec, rung, runs)
+            got = ladder_values(spec, rung, runs, lambda r: is_current(r, digest, fingerprints))
             if got is None:
                 continue
             records = [runs[k] for k in got["keys"]]
@@ -1609,10 +1615,9 @@ def status_rows(directory=None) -> list[list[str]]:
         for rung in spec.rungs:
             keys = [run_key(rung_config(spec, rung, label, seed))
                     for label in spec.methods for seed in spec.seeds]
-            diverged = _diverged_at(dict(enumerate(keys)), runs, digest, fingerprints)
-            if diverged:                   # judged "diverged": its other runs are not needed
-                keys = [k for k in keys if k in runs]
-            if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
+            if _diverged_at(dict(enumerate(keys)), runs, digest, fingerprints):
+                state["done"].append(rung)         # judged "diverged": its other runs are not needed
+            elif any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
                 state["stale"].append(rung)
