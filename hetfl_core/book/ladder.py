@@ -45,7 +45,7 @@ from .ladder_specs import PTS, RUNGS, SPECS, ClaimSpec, register  # noqa: F401  
 from .report import Bounded, judge, judge_cases, plural
 
 __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "rung_config",
-           "pending", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
+           "pending", "claim_name", "store_dir", "run_key", "compact_history", "store_run", "stored_runs",
            "is_current", "equivalence_digest", "ladder_values", "build_ledger", "write_ledgers",
            "load_ledger", "show_ladder", "ladder_sentence", "ladder_markdown", "arena_settling",
            "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
@@ -178,6 +178,11 @@ def run_key(config: RunConfig) -> str:
     return f"{method}-{config.replace(device='cpu').key()}"
 
 
+def claim_name(spec: ClaimSpec) -> str:
+    """How a planned run names a claim it serves: ``"chapter: ref"``."""
+    return f"{spec.chapter}: {spec.ref}"
+
+
 def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[PlannedRun]:
     """Every run the ladder's claims need, in the order they run: cheapest rung first, and
     within a rung claim by claim, all of a claim's methods and seeds together; a run two
@@ -194,7 +199,7 @@ def planned_runs(chapter: str | None = None, rung: str | None = None) -> list[Pl
                 for seed in spec.seeds:
                     config = rung_config(spec, r, label, seed)
                     key = run_key(config)
-                    claim = f"{spec.chapter}: {spec.ref}"
+                    claim = claim_name(spec)
                     if key in order:
                         if claim not in order[key].claims:
                             known = order[key]
@@ -275,37 +280,42 @@ def store_run(result: dict, key: str, command: str, wall_s: float, digest: str |
     return path
 
 
-#: the last read of each store's runs: folder -> (each file's name, size and mtime; the runs)
-_STORED: dict[str, tuple[tuple, dict[str, dict]]] = {}
+#: the last read of each store's run files: folder -> {file name: (its size, mtime and inode,
+#: its record or ``None`` where it is not one)}
+_STORED: dict[str, dict[str, tuple[tuple, dict | None]]] = {}
 
 
 def stored_runs(directory=None) -> dict[str, dict]:
     """Every stored run of the store, by key (a file that is not a whole record is left out).
 
-    A chapter asks for them many times: the records are read again only where a file was
-    added, removed or changed since the last read in this process (its name, size and
-    modification time and inode tell); the caller gets a dict of its own, the records are
-    shared and read only."""
+    A chapter asks for them many times, and the tool after every run it stores: a file is
+    read again only where it is new or changed since the last read in this process (its
+    size, modification time and inode tell); the caller gets a dict of its own, the records
+    are shared and read only."""
     folder = store_dir(directory) / "runs"
     try:
-        found = [(e.name, e.stat()) for e in os.scandir(folder) if e.name.endswith(".json") and e.is_file()]
+        found = sorted((e.name, e.stat()) for e in os.scandir(folder) if e.name.endswith(".json") and e.is_file())
     except OSError:                                  # no store yet
         return {}
-    files = tuple(sorted((name, st.st_size, st.st_mtime_ns, st.st_ino) for name, st in found))
-    known = _STORED.get(str(folder))
-    if known is not None and known[0] == files:
-        return dict(known[1])
-    runs = {}
-    for name, *_ in files:
-        path = folder / name
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("key") == path.stem and "history" in record:
-            runs[path.stem] = record
-    _STORED[str(folder)] = (files, runs)
-    return dict(runs)
+    before = _STORED.get(str(folder), {})
+    now = {}
+    for name, st in found:
+        signature = (st.st_size, st.st_mtime_ns, st.st_ino)
+        known = before.get(name)
+        now[name] = known if known is not None and known[0] == signature else \
+            (signature, _read_run(folder / name))
+    _STORED[str(folder)] = now
+    return {name[:-len(".json")]: record for name, (_, record) in now.items() if record is not None}
+
+
+def _read_run(path: Path) -> dict | None:
+    """The stored run in ``path``, or ``None`` where the file is not a whole record of one."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(record, dict) and record.get("key") == path.stem and "history" in record
+    return record if ok else None
 
 
 # -- staleness ----------------------------------------------------------------------------------
@@ -1200,23 +1210,21 @@ def divergence_rows(chapter: str, directory=None) -> list[tuple[str, str, int, l
     are current (:func:`is_current`; a run two claims share counts once) and, for each of
     them that diverged, its rung, seed and round."""
     stored, digest, data = stored_runs(directory), equivalence_digest(directory, compute=False), {}
-    seen, table = set(), {}
+    seen, table, keys = set(), {}, _Keys()
     for spec in specs_of(chapter):
         for rung in spec.rungs:
-            for label in spec.methods:
-                for seed in spec.seeds:
-                    key = run_key(rung_config(spec, rung, label, seed))
-                    record = stored.get(key)
-                    if key in seen or record is None:
-                        continue
-                    seen.add(key)
-                    if not is_current(record, digest, data):
-                        continue
-                    row = table.setdefault((label, record["config"].get("model", "")), [0, []])
-                    row[0] += 1
-                    if record.get("diverged"):
-                        found = re.search(r"round (\d+)", record["diverged"])
-                        row[1].append(f"{rung}, seed {seed}" + (f", round {found[1]}" if found else ""))
+            for (label, seed), key in keys(claim_name(spec), rung).items():
+                record = stored.get(key)
+                if key in seen or record is None:
+                    continue
+                seen.add(key)
+                if not is_current(record, digest, data):
+                    continue
+                row = table.setdefault((label, record["config"].get("model", "")), [0, []])
+                row[0] += 1
+                if record.get("diverged"):
+                    found = re.search(r"round (\d+)", record["diverged"])
+                    row[1].append(f"{rung}, seed {seed}" + (f", round {found[1]}" if found else ""))
     return [(label, model, runs, where) for (label, model), (runs, where) in table.items()]
 
 
@@ -1358,10 +1366,11 @@ def plan_markdown(chapter: str | None = None, directory=None, device: str = "cpu
 # -- computing the pending runs ---------------------------------------------------------------
 class _Keys:
     """The run keys of each claim's methods and seeds at each rung, computed once:
-    ``keys(claim, rung)`` maps ``(label, seed)`` to the run's key."""
+    ``keys(claim, rung)`` maps ``(label, seed)`` to the run's key; ``specs`` maps each
+    claim's name (:func:`claim_name`) to its spec."""
 
-    def __init__(self, specs: Mapping[str, ClaimSpec]):
-        self.specs, self.known = specs, {}
+    def __init__(self):
+        self.specs, self.known = {claim_name(s): s for s in specs_of()}, {}
 
     def __call__(self, claim: str, rung: str) -> dict[tuple[str, int], str]:
         if (claim, rung) not in self.known:
@@ -1403,7 +1412,7 @@ def pending(chapter: str | None = None, rung: str | None = None, directory=None,
     of which already has a current diverged run at its rung is left out: it could not give
     that rung a value (:func:`ladder_values`)."""
     runs = stored_runs(directory)
-    keys = _Keys({f"{s.chapter}: {s.ref}": s for s in specs_of()})
+    keys = _Keys()
     todo = [p for p in planned_runs(chapter, rung)
             if p.key not in runs or not is_current(runs[p.key], digest)
             or not has_fields(runs[p.key], p.fields)]
@@ -1553,7 +1562,7 @@ def run_pending(chapter: str | None = None, rung: str | None = None, until_s: fl
         + (f" at rung {rung}" if rung else "") + f"; device {device}, {plural(workers, 'worker')}")
     speeds = SpeedBook(directory, measure=deadline is not None)
     counts = {"done": 0, "skipped": 0, "failed": 0, "moot": 0}
-    keys = _Keys({f"{s.chapter}: {s.ref}": s for s in specs_of()})
+    keys = _Keys()
     bar = tqdm(total=len(todo), desc="ladder", unit="run", disable=not progress)
     queue = list(todo)
     # a worker ends with the tool, even when only the tool's process is killed
@@ -1609,13 +1618,13 @@ def status_rows(directory=None) -> list[list[str]]:
     """Per chapter and claim, which rungs are done, pending and stale (from the store only)."""
     runs = stored_runs(directory)
     digest = equivalence_digest(directory, compute=False)
-    rows, fingerprints = [], {}
+    rows, fingerprints, claim_keys = [], {}, _Keys()
     for spec in specs_of():
         state = {"done": [], "pending": [], "stale": []}
         for rung in spec.rungs:
-            keys = [run_key(rung_config(spec, rung, label, seed))
-                    for label in spec.methods for seed in spec.seeds]
-            if _diverged_at(dict(enumerate(keys)), runs, digest, fingerprints):
+            at = claim_keys(claim_name(spec), rung)
+            keys = list(at.values())
+            if _diverged_at(at, runs, digest, fingerprints):
                 state["done"].append(rung)         # judged "diverged": its other runs are not needed
             elif any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
