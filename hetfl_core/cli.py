@@ -23,7 +23,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from .book.chapter import (BASELINES, PLAN_SKIP, measure_speed, plan_chapter, plan_skipped,
-                           training_samples)
+                           scored_every_round, training_samples)
 from .runtime.config import SCALES, RunConfig, accepted
 from .science.data import DATASETS, PARTITIONS
 from .runtime.engine import system_of
@@ -433,6 +433,11 @@ def _parameter_value(text: str):
         return text
 
 
+def _finite(x: float):
+    """``x``, or ``None`` for a nan (JSON has no nan)."""
+    return None if math.isnan(x) else x
+
+
 def _plan(args) -> int:
     """``plan``: execute a chapter in plan mode (:func:`hetfl_core.book.plan_chapter`), then
     list its distinct runs per sweep with their training samples and, measured on this
@@ -449,7 +454,8 @@ def _plan(args) -> int:
         distinct.setdefault(r["key"], r)
     speeds: dict[tuple, object] = {}               # measured once per method, options, model and data
     untimed: set[str] = set()                      # methods this process does not know
-    cost: dict[str, tuple[float, float]] = {}      # key -> (training samples, seconds to run)
+    cost: dict[str, tuple[float, float, float]] = {}   # key -> (training samples, seconds to run,
+    #                                                   seconds with every round scored)
     groups: dict[str, list] = {}                   # the sweep that asked for each run
     for key, r in distinct.items():
         c = RunConfig.from_dict(r["config"])
@@ -459,17 +465,23 @@ def _plan(args) -> int:
             untimed.add(c.method)
         elif not args.no_timing and shape not in speeds and not r["cached"]:
             speeds[shape] = measure_speed(c)
-        cost[key] = training_samples(c), speeds[shape].seconds(c) if shape in speeds else float("nan")
+        speed = speeds.get(shape)
+        cost[key] = (training_samples(c), speed.seconds(c) if speed else float("nan"),
+                     speed.seconds(scored_every_round(c)) if speed else float("nan"))
         groups.setdefault(r["where"], []).append(key)
     w = max([28, *(len(where) for where in groups)])
-    print(f"{'sweep':{w}s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}")
-    print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s}")
+    print(f"{'sweep':{w}s} {'runs':>5s} {'cached':>6s} {'to train: M samples':>20s} {'est. CPU h':>11s}"
+          f" {'every round scored':>19s}")
+    print(f"{'':{w}s} {'':5s} {'':6s} {'':20s} {'(1 thread)':>11s} {'(CPU h)':>19s}")
+
+    def hours(todo, column):
+        timed = [cost[k][column] for k in todo if not math.isnan(cost[k][column])]   # nan: not timed
+        return "—" if todo and not timed else f"{sum(timed) / 3600:.2f}"
+
     for where, keys in [*groups.items(), ("all", list(distinct))]:
         todo = [k for k in keys if not distinct[k]["cached"]]
-        timed = [cost[k][1] for k in todo if not math.isnan(cost[k][1])]   # nan: no speed measured
-        hours = "—" if todo and not timed else f"{sum(timed) / 3600:.2f}"
         print(f"{where:{w}s} {len(keys):5d} {len(keys) - len(todo):6d} "
-              f"{sum(cost[k][0] for k in todo) / 1e6:20.2f} {hours:>11s}")
+              f"{sum(cost[k][0] for k in todo) / 1e6:20.2f} {hours(todo, 1):>11s} {hours(todo, 2):>19s}")
     if untimed and not args.no_timing:
         print(f"not timed (registered in the chapter only): {', '.join(sorted(untimed))}; the "
               "estimates leave their runs out", file=sys.stderr)
@@ -487,8 +499,10 @@ def _plan(args) -> int:
               f"a grid built from their results may be missing. First: {errors[0]}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"chapter": str(path), "scale": args.scale, "runs": list(distinct.values()),
-                       "errors": errors}, out, indent=1)
+            runs = [{**r, "seconds": _finite(cost[k][1]), "seconds_every_round_scored": _finite(cost[k][2])}
+                    for k, r in distinct.items()]
+            json.dump({"chapter": str(path), "scale": args.scale, "runs": runs, "errors": errors},
+                      out, indent=1)
     if args.no_timing:
         return 0
     import torch
@@ -498,6 +512,8 @@ def _plan(args) -> int:
           "cost of a training sample and of a round's other work (rounds of two clients at 2 and "
           "6 local steps), and of each scoring (personalised models, the global model on the "
           "whole test set), times a run's samples, rounds and scorings; data loading and start-up "
-          "are not counted. A sweep runs two at a time by default, so the wall time is about half. "
+          "are not counted. \"Every round scored\" prices the same runs with every client's model "
+          "and the global model scored after every round (what a chapter's evaluation settings "
+          "save). A sweep runs two at a time by default, so the wall time is about half. "
           "On a GPU machine the same command measures the GPU.")
     return 0

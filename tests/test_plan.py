@@ -144,6 +144,34 @@ def test_a_run_s_estimate_adds_up_its_samples_rounds_and_scorings():
     assert abs(speed.seconds(config.replace(eval_global_every=14)) - (expected - 300)) < 1e-9
 
 
+def test_every_round_scored_prices_the_engine_s_default_schedule():
+    from hetfl_core import RunConfig
+    from hetfl_core.book import evaluations, scored_every_round
+
+    sparse = RunConfig(dataset="digits", rounds=14, eval_every=4, eval_global=False)
+    dense = scored_every_round(sparse.replace(eval_global_every=7))
+    assert evaluations(dense) == (14, 14)
+    assert dense == RunConfig(dataset="digits", rounds=14)      # every other field kept
+    assert evaluations(scored_every_round(sparse)) == evaluations(RunConfig(dataset="digits", rounds=14))
+
+
+def test_the_plan_command_prices_its_runs_as_planned_and_scored_every_round(tmp_path):
+    """With timing, the table and the JSON give each run's estimate twice: as the chapter
+    schedules its scorings, and with every round scored, which costs more."""
+    chapter = tmp_path / "tiny.md"
+    chapter.write_text(CHAPTER.replace("local_steps=2)", "local_steps=2, eval_every=3, eval_global=False)"))
+    out = tmp_path / "plan.json"
+    env = {**__import__("os").environ, "HETFL_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", str(chapter), "--scale", "paper",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "every round scored" in proc.stdout
+    last = [line for line in proc.stdout.splitlines() if line.startswith("all")][0].split()
+    assert float(last[-1]) >= float(last[-2])
+    runs = json.loads(out.read_text())["runs"]
+    assert all(0 < r["seconds"] < r["seconds_every_round_scored"] for r in runs)
+
+
 def test_a_cell_reading_a_planned_runs_last_row_runs_on(tmp_path, monkeypatch):
     """A planned run's history has a row per round of ordinary numbers, so ``history[-1]``,
     a client's entry of it and a target derived from the results do not stop the cell

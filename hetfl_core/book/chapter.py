@@ -41,6 +41,7 @@ __all__ = ["COLUMN", "say", "first_clause", "summary_markdown",
            "caption_text", "caption", "rerun_command", "Chapter", "PAPER_RESULTS_ENV",
            "paper_results_dir", "paper_scale_markdown", "device_name", "provenance",
            "PLAN_SKIP", "RunSpeed", "enter_plan_mode", "evaluations", "measure_speed",
+           "scored_every_round",
            "plan_chapter", "plan_skipped", "planned_result", "split_claim", "training_samples"]
 
 #: how a chapter runs the baselines it compares with (its ``baselines`` parameter):
@@ -523,6 +524,14 @@ def evaluations(config) -> tuple[int, int]:
 
     due = [evaluation_due(config, t) for t in range(1, config.rounds + 1)]
     return sum(personal for personal, _ in due), sum(personal and global_ for personal, global_ in due)
+
+
+def scored_every_round(config):
+    """``config`` with every round scored: each client's model after every round, and the
+    global model on the whole test set at every scoring (``eval_every=1``,
+    ``eval_global=True``, ``eval_global_every=None``, the engine's defaults). A chapter
+    scores less at paper scale where no claim reads the rest; the plan prices both."""
+    return config.replace(eval_every=1, eval_global=True, eval_global_every=None)
 
 
 @functools.cache
