@@ -46,7 +46,8 @@ more = sweep([base.replace(clients=8)])
 '''
 
 
-def test_a_chapter_is_planned_without_training(tmp_path, monkeypatch):
+def test_a_chapter_is_planned_without_training(tmp_path, monkeypatch, capsys):
+    from hetfl_core import cli
     from hetfl_core.book import plan_chapter, training_samples
     from hetfl_core import RunConfig
 
@@ -66,20 +67,32 @@ def test_a_chapter_is_planned_without_training(tmp_path, monkeypatch):
     assert training_samples(config) == 4 * 3 * 2 * config.batch_size    # all 4 clients a round
     with pytest.raises(Exception, match="scale must be one of"):
         plan_chapter(chapter, "huge")
+    # the command without timing, on this plan: "—" for both estimates, no made-up number
+    monkeypatch.setattr(cli, "plan_chapter", lambda *args, **kwargs: (records, errors))
+    out = tmp_path / "plan.json"
+    assert cli.main(["plan", str(chapter), "--no-timing", "--json", str(out)]) == 0
+    last = [line for line in capsys.readouterr().out.splitlines() if line.startswith("all")][0].split()
+    assert last[1:3] == ["5", "0"] and last[-2:] == ["—", "—"]
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs) == 5 and all(r["seconds"] is None is r["seconds_every_round_scored"] for r in runs)
 
 
 def test_the_plan_command_lists_the_runs(tmp_path):
+    """With timing, the table and the JSON price each run twice: as the chapter schedules
+    its scorings, and with every round scored, which costs more."""
     chapter = tmp_path / "tiny.md"
-    chapter.write_text(CHAPTER)
+    chapter.write_text(CHAPTER.replace("local_steps=2)", "local_steps=2, eval_every=3, eval_global=False)"))
     out = tmp_path / "plan.json"
     env = {**__import__("os").environ, "HETFL_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", str(chapter), "--scale", "smoke",
-                           "--no-timing", "--json", str(out)], capture_output=True, text=True,
-                          timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", str(chapter), "--scale", "paper",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = [line for line in proc.stdout.splitlines() if line.startswith("all")][0].split()
     assert last[1:3] == ["5", "0"]                                        # 5 distinct runs, none cached
-    assert json.loads(out.read_text())["scale"] == "smoke"
+    assert "every round scored" in proc.stdout and float(last[-1]) >= float(last[-2])
+    planned = json.loads(out.read_text())
+    assert planned["scale"] == "paper"
+    assert all(0 < r["seconds"] < r["seconds_every_round_scored"] for r in planned["runs"])
     assert "1 cell(s) did not finish in plan mode" in proc.stderr
     bad = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", "no-such-chapter"],
                          capture_output=True, text=True, timeout=120)
@@ -153,23 +166,6 @@ def test_every_round_scored_prices_the_engine_s_default_schedule():
     assert evaluations(dense) == (14, 14)
     assert dense == RunConfig(dataset="digits", rounds=14)      # every other field kept
     assert evaluations(scored_every_round(sparse)) == evaluations(RunConfig(dataset="digits", rounds=14))
-
-
-def test_the_plan_command_prices_its_runs_as_planned_and_scored_every_round(tmp_path):
-    """With timing, the table and the JSON give each run's estimate twice: as the chapter
-    schedules its scorings, and with every round scored, which costs more."""
-    chapter = tmp_path / "tiny.md"
-    chapter.write_text(CHAPTER.replace("local_steps=2)", "local_steps=2, eval_every=3, eval_global=False)"))
-    out = tmp_path / "plan.json"
-    env = {**__import__("os").environ, "HETFL_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", "hetfl_core", "plan", str(chapter), "--scale", "paper",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "every round scored" in proc.stdout
-    last = [line for line in proc.stdout.splitlines() if line.startswith("all")][0].split()
-    assert float(last[-1]) >= float(last[-2])
-    runs = json.loads(out.read_text())["runs"]
-    assert all(0 < r["seconds"] < r["seconds_every_round_scored"] for r in runs)
 
 
 def test_a_cell_reading_a_planned_runs_last_row_runs_on(tmp_path, monkeypatch):
