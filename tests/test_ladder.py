@@ -892,3 +892,53 @@ def test_a_run_that_diverged_below_goes_first_and_a_judged_rung_needs_no_more(tm
     assert row["diverged"] == ["Local, seed 2: local diverged in round 2 (client 0 loss nan)"]
     assert row["stale"] is False and row["keys"] == [key("Local", 2, "book")]
     assert [r for r in ladder.status_rows(tmp_path) if r[0] == "toy"][0][2] == "book"
+
+
+def test_a_contestant_that_diverged_leaves_the_others_rows_standing(tmp_path, monkeypatch):
+    """A claim whose value against a rival reads that rival's runs only (the arena's board,
+    ``ClaimSpec.reads``): the diverged contestant's row says "diverged" and its other runs
+    are not needed, while the other contestant's runs stay pending and are judged once
+    computed; a claim that reads every run (the default) leaves every row unjudged."""
+    import dataclasses
+
+    from hetfl_core.book.report import final, more_than, per_seed
+    from hetfl_core.runtime.experiments import source_hash
+
+    toy = ladder.specs_of("toy")[0]
+    board = dataclasses.replace(
+        toy, chapter="board", ref="Board", rivals=("FedAvg", "Local"),
+        value=lambda runs, rival: 100 * per_seed(runs[rival], final),
+        criterion=more_than(10, " points", "accuracy"), reads=lambda rival: (rival,))
+    monkeypatch.setitem(ladder.SPECS, "board", [board])
+    with pytest.raises(ValueError, match="reads \\['FedProx'\\]"):
+        dataclasses.replace(board, reads=lambda rival: ("FedProx",)).labels_read("Local")
+    (tmp_path / "runs").mkdir()
+    config = ladder.rung_config(board, "book", "Local", 1)
+    record = {"key": ladder.run_key(config), "config": config.to_dict(), "fields": [], "history": [],
+              "diverged": "local diverged in round 2 (client 0 loss nan)",
+              "provenance": {"source_hash": source_hash(), "data": dataset_fingerprint("digits"),
+                             "wall_s": 1.0, "commit": "c", "device": "cpu", "date": "2026-11-29 12:00 UTC"}}
+    (tmp_path / "runs" / f"{record['key']}.json").write_text(json.dumps(record))
+
+    todo = ladder.pending("board", rung="book", directory=tmp_path)
+    assert [(p.config.method, p.config.seed) for p in todo] == [("fedavg", 0), ("fedavg", 1), ("fedavg", 2)]
+    assert [r for r in ladder.status_rows(tmp_path) if r[0] == "board"][0][2:4] == ["—", "book, x2"]
+    rows = ladder.build_ledger("board", tmp_path)["claims"][0]["results"]
+    assert rows == {"Local": rows["Local"]} and rows["Local"]["book"]["verdict"] == "diverged"
+    ladder.write_ledgers("board", tmp_path)
+    assert ladder.leaderboards("board", "Board", tmp_path) == {}       # no board before every row
+
+    counts = ladder.run_pending("board", rung="book", directory=tmp_path, progress=False, log=lambda *a: None)
+    assert counts["done"] == 3 and counts["moot"] == 0
+    rows = ladder.build_ledger("board", tmp_path)["claims"][0]["results"]
+    assert rows["Local"]["book"]["verdict"] == "diverged" and rows["Local"]["book"]["keys"] == [record["key"]]
+    assert rows["FedAvg"]["book"]["verdict"] in ("holds", "inconclusive", "indicative")
+    assert len(rows["FedAvg"]["book"]["values"]) == 3 and len(rows["FedAvg"]["book"]["keys"]) == 3
+    assert [r for r in ladder.status_rows(tmp_path) if r[0] == "board"][0][2] == "book"
+    assert list(ladder.leaderboards("board", "Board", tmp_path)["book"]) == ["FedAvg"]
+    assert "| book | FedAvg |  | Local (seed 1, round 2) |" in ladder.arena_settling("board", "Board", tmp_path)
+
+    every = dataclasses.replace(board, reads=None)       # each row reads every run
+    monkeypatch.setitem(ladder.SPECS, "board", [every])
+    rows = ladder.build_ledger("board", tmp_path)["claims"][0]["results"]
+    assert rows["FedAvg"]["book"]["verdict"] == rows["Local"]["book"]["verdict"] == "diverged"

@@ -51,7 +51,7 @@ __all__ = ["RUNGS", "ClaimSpec", "SPECS", "register", "chapters", "specs_of", "r
            "longer_training_note", "matching_claim", "plan_path", "write_plan", "load_plan", "ladder_cost", "show_ladder_cost",
            "probe_path", "load_probe", "divergence_note", "divergence_rows", "divergence_table",
            "twin_ends",
-           "kendall_tau", "leaderboards", "settling_sentence", "plan_rows", "plan_markdown",
+           "kendall_tau", "leaderboards", "left_off_boards", "settling_sentence", "plan_rows", "plan_markdown",
            "SETTLED_TAU", "OPTIONAL_HISTORY_FIELDS", "STORE_ENV", "SPECS_ENV"]
 
 #: the rounds each rung below the paper's runs, as a multiple of the book scale's
@@ -402,46 +402,55 @@ def refresh_command(chapter: str, rung: str | None = None) -> str:
 # -- the ledger -----------------------------------------------------------------------------------
 def ladder_values(spec: ClaimSpec, rung: str, runs: Mapping[str, dict], current=None) -> dict | None:
     """The claim's per-seed values at ``rung`` against each rival, from stored runs (key ->
-    record), or ``None`` when a run it needs is not stored (or lacks a history field the
-    claim reads, :attr:`ClaimSpec.fields`); for a claim judged case by case
-    (:attr:`ClaimSpec.per_case`), per rival a dict from each case to its per-seed values.
-    Where a run it needs diverged, ``diverged`` lists them (label, seed, where) and every
-    rival's values are ``None``, whether or not its other runs are stored (the ladder does
-    not compute those, :func:`pending`); ``keys`` are then the diverged runs'. Given
-    ``current(record)`` (whether a stored run stands for the current code, :func:`is_current`),
-    a current diverged run is reason enough and a stale one is named only where no current
-    one is."""
+    record); for a claim judged case by case (:attr:`ClaimSpec.per_case`), per rival a dict
+    from each case to its per-seed values. A rival is left out while a run its value reads
+    (:meth:`ClaimSpec.labels_read`) is not stored or lacks a history field the claim reads
+    (:attr:`ClaimSpec.fields`); ``None`` when every rival is. Where a run a rival's value
+    reads diverged, its value is ``None`` and ``diverged[rival]`` names the runs (label,
+    seed, where), whether or not its other runs are stored (the ladder does not compute
+    those, :func:`pending`). ``keys[rival]`` are the runs behind a rival's row (a diverged
+    row's: the diverged runs), ``keys`` the union. Given ``current(record)`` (whether a
+    stored run stands for the current code, :func:`is_current`), a current diverged run is
+    reason enough and a stale one is named only where no current one is."""
+    stored: dict[str, list[str]] = {}
+    missing: set[str] = set()
+    failed: dict[str, list[tuple[str, str]]] = {}
     results: dict[str, list[dict]] = {}
-    keys, diverged, missing = [], [], False
     for label in spec.methods:
         results[label] = []
         for seed in spec.seeds:
             key = run_key(rung_config(spec, rung, label, seed))
             if key not in runs or not has_fields(runs[key], spec.fields):
-                missing = True
+                missing.add(label)
                 continue
-            keys.append(key)
+            stored.setdefault(label, []).append(key)
             if runs[key].get("diverged"):
-                diverged.append((key, f"{label}, seed {seed}: {runs[key]['diverged']}"))
-            results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
-    if diverged:        # no paired value where a run has none: the rung is not judged
-        now = [d for d in diverged if current is not None and current(runs[d[0]])]
-        reasons = now or diverged
-        return {"keys": [k for k, _ in reasons], "diverged": [why for _, why in reasons],
-                "values": {rival: None for rival in spec.rivals}}
-    if missing:
-        return None
-    values = {}
+                failed.setdefault(label, []).append((key, f"{label}, seed {seed}: {runs[key]['diverged']}"))
+            else:
+                results[label].append({"config": runs[key]["config"], "history": expand_history(runs[key])})
+    values, diverged, rival_keys = {}, {}, {}
     for rival in spec.rivals:
-        got = spec.value(results, rival)
-        if not spec.per_case:
-            values[rival] = _per_seed_values(got)
-            continue
-        if not isinstance(got, Mapping) or not got:
-            raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} is judged case by case, but "
-                              f"its value against {rival} is not a dict of cases")
-        values[rival] = {case: _per_seed_values(v) for case, v in got.items()}
-    return {"keys": keys, "values": values}
+        read = spec.labels_read(rival)
+        bad = [d for label in read for d in failed.get(label, [])]
+        if bad:            # no paired value where a run has none: the row is not judged
+            now = [d for d in bad if current is not None and current(runs[d[0]])]
+            reasons = now or bad
+            values[rival], diverged[rival] = None, [why for _, why in reasons]
+            rival_keys[rival] = [k for k, _ in reasons]
+        elif not missing.intersection(read):
+            got = spec.value(results, rival)
+            rival_keys[rival] = [k for label in read for k in stored[label]]
+            if not spec.per_case:
+                values[rival] = _per_seed_values(got)
+                continue
+            if not isinstance(got, Mapping) or not got:
+                raise ConfigError(f"claim {spec.ref!r} of {spec.chapter} is judged case by case, but "
+                                  f"its value against {rival} is not a dict of cases")
+            values[rival] = {case: _per_seed_values(v) for case, v in got.items()}
+    if not values:
+        return None
+    keys = list(dict.fromkeys(k for ks in rival_keys.values() for k in ks))
+    return {"keys": keys, "values": values, "diverged": diverged, "rival_keys": rival_keys}
 
 
 def _per_seed_values(values):
@@ -509,16 +518,18 @@ def build_ledger(chapter: str, directory=None, digest: str | None = None) -> dic
             got = ladder_values(spec, rung, runs, lambda r: is_current(r, digest, fingerprints))
             if got is None:
                 continue
-            records = [runs[k] for k in got["keys"]]
-            how = [r["provenance"] for r in records]
-            stale = [r["key"] for r in records if not is_current(r, digest)]
             # the budget: the claim's method's run (the first run where no label is the method)
             label = spec.method if spec.method in spec.methods else next(iter(spec.methods))
             config = rung_config(spec, rung, label, spec.seeds[0])
             for rival, values in got["values"].items():
+                keys = got["rival_keys"][rival]
+                records = [runs[k] for k in keys]
+                how = [r["provenance"] for r in records]
+                stale = [r["key"] for r in records if not is_current(r, digest)]
                 rows.setdefault(rival, {})[rung] = {
-                    **(_diverged_row(spec, got["diverged"]) if values is None else _judged_row(spec, values)),
-                    "stale": bool(stale), "keys": got["keys"],
+                    **(_diverged_row(spec, got["diverged"][rival]) if values is None
+                       else _judged_row(spec, values)),
+                    "stale": bool(stale), "keys": keys,
                     "budget": {"rounds": config.rounds, "local_epochs": config.local_epochs,
                                "local_steps": config.local_steps, "clients": config.clients,
                                "participation": config.participation,
@@ -1261,18 +1272,40 @@ SETTLED_TAU = 0.9
 
 def leaderboards(chapter: str = "arena", claim_ref: str = "reference cell", directory=None) -> dict | None:
     """``{rung: {contestant: mean value}}`` for each stored rung, best first (the mean over
-    the seeds of each rival's value, :func:`arena_settling`'s boards); ``None`` when nothing
-    is stored."""
+    the seeds of each rival's value, :func:`arena_settling`'s boards), less the contestants
+    whose run diverged there (:func:`left_off_boards`); a rung is stored once every
+    contestant has its row. ``None`` when nothing is stored."""
     claim = _stored_claim(chapter, claim_ref, directory)
     if claim is None:
         return None
     boards = {}
     for rung in claim["rungs"]:
+        if not all(rung in claim["results"].get(r, {}) for r in claim["rivals"]):
+            continue
         scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items()
                   if rung in b and not b[rung].get("diverged")}
         if scores:
             boards[rung] = dict(sorted(scores.items(), key=lambda kv: -kv[1]))
     return boards
+
+
+def left_off_boards(chapter: str = "arena", claim_ref: str = "reference cell",
+                    directory=None) -> dict[str, dict[str, list[str]]]:
+    """``{rung: {contestant: the runs that diverged}}``: the contestants a stored rung's
+    board leaves out because a run of theirs diverged there (:func:`leaderboards`)."""
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
+        return {}
+    return {rung: out for rung in claim["rungs"]
+            if all(rung in claim["results"].get(r, {}) for r in claim["rivals"])
+            and (out := {r: b[rung]["diverged"] for r, b in claim["results"].items()
+                        if rung in b and b[rung].get("diverged")})}
+
+
+def _run_named(reason: str) -> str:
+    """``"Label, seed 2: label diverged in round 102 (...)"`` as ``"seed 2, round 102"``."""
+    seed, rnd = re.search(r"seed (\d+)", reason), re.search(r"round (\d+)", reason)
+    return ", ".join(p for p in (seed and f"seed {seed[1]}", rnd and f"round {rnd[1]}") if p) or reason
 
 
 def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", directory=None,
@@ -1286,13 +1319,17 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
     if boards is None:
         return _nothing_stored(chapter, claim_ref)
     boards = {rung: list(board) for rung, board in boards.items()}
+    out = left_off_boards(chapter, claim_ref, directory)
     name = label or (lambda n: n)
     rows, previous = [], None
     for rung, board in boards.items():
         tau = "" if previous is None else _fmt(kendall_tau(boards[previous], board))
-        rows.append([rung, " > ".join(map(name, board)), tau])
+        left = "; ".join(f"{name(c)} ({'; '.join(map(_run_named, why))})"
+                         for c, why in out.get(rung, {}).items())
+        rows.append([rung, " > ".join(map(name, board)), tau, *([left or "—"] if out else [])])
         previous = rung
-    return markdown_table(rows, ["rung", "leaderboard (best first)", "Kendall τ to the rung before"])
+    return markdown_table(rows, ["rung", "leaderboard (best first)", "Kendall τ to the rung before",
+                                 *(["left out: a run diverged"] if out else [])])
 
 
 def settling_sentence(chapter: str = "arena", claim_ref: str = "reference cell", directory=None,
@@ -1319,6 +1356,11 @@ def settling_sentence(chapter: str = "arena", claim_ref: str = "reference cell",
     spec = next(s for s in specs_of(chapter) if s.ref == claim_ref)
     missing = [r for r in spec.rungs if r not in boards]
     tail = f" Not yet computed: {', '.join(missing)}." if missing else ""
+    out = left_off_boards(chapter, claim_ref, directory)
+    if out:
+        tail = (" Left out where a run of theirs diverged (τ compares the contestants both "
+                "boards rank): " + "; ".join(f"{', '.join(map(name, by))} at {r}"
+                                             for r, by in out.items()) + "." + tail)
     return f"Leader: {leaders}. Kendall τ between consecutive rungs: {steps}; {verdict}.{tail}"
 
 
@@ -1381,12 +1423,19 @@ class _Keys:
 
 
 def _diverged_at(keys: dict[tuple[str, int], str], runs: Mapping[str, dict], digest: str | None,
-                 fingerprints: dict) -> bool:
-    """Whether one of a claim's runs at a rung (``keys``, :class:`_Keys`) is stored, current
-    (:func:`is_current`) and diverged: the rung can have no value, whatever its other runs
-    would give."""
+                 fingerprints: dict, labels=None) -> bool:
+    """Whether one of a claim's runs at a rung (``keys``, :class:`_Keys`; of ``labels``
+    only, where given) is stored, current (:func:`is_current`) and diverged: a row that reads
+    it can have no value, whatever its other runs would give."""
     return any(runs.get(k, {}).get("diverged") and is_current(runs[k], digest, fingerprints)
-               for k in keys.values())
+               for (label, _), k in keys.items() if labels is None or label in labels)
+
+
+def _unjudged_rivals(spec: ClaimSpec, keys: dict[tuple[str, int], str], runs: Mapping[str, dict],
+                     digest: str | None, fingerprints: dict) -> set[str]:
+    """The rivals of ``spec`` whose value at a rung (``keys``) reads a current diverged run."""
+    return {rival for rival in spec.rivals
+            if _diverged_at(keys, runs, digest, fingerprints, spec.labels_read(rival))}
 
 
 def _diverged_below(planned: PlannedRun, keys: _Keys, runs: Mapping[str, dict]) -> bool:
@@ -1421,16 +1470,21 @@ def pending(chapter: str | None = None, rung: str | None = None, directory=None,
 
 
 def _without_moot(todo: list[PlannedRun], keys: _Keys, runs, digest) -> list[PlannedRun]:
-    """``todo`` less the runs whose every claim has a current diverged run at their rung."""
-    settled: dict[tuple[str, str], bool] = {}
+    """``todo`` less the runs that no row can use: in each of its claims, every rival whose
+    value reads the run (:meth:`~ClaimSpec.labels_read`) reads a current diverged run at
+    the run's rung."""
+    unjudged: dict[tuple[str, str], set[str]] = {}
     fingerprints: dict = {}
 
-    def diverged(claim: str, rung: str) -> bool:
-        if (claim, rung) not in settled:
-            settled[(claim, rung)] = _diverged_at(keys(claim, rung), runs, digest, fingerprints)
-        return settled[(claim, rung)]
+    def moot(claim: str, rung: str, key: str) -> bool:
+        spec, at = keys.specs[claim], keys(claim, rung)
+        if (claim, rung) not in unjudged:
+            unjudged[(claim, rung)] = _unjudged_rivals(spec, at, runs, digest, fingerprints)
+        labels = {label for (label, _), k in at.items() if k == key}
+        readers = [r for r in spec.rivals if labels.intersection(spec.labels_read(r))] or spec.rivals
+        return all(r in unjudged[(claim, rung)] for r in readers)
 
-    return [p for p in todo if not all(diverged(c, p.rung) for c in p.claims)]
+    return [p for p in todo if not all(moot(c, p.rung, p.key) for c in p.claims)]
 
 
 def _shape(config: RunConfig, device: str) -> str:
@@ -1623,10 +1677,11 @@ def status_rows(directory=None) -> list[list[str]]:
         state = {"done": [], "pending": [], "stale": []}
         for rung in spec.rungs:
             at = claim_keys(claim_name(spec), rung)
-            keys = list(at.values())
-            if _diverged_at(at, runs, digest, fingerprints):
-                state["done"].append(rung)         # judged "diverged": its other runs are not needed
-            elif any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
+            unjudged = _unjudged_rivals(spec, at, runs, digest, fingerprints)
+            # a rival judged "diverged" needs none of its other runs
+            keys = [k for (label, _), k in at.items()
+                    if any(label in spec.labels_read(r) for r in spec.rivals if r not in unjudged)]
+            if any(k not in runs or not has_fields(runs[k], spec.fields) for k in keys):
                 state["pending"].append(rung)
             elif any(not is_current(runs[k], digest) for k in keys):
                 state["stale"].append(rung)

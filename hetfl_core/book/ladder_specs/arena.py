@@ -72,6 +72,12 @@ def arena_run(config: RunConfig) -> RunConfig:
     return with_baselines(config.with_options(**method_options(config.method, config)), "authors")
 
 
+def own_runs(rival: str) -> tuple[str, ...]:
+    """What a contestant's value reads: its own runs, so a contestant whose run diverged
+    leaves the others' places at that rung standing."""
+    return (rival,)
+
+
 def accuracy(runs: dict, rival: str) -> np.ndarray:
     """Per seed, the contestant ``rival``'s final personalised accuracy in points: the
     arena's ``acc`` (:func:`hetfl_core.book.arena.run_metrics`), by which its leaderboard ranks."""
@@ -92,4 +98,4 @@ register(ClaimSpec(
     "personalised accuracy", ARENA_METHODS,
     {m: (m, {}, {"lr": ARENA_LRS[m]}) for m in ARENA_METHODS}, arena_setting, accuracy,
     more_than(100 / _classes(), PTS, f"personalised accuracy (chance: one label in {_classes()})"),
-    paper_global_last_two=False, adapt=arena_run))
+    paper_global_last_two=False, adapt=arena_run, reads=own_runs))

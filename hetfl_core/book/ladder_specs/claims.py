@@ -48,7 +48,12 @@ class ClaimSpec:
     ``adapt(config)``, where given, completes each rung's configuration last (e.g. a pruning
     schedule scaled to the rung's rounds, or the options the arena sets for a run of that
     many rounds); ``None`` leaves it as the rung made it, so a claim without it keeps its
-    run keys."""
+    run keys.
+
+    ``reads(rival)``, where given, names the labels whose runs the value against ``rival``
+    reads (the arena's contestant reads its own runs only); ``None``: every label (a value
+    may read any run, e.g. a target or a budget common to all). A diverged run leaves
+    unjudged only the rivals whose value reads it (:meth:`labels_read`)."""
 
     chapter: str
     ref: str
@@ -73,6 +78,19 @@ class ClaimSpec:
     per_case: bool = False
     k: int | None = None
     adapt: Callable[[RunConfig], RunConfig] | None = None
+    reads: Callable[[str], tuple[str, ...]] | None = None
+
+    def labels_read(self, rival: str) -> tuple[str, ...]:
+        """The labels whose runs the value against ``rival`` reads, in :attr:`methods`'
+        order: :attr:`reads`'s, else every label."""
+        if self.reads is None:
+            return tuple(self.methods)
+        wanted = set(self.reads(rival))
+        unknown = wanted - set(self.methods)
+        if unknown:
+            raise ValueError(f"claim {self.ref!r} of {self.chapter}: its value against {rival!r} "
+                             f"reads {sorted(unknown)}, which are not among its methods")
+        return tuple(label for label in self.methods if label in wanted)
 
     @property
     def name(self) -> str:
