@@ -1276,17 +1276,7 @@ def leaderboards(chapter: str = "arena", claim_ref: str = "reference cell", dire
     whose run diverged there (:func:`left_off_boards`); a rung is stored once every
     contestant has its row. ``None`` when nothing is stored."""
     claim = _stored_claim(chapter, claim_ref, directory)
-    if claim is None:
-        return None
-    boards = {}
-    for rung in claim["rungs"]:
-        if not all(rung in claim["results"].get(r, {}) for r in claim["rivals"]):
-            continue
-        scores = {r: _mean(b[rung]["values"], claim["log"]) for r, b in claim["results"].items()
-                  if rung in b and not b[rung].get("diverged")}
-        if scores:
-            boards[rung] = dict(sorted(scores.items(), key=lambda kv: -kv[1]))
-    return boards
+    return None if claim is None else _boards(claim)[0]
 
 
 def left_off_boards(chapter: str = "arena", claim_ref: str = "reference cell",
@@ -1294,12 +1284,24 @@ def left_off_boards(chapter: str = "arena", claim_ref: str = "reference cell",
     """``{rung: {contestant: the runs that diverged}}``: the contestants a stored rung's
     board leaves out because a run of theirs diverged there (:func:`leaderboards`)."""
     claim = _stored_claim(chapter, claim_ref, directory)
-    if claim is None:
-        return {}
-    return {rung: out for rung in claim["rungs"]
-            if all(rung in claim["results"].get(r, {}) for r in claim["rivals"])
-            and (out := {r: b[rung]["diverged"] for r, b in claim["results"].items()
-                        if rung in b and b[rung].get("diverged")})}
+    return {} if claim is None else _boards(claim)[1]
+
+
+def _boards(claim: dict) -> tuple[dict, dict]:
+    """A stored claim's boards (:func:`leaderboards`) and the contestants each leaves out
+    (:func:`left_off_boards`), over the rungs where every contestant has its row."""
+    boards, left_off = {}, {}
+    for rung in claim["rungs"]:
+        rows = {r: b[rung] for r, b in claim["results"].items() if rung in b}
+        if not all(r in rows for r in claim["rivals"]):
+            continue
+        scores = {r: _mean(row["values"], claim["log"]) for r, row in rows.items() if not row.get("diverged")}
+        if scores:
+            boards[rung] = dict(sorted(scores.items(), key=lambda kv: -kv[1]))
+        out = {r: row["diverged"] for r, row in rows.items() if row.get("diverged")}
+        if out:
+            left_off[rung] = out
+    return boards, left_off
 
 
 def _run_named(reason: str) -> str:
@@ -1315,11 +1317,11 @@ def arena_settling(chapter: str = "arena", claim_ref: str = "reference cell", di
     ``label`` maps a contestant to its display name."""
     from .report import markdown_table
 
-    boards = leaderboards(chapter, claim_ref, directory)
-    if boards is None:
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
         return _nothing_stored(chapter, claim_ref)
+    boards, out = _boards(claim)
     boards = {rung: list(board) for rung, board in boards.items()}
-    out = left_off_boards(chapter, claim_ref, directory)
     name = label or (lambda n: n)
     rows, previous = [], None
     for rung, board in boards.items():
@@ -1338,9 +1340,10 @@ def settling_sentence(chapter: str = "arena", claim_ref: str = "reference cell",
     stored rung, Kendall's tau between consecutive rungs, and whether the last step's tau
     reaches :data:`SETTLED_TAU`; ``label`` maps a contestant to its display name. Says
     so (with the command) when nothing, or one rung only, is stored."""
-    boards = leaderboards(chapter, claim_ref, directory)
-    if boards is None:
+    claim = _stored_claim(chapter, claim_ref, directory)
+    if claim is None:
         return _nothing_stored(chapter, claim_ref)
+    boards, out = _boards(claim)
     name = label or (lambda n: n)
     rungs = list(boards)
     leaders = ", ".join(f"{name(next(iter(boards[r])))} at {r}" for r in rungs)
@@ -1356,7 +1359,6 @@ def settling_sentence(chapter: str = "arena", claim_ref: str = "reference cell",
     spec = next(s for s in specs_of(chapter) if s.ref == claim_ref)
     missing = [r for r in spec.rungs if r not in boards]
     tail = f" Not yet computed: {', '.join(missing)}." if missing else ""
-    out = left_off_boards(chapter, claim_ref, directory)
     if out:
         tail = (" Left out where a run of theirs diverged (τ compares the contestants both "
                 "boards rank): " + "; ".join(f"{', '.join(map(name, by))} at {r}"
